@@ -1,0 +1,301 @@
+/* Internal interface of the simulated driver (libcuda.so.1 double): the list of
+ * entry points, the shared state and its lock, and the functions each file of
+ * sim/driver/ provides to the others. See docs/simulator.md for the behaviour. */
+#ifndef GMTSIM_SIM_H
+#define GMTSIM_SIM_H
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* NOTE: cuda.h maps unversioned names to their newest ABI (cuMemAlloc →
+ * cuMemAlloc_v2). The simulator defines the legacy functions under their own
+ * names, as the real library exports them, so those macros must go. */
+#undef cuMemAlloc
+#undef cuMemAllocPitch
+#undef cuMemFree
+#undef cuMemGetInfo
+#undef cuMemAllocHost
+#undef cuMemHostRegister
+#undef cuDeviceTotalMem
+#undef cuGetProcAddress
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+#undef cuDeviceGetUuid
+#undef cuCtxCreate
+#undef cuCtxDestroy
+#undef cuCtxPushCurrent
+#undef cuCtxPopCurrent
+#undef cuStreamDestroy
+#undef cuMemGetAddressRange
+#undef cuArrayCreate
+#undef cuArray3DCreate
+
+#define GMTSIM_EXPORT __attribute__((visibility("default")))
+
+#define SIM_PAGE_SIZE ((uint64_t)2 << 20)
+#define SIM_ALIGN 256u
+#define SIM_MAX_DEVICES 16
+#define SIM_DEFAULT_VERSION 13000
+
+/* Every exported entry point: X(symbol, base name, version, ptsz).
+ * One list, three uses: the call counters, the cuGetProcAddress table and the
+ * compile-time check that each definition has the ABI of cudaTypedefs.h's
+ * PFN_<base>_v<version>[_ptsz]. */
+#define SIM_ENTRY_POINTS(X)                                                    \
+	X(cuInit, cuInit, 2000, 0)                                             \
+	X(cuDriverGetVersion, cuDriverGetVersion, 2020, 0)                     \
+	X(cuGetProcAddress, cuGetProcAddress, 11030, 0)                        \
+	X(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0)                     \
+	X(cuGetErrorString, cuGetErrorString, 6000, 0)                         \
+	X(cuGetErrorName, cuGetErrorName, 6000, 0)                             \
+	X(cuDeviceGet, cuDeviceGet, 2000, 0)                                   \
+	X(cuDeviceGetCount, cuDeviceGetCount, 2000, 0)                         \
+	X(cuDeviceGetName, cuDeviceGetName, 2000, 0)                           \
+	X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0)                           \
+	X(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, 0)                       \
+	X(cuDeviceTotalMem, cuDeviceTotalMem, 2000, 0)                         \
+	X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0)                      \
+	X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0)                 \
+	X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0)      \
+	X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0)                    \
+	X(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020, 0)                    \
+	X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0)         \
+	X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0)       \
+	X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0)   \
+	X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, 0)           \
+	X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0)       \
+	X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, 0)     \
+	X(cuCtxCreate_v2, cuCtxCreate, 3020, 0)                                \
+	X(cuCtxCreate_v3, cuCtxCreate, 11040, 0)                               \
+	X(cuCtxCreate_v4, cuCtxCreate, 12050, 0)                               \
+	X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0)                              \
+	X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, 0)                           \
+	X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, 0)                           \
+	X(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000, 0)                      \
+	X(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000, 0)                        \
+	X(cuCtxGetDevice, cuCtxGetDevice, 2000, 0)                             \
+	X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000, 0)                         \
+	X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0)                         \
+	X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0)                     \
+	X(cuStreamCreate, cuStreamCreate, 2000, 0)                             \
+	X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)     \
+	X(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0)                        \
+	X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0)                   \
+	X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, 1)              \
+	X(cuStreamQuery, cuStreamQuery, 2000, 0)                               \
+	X(cuStreamQuery_ptsz, cuStreamQuery, 7000, 1)                          \
+	X(cuMemGetInfo, cuMemGetInfo, 2000, 0)                                 \
+	X(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0)                              \
+	X(cuMemAlloc, cuMemAlloc, 2000, 0)                                     \
+	X(cuMemAlloc_v2, cuMemAlloc, 3020, 0)                                  \
+	X(cuMemAllocPitch, cuMemAllocPitch, 2000, 0)                           \
+	X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0)                        \
+	X(cuMemFree, cuMemFree, 2000, 0)                                       \
+	X(cuMemFree_v2, cuMemFree, 3020, 0)                                    \
+	X(cuMemGetAddressRange_v2, cuMemGetAddressRange, 3020, 0)              \
+	X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0)                       \
+	X(cuMemAllocHost, cuMemAllocHost, 2000, 0)                             \
+	X(cuMemAllocHost_v2, cuMemAllocHost, 3020, 0)                          \
+	X(cuMemHostAlloc, cuMemHostAlloc, 2020, 0)                             \
+	X(cuMemFreeHost, cuMemFreeHost, 2000, 0)                               \
+	X(cuMemHostRegister, cuMemHostRegister, 4000, 0)                       \
+	X(cuMemHostRegister_v2, cuMemHostRegister, 6050, 0)                    \
+	X(cuMemHostUnregister, cuMemHostUnregister, 4000, 0)                   \
+	X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                          \
+	X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1)                     \
+	X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)          \
+	X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)     \
+	X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                            \
+	X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                       \
+	X(cuMemPoolCreate, cuMemPoolCreate, 11020, 0)                          \
+	X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                        \
+	X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                          \
+	X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)              \
+	X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)              \
+	X(cuMemCreate, cuMemCreate, 10020, 0)                                  \
+	X(cuMemRelease, cuMemRelease, 10020, 0)                                \
+	X(cuMemAddressReserve, cuMemAddressReserve, 10020, 0)                  \
+	X(cuMemAddressFree, cuMemAddressFree, 10020, 0)                        \
+	X(cuMemMap, cuMemMap, 10020, 0)                                        \
+	X(cuMemUnmap, cuMemUnmap, 10020, 0)                                    \
+	X(cuMemSetAccess, cuMemSetAccess, 10020, 0)                            \
+	X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, 0) \
+	X(cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationPropertiesFromHandle, 10020, 0) \
+	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0)  \
+	X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                            \
+	X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                        \
+	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)
+
+enum sim_call {
+#define SIM_X_ENUM(sym, base, ver, ptsz) SIM_CALL_##sym,
+	SIM_ENTRY_POINTS(SIM_X_ENUM)
+#undef SIM_X_ENUM
+	SIM_CALL_COUNT
+};
+
+/* Declarations of the entry points cuda.h does not declare (legacy ABIs, the
+ * per-thread-stream variants). The rest come from cuda.h itself. */
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+				unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device);
+CUresult CUDAAPI cuCtxSynchronize(void);
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total);
+CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
+CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+				 unsigned int Height, unsigned int ElementSizeBytes);
+CUresult CUDAAPI cuMemFree(unsigned int dptr);
+CUresult CUDAAPI cuMemAllocHost(void **pp, unsigned int bytesize);
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags);
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					      CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+
+/* --- lookup.c ------------------------------------------------------------- */
+
+/* The versioned name of entry point `call` ("cuMemAlloc_v2"). */
+const char *gmtsim__call_name(enum sim_call call);
+
+/* Counts one call of an entry point (relaxed: read only when a ledger is written). */
+void gmtsim__count(enum sim_call call);
+
+/* Number of calls of `call` so far in this process. */
+uint64_t gmtsim__calls(enum sim_call call);
+
+/* Zero every call counter (the child of a fork starts afresh). */
+void gmtsim__reset_calls(void);
+
+/* --- driver.c: configuration, devices, contexts, lifecycle ---------------- */
+
+struct CUctx_st {
+	int device;
+	bool primary;
+	bool alive;
+	unsigned int flags;
+};
+
+struct sim_config {
+	int ndevices;
+	uint64_t memory[SIM_MAX_DEVICES];
+	uint64_t other[SIM_MAX_DEVICES];
+	uint64_t context_bytes;
+	int driver_version;
+	const char *ledger_dir; /* NULL: no ledger files */
+	int error;              /* CUresult: nonzero when a variable was invalid */
+};
+
+/* The parsed configuration (parsed once, on first use; thread-safe). */
+const struct sim_config *gmtsim__config(void);
+
+/* The global lock over every piece of simulated state. */
+void gmtsim__lock(void);
+void gmtsim__unlock(void);
+
+/* The device of the calling thread's current context. Returns CUDA_SUCCESS or
+ * the error the real driver gives: not initialised, or no/destroyed context. */
+CUresult gmtsim__current_device(int *device, struct CUctx_st **ctx);
+
+/* The device a stream belongs to; the special handles (0, CU_STREAM_LEGACY,
+ * CU_STREAM_PER_THREAD) mean the current context's device. Lock held. */
+CUresult gmtsim__stream_device(CUstream stream, int *device);
+
+/* CUDA_SUCCESS once cuInit succeeded in this process, else the error to return
+ * (not initialised; also in the child of a fork after initialisation). */
+CUresult gmtsim__initialised(void);
+
+/* --- memory.c: the memory model ------------------------------------------- */
+
+enum sim_kind {
+	SIM_KIND_DEVICE,
+	SIM_KIND_ASYNC,
+	SIM_KIND_MANAGED,
+	SIM_KIND_HOST,
+	SIM_KIND_REGISTERED,
+	SIM_KIND_VMM,
+	SIM_KIND_ARRAY,
+};
+
+const char *gmtsim__kind_name(enum sim_kind kind);
+
+/* Sets up each device's pages and address windows. Called once by cuInit with the
+ * lock held; returns CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY when the address
+ * windows cannot be reserved. */
+CUresult gmtsim__memory_init(const struct sim_config *cfg);
+
+/* Context accounting: the first live context on a device takes the context
+ * bytes, the last one gives them back. Lock held. */
+CUresult gmtsim__context_created(int device);
+void gmtsim__context_destroyed(struct CUctx_st *ctx);
+
+/* Release, on every pool of `device`, unused memory above the pool's release
+ * threshold (what a synchronisation does). Lock held. */
+void gmtsim__pools_sync(int device);
+
+/* Forget every simulated object (the child of a fork holds no CUDA state). */
+void gmtsim__memory_forget(void);
+
+/* --- ledger.c ------------------------------------------------------------- */
+
+/* One live entry, as the ledger lists it. */
+struct sim_ledger_entry {
+	uint64_t address;
+	uint64_t size;
+	enum sim_kind kind;
+	int device;
+	enum sim_call api;
+};
+
+struct sim_failed_request {
+	enum sim_call api;
+	uint64_t size;
+	int device;
+	CUresult result;
+};
+
+/* Memory model → ledger: visit every live entry, pool, reservation and mapping
+ * (lock held), in address order. */
+struct sim_ledger_visitor {
+	void (*entry)(void *ctx, const struct sim_ledger_entry *e);
+	void (*pool)(void *ctx, uint64_t handle, int device, bool is_default, uint64_t reserved,
+		     uint64_t used, uint64_t threshold);
+	void (*reservation)(void *ctx, uint64_t address, uint64_t size);
+	void (*mapping)(void *ctx, uint64_t address, uint64_t size, uint64_t handle, uint64_t offset);
+	void *ctx;
+};
+void gmtsim__memory_visit(const struct sim_ledger_visitor *v);
+
+struct sim_device_state {
+	uint64_t total_bytes, free_bytes;
+	uint64_t pages_total, pages_free, pages_other, pages_context;
+	uint64_t pool_reserved, pool_used;
+};
+int gmtsim__device_count(void);
+void gmtsim__device_state(int device, struct sim_device_state *out);
+
+struct sim_totals {
+	uint64_t allocs, frees, oom;
+};
+void gmtsim__totals(struct sim_totals *out);
+
+/* Write the ledger to `path` (lock held). Returns 0 or a negative errno. */
+int gmtsim__ledger_write_locked(const char *path, const char *reason,
+				const struct sim_failed_request *failed);
+
+/* Note an out-of-memory result and write the oom ledger when asked to (lock held). */
+void gmtsim__ledger_oom(const struct sim_failed_request *failed);
+
+#endif /* GMTSIM_SIM_H */

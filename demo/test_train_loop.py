@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Test of the demo: run train_loop on a simulated 4 GiB GPU, as scripts/demo does,
+and check what it reports against the simulator's out-of-memory ledger.
+
+Usage: test_train_loop.py TRAIN_LOOP GMTSIM_LEDGER_TOOL (meson passes both).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List
+
+MIB = 1 << 20
+PAGE = 2 * MIB
+MEMORY = 4 << 30
+CONTEXT = 300 * MIB
+# train_loop.c: u = total / 256 in whole pages; weights 2u, 4u, 4u, 2u, Adam state
+# twice that, activations twice the weights, and the last layer's activation of
+# every finished step kept by the "metrics hook".
+UNIT = MEMORY // 256 // PAGE * PAGE
+WEIGHTS = [2 * UNIT, 4 * UNIT, 4 * UNIT, 2 * UNIT]
+ACTS = [2 * w for w in WEIGHTS]
+STAGING = 64 * MIB
+
+OOM_LINE = re.compile(
+    r"train_loop: step (\d+): CUDA out of memory: tried to allocate "
+    r"(\d+\.\d\d) MiB \(cudaErrorMemoryAllocation\); (\d+) MiB free of (\d+) MiB")
+
+failures: List[str] = []
+
+
+def expect(ok: bool, what: str, got: Any, want: Any) -> None:
+    if not ok:
+        failures.append(f"{what}: got {got!r}, expected {want!r}")
+
+
+def main() -> int:
+    train_loop, ledger_tool = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="gmt-demo-test.") as out:
+        # NOTE: drop every inherited GMTSIM_* so the user's shell cannot change
+        # the simulated GPU under the test (meson 1.0 cannot unset variables).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GMTSIM_")}
+        env.update(GMTSIM_MEMORY="4G", GMTSIM_CONTEXT_BYTES="300M",
+                   GMTSIM_LEDGER_DIR=out)
+        # Popen, not run(): the ledger files are named by the child's pid.
+        with subprocess.Popen([train_loop], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              text=True) as proc:
+            stdout, stderr = proc.communicate(timeout=100)
+        sys.stdout.write(stdout)
+        sys.stderr.write(stderr)
+        if proc.returncode != 2:
+            print(f"FAIL: train_loop exited {proc.returncode}, expected 2 (out of memory)")
+            return 1
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        m = OOM_LINE.fullmatch(last)
+        if not m:
+            print(f"FAIL: last stderr line {last!r} is not the out-of-memory message")
+            return 1
+        step, tried_mib = int(m.group(1)), float(m.group(2))
+        free_mib, total_mib = int(m.group(3)), int(m.group(4))
+        expect(20 <= step <= 60, "failing step", step, "20..60")
+        expect(total_mib == MEMORY // MIB, "total MiB printed", total_mib, MEMORY // MIB)
+
+        oom = glob.glob(os.path.join(out, f"ledger.{proc.pid}.oom.*.json"))
+        expect(oom == [os.path.join(out, f"ledger.{proc.pid}.oom.1.json")],
+               "oom ledgers", sorted(os.path.basename(p) for p in oom),
+               [f"ledger.{proc.pid}.oom.1.json"])
+        expect(os.path.exists(os.path.join(out, f"ledger.{proc.pid}.exit.json")),
+               "exit ledger written", False, True)
+        if not oom:
+            print("\n".join(f"FAIL: {f}" for f in failures))
+            return 1
+        with open(oom[0]) as f:
+            ledger: Dict[str, Any] = json.load(f)
+        check_ledger(ledger, step, tried_mib, free_mib)
+
+        tool = subprocess.run([sys.executable, ledger_tool, oom[0]],
+                              capture_output=True, text=True, timeout=60)
+        expect(tool.returncode == 0, "gmtsim-ledger exit status", tool.returncode, 0)
+        expect(f"failed request: cuMemAllocAsync of {tried_mib:.2f} MiB" in tool.stdout,
+               "gmtsim-ledger names the failed request", tool.stdout, tried_mib)
+
+    for f in failures:
+        print(f"FAIL: {f}")
+    if not failures:
+        print(f"ok: out of memory at step {step}, ledger agrees")
+    return 1 if failures else 0
+
+
+def check_ledger(ledger: Dict[str, Any], step: int, tried_mib: float,
+                 free_mib: int) -> None:
+    req = ledger["failed_request"]
+    expect(req["api"] == "cuMemAllocAsync", "failed_request.api", req["api"],
+           "cuMemAllocAsync")
+    expect(req["size"] == round(tried_mib * MIB), "failed_request.size",
+           req["size"], round(tried_mib * MIB))
+    expect((req["device"], req["result"]) == (0, 2), "failed_request device/result",
+           (req["device"], req["result"]), (0, 2))
+    dev = ledger["devices"][0]
+    expect(dev["total_bytes"] == MEMORY, "devices[0].total_bytes",
+           dev["total_bytes"], MEMORY)
+    # train_loop printed cudaMemGetInfo's answer right after the failure.
+    expect(dev["free_bytes"] // MIB == free_mib, "devices[0].free_bytes in MiB",
+           dev["free_bytes"] // MIB, free_mib)
+    expect(dev["pages_context"] == CONTEXT // PAGE, "devices[0].pages_context",
+           dev["pages_context"], CONTEXT // PAGE)
+
+    live = ledger["live"]
+    by_kind: Dict[str, List[int]] = {}
+    for a in live:
+        by_kind.setdefault(a["kind"], []).append(a["size"])
+    expect(sorted(by_kind.get("device", [])), "device allocations (weights, Adam)",
+           sorted(by_kind.get("device", [])), sorted(WEIGHTS * 3))
+    expect(by_kind.get("host", []) == [STAGING], "host allocations (staging)",
+           by_kind.get("host", []), [STAGING])
+    # Stream-ordered: step - 1 cached activations, then the failing step's
+    # activations allocated before the one that failed.
+    cache = [ACTS[-1]] * (step - 1)
+    asyncs = sorted(by_kind.get("async", []))
+    prefixes = [sorted(cache + ACTS[:n]) for n in range(len(ACTS) + 1)]
+    expect(asyncs in prefixes, "async allocations", asyncs,
+           f"{step - 1} x {ACTS[-1]} + a prefix of {ACTS}")
+    n = next((i for i, p in enumerate(prefixes) if p == asyncs), None)
+    if n is not None and n < len(ACTS):
+        expect(req["size"] == ACTS[n], "failed_request.size (next activation)",
+               req["size"], ACTS[n])
+    expect(set(by_kind) <= {"device", "host", "async"}, "kinds", sorted(by_kind),
+           ["async", "device", "host"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

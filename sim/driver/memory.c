@@ -411,6 +411,21 @@ static void unrecord(struct sim_alloc *a)
 	free(a);
 }
 
+/* The end of every allocation: an out-of-memory from the model is reported
+ * as the driver reports it (and noted in the ledger); a success is recorded,
+ * and memory whose record cannot be kept is given back. Lock held. */
+static CUresult finish(CUresult took, struct sim_alloc *a, void (*give)(struct sim_alloc *))
+{
+	if (took == CUDA_ERROR_OUT_OF_MEMORY)
+		return oom(a->api, a->size, a->device);
+	if (took != CUDA_SUCCESS)
+		return took;
+	took = record(a);
+	if (took != CUDA_SUCCESS)
+		give(a);
+	return took;
+}
+
 /* --- device memory: chunks for small requests, pages for large ones ------------------- */
 
 static int find_run(const uint64_t *bits, unsigned k)
@@ -531,6 +546,17 @@ static void device_give(struct sim_alloc *a)
 	}
 }
 
+/* Managed memory holds addresses only; pinned host memory is real memory. */
+static void managed_give(struct sim_alloc *a)
+{
+	ranges_free(&g.dev[a->device].managed, a->addr, a->span);
+}
+
+static void host_give(struct sim_alloc *a)
+{
+	munmap((void *)(uintptr_t)a->addr, a->span);
+}
+
 static CUresult current(int *device, struct CUctx_st **ctx)
 {
 	return gmtsim__current_device(device, ctx);
@@ -570,19 +596,9 @@ static CUresult mem_alloc(enum sim_call api, uint64_t *out, uint64_t size, bool 
 		if (r != CUDA_SUCCESS)
 			goto out;
 	}
-	r = device_take(&g.dev[a.device], arena, size, &a);
-	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-		r = oom(api, size, a.device);
-		goto out;
-	}
-	if (r != CUDA_SUCCESS)
-		goto out;
-	r = record(&a);
-	if (r != CUDA_SUCCESS) {
-		device_give(&a);
-		goto out;
-	}
-	*out = a.addr;
+	r = finish(device_take(&g.dev[a.device], arena, size, &a), &a, device_give);
+	if (r == CUDA_SUCCESS)
+		*out = a.addr;
 out:
 	gmtsim__unlock();
 	return r;
@@ -684,7 +700,7 @@ static CUresult free_device_kind(uint64_t dptr, bool async_only)
 		device_give(a);
 		break;
 	case SIM_KIND_MANAGED:
-		ranges_free(&g.dev[a->device].managed, a->addr, a->span);
+		managed_give(a);
 		break;
 	default:
 		pool_give(a);
@@ -808,16 +824,12 @@ GMTSIM_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes
 	if (r != CUDA_SUCCESS)
 		goto out;
 	a.span = round_up(bytesize, SIM_ALIGN);
-	if (ranges_alloc(&g.dev[a.device].managed, a.span, SIM_ALIGN, &a.addr) < 0) {
-		r = oom(SIM_CALL_cuMemAllocManaged, bytesize, a.device);
-		goto out;
-	}
-	r = record(&a);
-	if (r != CUDA_SUCCESS) {
-		ranges_free(&g.dev[a.device].managed, a.addr, a.span);
-		goto out;
-	}
-	*dptr = a.addr;
+	r = finish(ranges_alloc(&g.dev[a.device].managed, a.span, SIM_ALIGN, &a.addr) < 0
+			   ? CUDA_ERROR_OUT_OF_MEMORY
+			   : CUDA_SUCCESS,
+		   &a, managed_give);
+	if (r == CUDA_SUCCESS)
+		*dptr = a.addr;
 out:
 	gmtsim__unlock();
 	return r;
@@ -842,17 +854,10 @@ static CUresult host_alloc(enum sim_call api, void **pp, uint64_t size, unsigned
 		goto out;
 	a.span = round_up(size, SIM_HOST_PAGE);
 	p = mmap(NULL, a.span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		r = oom(api, size, -1);
-		goto out;
-	}
 	a.addr = (uint64_t)(uintptr_t)p;
-	r = record(&a);
-	if (r != CUDA_SUCCESS) {
-		munmap(p, a.span);
-		goto out;
-	}
-	*pp = p;
+	r = finish(p == MAP_FAILED ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS, &a, host_give);
+	if (r == CUDA_SUCCESS)
+		*pp = p;
 out:
 	gmtsim__unlock();
 	return r;
@@ -892,7 +897,7 @@ GMTSIM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	munmap(p, a->span);
+	host_give(a);
 	unrecord(a);
 out:
 	gmtsim__unlock();
@@ -1089,19 +1094,9 @@ static CUresult alloc_async(enum sim_call api, CUdeviceptr *dptr, size_t size,
 		goto out;
 	}
 	a.device = pool->device;
-	r = pool_take(pool, size, &a);
-	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-		r = oom(api, size, a.device);
-		goto out;
-	}
-	if (r != CUDA_SUCCESS)
-		goto out;
-	r = record(&a);
-	if (r != CUDA_SUCCESS) {
-		pool_give(&a);
-		goto out;
-	}
-	*dptr = a.addr;
+	r = finish(pool_take(pool, size, &a), &a, pool_give);
+	if (r == CUDA_SUCCESS)
+		*dptr = a.addr;
 out:
 	gmtsim__unlock();
 	return r;
@@ -1862,10 +1857,10 @@ void gmtsim__context_destroyed(struct CUctx_st *ctx)
 			device_give(a);
 			break;
 		case SIM_KIND_MANAGED:
-			ranges_free(&g.dev[a->device].managed, a->addr, a->span);
+			managed_give(a);
 			break;
 		case SIM_KIND_HOST:
-			munmap((void *)(uintptr_t)a->addr, a->span);
+			host_give(a);
 			break;
 		case SIM_KIND_ASYNC:
 			pool_give(a);

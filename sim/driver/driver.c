@@ -1,6 +1,6 @@
 /* The simulated driver's lifecycle and everything that is not memory: its
  * configuration (GMTSIM_*), cuInit and fork, devices, contexts, streams and
- * error strings. The memory model lives in memory.c. */
+ * error strings. Memory is in memory.c, host.c, pool.c, vmm.c and array.c. */
 #define _GNU_SOURCE
 #include "sim.h"
 

@@ -217,7 +217,7 @@ CUresult gmtsim__stream_device(CUstream stream, int *device);
  * (not initialised; also in the child of a fork after initialisation). */
 CUresult gmtsim__initialised(void);
 
-/* --- memory.c: the memory model ------------------------------------------- */
+/* --- memory.c: the memory model (model.h holds its internals) ------------ */
 
 enum sim_kind {
 	SIM_KIND_DEVICE,
@@ -241,12 +241,14 @@ CUresult gmtsim__memory_init(const struct sim_config *cfg);
 CUresult gmtsim__context_created(int device);
 void gmtsim__context_destroyed(struct CUctx_st *ctx);
 
+/* Forget every simulated object (the child of a fork holds no CUDA state). */
+void gmtsim__memory_forget(void);
+
+/* --- pool.c: stream-ordered pools ----------------------------------------- */
+
 /* Release, on every pool of `device`, unused memory above the pool's release
  * threshold (what a synchronisation does). Lock held. */
 void gmtsim__pools_sync(int device);
-
-/* Forget every simulated object (the child of a fork holds no CUDA state). */
-void gmtsim__memory_forget(void);
 
 /* --- ledger.c ------------------------------------------------------------- */
 

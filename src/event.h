@@ -1,0 +1,70 @@
+/* The fixed-size record of one intercepted operation, as it travels from a hook
+ * through its thread's ring to the background consumer, and the vocabularies it
+ * uses (kinds, operations, key spaces). */
+#ifndef GMT_EVENT_H
+#define GMT_EVENT_H
+
+#include <stdint.h>
+
+/* What memory an allocation is: the snapshot's "kind" (DESIGN.md §5). */
+enum gmt__kind {
+	GMT_KIND_DEVICE,
+	GMT_KIND_ASYNC,
+	GMT_KIND_MANAGED,
+	GMT_KIND_HOST,
+	GMT_KIND_REGISTERED,
+	GMT_KIND_VMM,   /* a physical handle from cuMemCreate */
+	GMT_KIND_ARRAY,
+	GMT_KIND_COUNT
+};
+
+/* Addresses of different spaces never collide in the live table: device and
+ * host memory share the process's address space, but VMM handles, array
+ * handles, reservations and mappings are numbers of their own. */
+enum gmt__space {
+	GMT_SPACE_MEMORY,      /* device, async, managed, host, registered */
+	GMT_SPACE_ARRAY,       /* CUarray handles */
+	GMT_SPACE_HANDLE,      /* CUmemGenericAllocationHandle */
+	GMT_SPACE_RESERVATION, /* cuMemAddressReserve ranges */
+	GMT_SPACE_MAPPING,     /* cuMemMap ranges */
+	GMT_SPACE_COUNT
+};
+
+enum gmt__op {
+	GMT_OP_ALLOC,       /* after success: addr, size, kind, device */
+	GMT_OP_FREE,        /* before the real free: addr (space from kind) */
+	GMT_OP_FREE_FAILED, /* the real free failed: undo the FREE with seq `link` */
+	GMT_OP_RETAIN,      /* cuMemRetainAllocationHandle: handle `addr` +1 */
+	GMT_OP_RELEASE,     /* cuMemRelease: handle `addr` -1 */
+	GMT_OP_MAP,         /* cuMemMap: addr, size, handle `link`, offset `extra` */
+	GMT_OP_UNMAP,       /* cuMemUnmap: addr, size */
+	GMT_OP_RESERVE,     /* cuMemAddressReserve: addr, size */
+	GMT_OP_UNRESERVE,   /* cuMemAddressFree: addr, size */
+	GMT_OP_COUNT
+};
+
+/* 64 bytes: one cache line. */
+struct gmt__event {
+	uint64_t seq;      /* global order (one atomic increment per event) */
+	uint64_t time_ns;  /* CLOCK_REALTIME */
+	uint64_t addr;
+	uint64_t size;
+	uint64_t link;     /* FREE_FAILED: the FREE's seq; MAP: the handle */
+	uint64_t extra;    /* MAP: offset into the handle */
+	uint32_t stack;    /* interned stack id, 0 = none */
+	uint32_t tid;      /* kernel thread id */
+	uint16_t api;      /* label: index into the api names (hooks.h) */
+	uint8_t op;        /* enum gmt__op */
+	uint8_t kind;      /* enum gmt__kind */
+	int16_t device;    /* -1 for host memory */
+	uint16_t pad;
+};
+
+_Static_assert(sizeof(struct gmt__event) == 64, "an event is one cache line");
+
+const char *gmt__kind_name(enum gmt__kind kind);
+
+/* The key space of an allocation of `kind`. */
+enum gmt__space gmt__kind_space(enum gmt__kind kind);
+
+#endif /* GMT_EVENT_H */

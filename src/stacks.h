@@ -1,0 +1,43 @@
+/* Native stacks: capture of raw return addresses with libunwind on the hot path,
+ * and interning, so that equal stacks share one id and one copy. Symbolisation
+ * happens at dump time, never here (DESIGN.md §3). */
+#ifndef GMT_STACKS_H
+#define GMT_STACKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GMT_STACK_MAX_DEPTH 256
+
+/* Warm up the unwinder (its caches, the first-use allocations of libunwind) so
+ * that later captures do not allocate. Call once at initialisation, outside any
+ * hook. Returns 0 or a negative errno. */
+int gmt__stack_init(void);
+
+/* Captures up to `max` return addresses of the calling thread into ips[],
+ * skipping the innermost `skip` frames (the tracer's own). Raw addresses, as the
+ * unwinder gives them. Returns the number captured (0 when unwinding fails).
+ * gmt__stack_capture's own frame is never included: with skip 0, ips[0] is the
+ * return address into its caller. `max` is capped at GMT_STACK_MAX_DEPTH and
+ * `skip` at 32. */
+int gmt__stack_capture(uintptr_t *ips, int max, int skip);
+
+/* The id of the stack ips[0..n): equal stacks get equal ids. Thread-safe;
+ * looking up a stack seen before takes no lock and allocates nothing. Returns
+ * 0 for n == 0 and when the stack cannot be stored (memory). */
+uint32_t gmt__stack_intern(const uintptr_t *ips, int n);
+
+/* The frames of stack `id` (valid for the life of the process), or NULL for an
+ * unknown id; *n gets the depth. Safe from any thread for ids already returned
+ * by gmt__stack_intern. */
+const uintptr_t *gmt__stack_get(uint32_t id, int *n);
+
+/* Number of distinct stacks, and bytes of memory they take. */
+uint32_t gmt__stack_count(void);
+size_t gmt__stack_bytes(void);
+
+/* In the child after fork(): another thread may have held the interning lock.
+ * Interned stacks and their ids stay valid. */
+void gmt__stack_after_fork(void);
+
+#endif /* GMT_STACKS_H */

@@ -1,0 +1,27 @@
+/* Messages on stderr, one line each, prefixed "gpumemtrace: ". Silent unless
+ * something is wrong, or GPUMEMTRACE_VERBOSE=1. Never changes errno; never
+ * allocates; writes with write(2). */
+#ifndef GMT_LOG_H
+#define GMT_LOG_H
+
+#include <stdbool.h>
+
+/* A problem of the tracer itself or of its input (the program goes on).
+ * Warnings are capped: after the 20th, one line says that further ones are
+ * suppressed. */
+void gmt__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The same, but only the first time this call site is reached: pass a static
+ * flag (`static bool once; gmt__warn_once(&once, ...)`). */
+void gmt__warn_once(bool *once, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Progress for GPUMEMTRACE_VERBOSE=1. */
+void gmt__info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Turns gmt__info on or off (set from the options at initialisation). */
+void gmt__log_set_verbose(bool on);
+
+/* For tests: send messages to `fd` instead of 2; returns the previous fd. */
+int gmt__log_set_fd(int fd);
+
+#endif /* GMT_LOG_H */

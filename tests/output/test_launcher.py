@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""The gpumemtrace launcher (src/launcher/launcher.c).
+
+Copies of the launcher are placed in temporary build and install trees, with
+a dummy file named libgpumemtrace.so where the library would be, and run with
+`env` as the command: the output must show LD_PRELOAD and the GPUMEMTRACE_*
+variables the options ask for. Also: the library missing, bad option values,
+usage errors, --help (names every option of src/options.h), --version."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+LIB = "libgpumemtrace.so"
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+
+class Checker:
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def eq(self, what: str, got: object, want: object) -> None:
+        if got != want:
+            print(f"FAIL {what}: got {got!r}, expected {want!r}", file=sys.stderr)
+            self.failures += 1
+
+    def true(self, what: str, cond: bool, detail: str = "") -> None:
+        if not cond:
+            print(f"FAIL {what}" + (f": {detail}" if detail else ""), file=sys.stderr)
+            self.failures += 1
+
+
+def clean_env() -> dict[str, str]:
+    """The environment without anything the launcher sets or keeps."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUMEMTRACE_") and k != "LD_PRELOAD"}
+    # the dummy library makes ld.so complain; keep its message out of the way
+    env["LC_ALL"] = "C"
+    return env
+
+
+def run(launcher: str, args: list[str], env: dict[str, str] | None = None,
+        cwd: str | None = None) -> Result:
+    p = subprocess.run([launcher] + args, capture_output=True, text=True,
+                       env=env if env is not None else clean_env(), cwd=cwd, timeout=30)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def env_of(out: str) -> dict[str, str]:
+    """Parses `env` output (values without newlines)."""
+    result = {}
+    for line in out.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            result[k] = v
+    return result
+
+
+def place(root: str, launcher: str, bin_rel: str, lib_rel: str | None) -> tuple[str, str]:
+    """A copy of the launcher at root/bin_rel and a dummy library at root/lib_rel."""
+    exe = os.path.join(root, bin_rel)
+    os.makedirs(os.path.dirname(exe), exist_ok=True)
+    shutil.copy2(launcher, exe)
+    lib = ""
+    if lib_rel is not None:
+        lib = os.path.join(root, lib_rel)
+        os.makedirs(os.path.dirname(lib), exist_ok=True)
+        with open(lib, "wb"):
+            pass
+    return exe, os.path.realpath(lib) if lib else ""
+
+
+def one_line(c: Checker, what: str, r: Result, status: int, *words: str) -> None:
+    """A launcher error: the status, one 'gpumemtrace:' line naming each word."""
+    c.eq(f"{what}: exit status", r.rc, status)
+    lines = r.err.splitlines()
+    c.eq(f"{what}: stderr lines", len(lines), 1)
+    c.true(f"{what}: prefix", r.err.startswith("gpumemtrace: "), r.err)
+    for w in words:
+        c.true(f"{what}: names {w!r}", w in r.err, r.err)
+    c.eq(f"{what}: stdout", r.out, "")
+
+
+def test_layouts(c: Checker, launcher: str, tmp: str, multiarch: str, libdir_rel: str) -> None:
+    layouts = [
+        ("flat", "bin/gpumemtrace", "bin/" + LIB),
+        ("build tree", "build/src/launcher/gpumemtrace", "build/src/" + LIB),
+        ("install lib", "usr/bin/gpumemtrace", "usr/lib/" + LIB),
+        ("install lib64", "usr/bin/gpumemtrace", "usr/lib64/" + LIB),
+        ("install libdir", "usr/bin/gpumemtrace", f"usr/{libdir_rel}/{LIB}"),
+    ]
+    if multiarch:
+        layouts.append(("install multiarch", "usr/bin/gpumemtrace",
+                        f"usr/lib/{multiarch}/{LIB}"))
+    for i, (name, bin_rel, lib_rel) in enumerate(layouts):
+        root = os.path.join(tmp, f"layout{i}")
+        exe, lib = place(root, launcher, bin_rel, lib_rel)
+        r = run(exe, ["run", "--depth", "12", "--snapshot-on", "oom,exit", "--", "env"])
+        c.eq(f"{name}: exit status", r.rc, 0)
+        env = env_of(r.out)
+        c.eq(f"{name}: LD_PRELOAD", env.get("LD_PRELOAD"), lib)
+        c.eq(f"{name}: GPUMEMTRACE_STACK_DEPTH", env.get("GPUMEMTRACE_STACK_DEPTH"), "12")
+        c.eq(f"{name}: GPUMEMTRACE_SNAPSHOT_ON", env.get("GPUMEMTRACE_SNAPSHOT_ON"), "oom,exit")
+        c.true(f"{name}: no GPUMEMTRACE_DIR unless asked", "GPUMEMTRACE_DIR" not in env)
+
+
+def test_missing_library(c: Checker, launcher: str, tmp: str, libdir_abs: str) -> None:
+    if os.path.exists(os.path.join(libdir_abs, LIB)):
+        print(f"skip: {libdir_abs}/{LIB} is installed, the launcher would find it")
+        return
+    exe, _ = place(os.path.join(tmp, "nolib"), launcher, "bin/gpumemtrace", None)
+    r = run(exe, ["run", "--", "env"])
+    one_line(c, "no library", r, 125, "cannot find " + LIB, os.path.dirname(exe))
+
+
+def test_environment(c: Checker, launcher: str, tmp: str) -> None:
+    exe, lib = place(os.path.join(tmp, "envs"), launcher, "bin/gpumemtrace", "bin/" + LIB)
+
+    # LD_PRELOAD keeps what was there, after the library
+    env = clean_env()
+    env["LD_PRELOAD"] = "/opt/other.so"
+    got = env_of(run(exe, ["run", "--", "env"], env).out).get("LD_PRELOAD")
+    c.eq("LD_PRELOAD kept", got, f"{lib}:/opt/other.so")
+    # ... but a leading sanitizer runtime stays first
+    env["LD_PRELOAD"] = "/usr/lib/libasan.so.8 /opt/other.so"
+    got = env_of(run(exe, ["run", "--", "env"], env).out).get("LD_PRELOAD")
+    c.eq("LD_PRELOAD after libasan", got, f"/usr/lib/libasan.so.8:{lib}:/opt/other.so")
+    # ... and the library is never there twice
+    env["LD_PRELOAD"] = lib
+    got = env_of(run(exe, ["run", "--", "env"], env).out).get("LD_PRELOAD")
+    c.eq("LD_PRELOAD not doubled", got, lib)
+
+    # variables already set are kept unless an option sets them
+    env = clean_env()
+    env["GPUMEMTRACE_STACK_DEPTH"] = "5"
+    env["GPUMEMTRACE_RING_EVENTS"] = "128"
+    got_env = env_of(run(exe, ["run", "--depth=7", "--verbose", "--", "env"], env).out)
+    c.eq("--depth= form", got_env.get("GPUMEMTRACE_STACK_DEPTH"), "7")
+    c.eq("kept variable", got_env.get("GPUMEMTRACE_RING_EVENTS"), "128")
+    c.eq("--verbose", got_env.get("GPUMEMTRACE_VERBOSE"), "1")
+
+    # --dir: absolute, so that a command changing directory still writes there
+    os.makedirs(os.path.join(tmp, "snaps"), exist_ok=True)
+    r = run(exe, ["run", "--dir", "snaps", "--snapshot-on=none", "--", "env"], cwd=tmp)
+    got_env = env_of(r.out)
+    c.eq("--dir absolute", got_env.get("GPUMEMTRACE_DIR"), os.path.realpath(os.path.join(tmp, "snaps")))
+    c.eq("--snapshot-on=none", got_env.get("GPUMEMTRACE_SNAPSHOT_ON"), "none")
+
+    # the command's exit status and arguments pass through
+    r = run(exe, ["run", "--", "sh", "-c", "echo \"$0 $1\"; exit 7", "a b", "c"])
+    c.eq("exit status passes through", r.rc, 7)
+    c.eq("arguments pass through", r.out, "a b c\n")
+
+
+def test_errors(c: Checker, launcher: str, tmp: str) -> None:
+    exe, _ = place(os.path.join(tmp, "errs"), launcher, "bin/gpumemtrace", "bin/" + LIB)
+    bad_values = [
+        (["--depth", "300"], "--depth", "300"),
+        (["--depth", "12x"], "--depth", "12x"),
+        (["--depth", ""], "--depth", "''"),
+        (["--depth=-1"], "--depth", "-1"),
+        (["--snapshot-on", "oom,bogus"], "--snapshot-on", "oom,bogus"),
+        (["--snapshot-on", "oom,"], "--snapshot-on", "oom,"),
+        (["--dir", os.path.join(tmp, "does-not-exist")], "--dir", "does-not-exist"),
+        (["--dir", "/etc/passwd"], "--dir", "not a directory"),
+    ]
+    for args, flag, word in bad_values:
+        r = run(exe, ["run"] + args + ["--", "env"])
+        one_line(c, f"bad value {args}", r, 2, flag, word)
+
+    usage_errors = [
+        (["run", "env"], "'--' must come before the command"),
+        (["run"], "no command"),
+        (["run", "--"], "no command after '--'"),
+        (["run", "--depth"], "--depth needs a value"),
+        (["run", "--depth", "--", "env"], "--depth needs a value"),
+        (["run", "--frob", "--", "env"], "unknown option '--frob'"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+        (["view", "x.json"], "'view' is not available in this version"),
+        (["check", "--", "true"], "'check' is not available in this version"),
+    ]
+    for args, words in usage_errors:
+        one_line(c, f"usage error {args}", run(exe, args), 2, words)
+
+    r = run(exe, [])
+    c.eq("no arguments: exit status", r.rc, 2)
+    c.true("no arguments: usage", "usage: gpumemtrace run" in r.err, r.err)
+
+    r = run(exe, ["run", "--", os.path.join(tmp, "no-such-command")])
+    one_line(c, "command not found", r, 127, "cannot run", "no-such-command")
+
+
+def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
+    with open(options_h, encoding="utf-8") as f:
+        variables = sorted(set(re.findall(r'"(GPUMEMTRACE_[A-Z0-9_]+)"', f.read())))
+    c.true("options.h names variables", len(variables) >= 5, str(variables))
+    for flag in (["--help"], ["-h"], ["run", "--help"], ["run", "--depth", "3", "-h"]):
+        r = run(launcher, flag)
+        c.eq(f"{flag}: exit status", r.rc, 0)
+        c.eq(f"{flag}: stderr", r.err, "")
+        for word in ["gpumemtrace run", "--dir", "--snapshot-on", "--depth", "--verbose",
+                     "LD_PRELOAD", "Exit status"] + variables:
+            c.true(f"{flag}: help mentions {word}", word in r.out)
+    r = run(launcher, ["--version"])
+    c.eq("--version", (r.rc, r.out), (0, f"gpumemtrace {version}\n"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("launcher")
+    ap.add_argument("options_h")
+    ap.add_argument("version")
+    ap.add_argument("libdir_abs")
+    ap.add_argument("libdir_rel")
+    ap.add_argument("multiarch", nargs="?", default="")
+    a = ap.parse_args()
+
+    c = Checker()
+    with tempfile.TemporaryDirectory(prefix="gmt-launcher-") as tmp:
+        test_layouts(c, a.launcher, tmp, a.multiarch, a.libdir_rel)
+        test_missing_library(c, a.launcher, tmp, a.libdir_abs)
+        test_environment(c, a.launcher, tmp)
+        test_errors(c, a.launcher, tmp)
+        test_help(c, a.launcher, a.options_h, a.version)
+    if c.failures:
+        print(f"{c.failures} failure(s)", file=sys.stderr)
+    return 1 if c.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

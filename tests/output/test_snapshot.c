@@ -1,0 +1,777 @@
+/* The snapshot writer (src/snapshot.c): a live table and interned stacks built
+ * by hand are written, read back with jansson and compared key by key with
+ * what went in (DESIGN.md §5); then the file safety rules: mode 0600, never
+ * replace a file, never follow a symlink, no file left behind on failure; and
+ * a timing print for a large live set (argv[1] entries, not asserted). */
+#define _GNU_SOURCE
+#include "snapshot.h"
+
+#include "stacks.h"
+#include "table.h"
+
+#include "check.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+/* NOTE: the test executable is linked with -rdynamic so that dladdr finds
+ * this function by name. */
+__attribute__((noinline)) void gmt_test_known_function(void);
+__attribute__((noinline)) void gmt_test_known_function(void)
+{
+	__asm__ volatile("");
+}
+
+static const char *const api_names[] = { "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemCreate",
+					 "cuMemAddressReserve", "cuMemMap", "cuArrayCreate_v2",
+					 "weird \"name\"" };
+
+struct fixture {
+	struct gmt__table *table;
+	struct gmt__entry entries[16];
+	int nentries;
+	uint32_t stack_a, stack_b;
+	uintptr_t frames_a[3], frames_b[2];
+};
+
+static void add(struct fixture *f, enum gmt__space space, enum gmt__kind kind, uint64_t addr,
+		uint64_t size, int device, unsigned api, uint32_t stack)
+{
+	struct gmt__entry e;
+
+	memset(&e, 0, sizeof(e));
+	e.addr = addr;
+	e.size = size;
+	e.space = (uint8_t)space;
+	e.kind = (uint8_t)kind;
+	e.device = (int16_t)device;
+	e.api = (uint16_t)api;
+	e.stack = stack;
+	e.tid = 1000 + (uint32_t)f->nentries;
+	e.time_ns = 1700000000000000000ull + (uint64_t)f->nentries;
+	if (space == GMT_SPACE_HANDLE) {
+		e.refs = 2;
+		e.aux = 3; /* mappings */
+	} else if (space == GMT_SPACE_MAPPING) {
+		e.link = 0x42; /* the handle */
+		e.aux = 4096 * (uint64_t)f->nentries; /* offset */
+	} else {
+		e.link = 10 + (uint64_t)f->nentries; /* seq */
+	}
+	f->entries[f->nentries++] = e;
+	if (gmt__table_insert(f->table, &e, NULL) == NULL) {
+		fprintf(stderr, "gmt__table_insert failed\n");
+		exit(1);
+	}
+}
+
+static void fixture_init(struct fixture *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->table = gmt__table_new();
+	if (f->table == NULL) {
+		fprintf(stderr, "gmt__table_new failed\n");
+		exit(1);
+	}
+	/* return addresses: one past a call into the function, in this
+	 * executable; one in libc; one nobody knows */
+	f->frames_a[0] = (uintptr_t)gmt_test_known_function + 1;
+	/* (getpid: a libc function no sanitizer runtime intercepts) */
+	f->frames_a[1] = (uintptr_t)dlsym(RTLD_DEFAULT, "getpid") + 1;
+	f->frames_a[2] = 0x10;
+	f->frames_b[0] = (uintptr_t)gmt_test_known_function + 1;
+	f->frames_b[1] = (uintptr_t)gmt_test_known_function + 2;
+	f->stack_a = gmt__stack_intern(f->frames_a, 3);
+	f->stack_b = gmt__stack_intern(f->frames_b, 2);
+	CHECK(f->stack_a != 0);
+	CHECK(f->stack_b != 0);
+	CHECK(f->stack_a != f->stack_b);
+
+	/* out of order on purpose; one address in two spaces */
+	add(f, GMT_SPACE_MEMORY, GMT_KIND_DEVICE, 0x7f0000300000ull, 1 << 20, 0, 0, f->stack_a);
+	add(f, GMT_SPACE_MEMORY, GMT_KIND_ASYNC, 0x7f0000100000ull, 4096, 1, 1, f->stack_b);
+	add(f, GMT_SPACE_MEMORY, GMT_KIND_HOST, 0x5500000000ull, 100, -1, 0, 0);
+	add(f, GMT_SPACE_ARRAY, GMT_KIND_ARRAY, 0x7f0000100000ull, 65536, 0, 5, f->stack_a);
+	add(f, GMT_SPACE_MEMORY, GMT_KIND_MANAGED, 0xabcdef000ull, 8192, 0, 6, f->stack_a);
+	add(f, GMT_SPACE_HANDLE, GMT_KIND_VMM, 0x42, 2 << 20, 0, 2, f->stack_b);
+	add(f, GMT_SPACE_RESERVATION, GMT_KIND_VMM, 0x7e0000000000ull, 1ull << 30, 0, 3, 0);
+	add(f, GMT_SPACE_MAPPING, GMT_KIND_VMM, 0x7e0000200000ull, 2 << 20, 0, 4, f->stack_b);
+	add(f, GMT_SPACE_MAPPING, GMT_KIND_VMM, 0x7e0000000000ull, 2 << 20, 0, 4, 0);
+}
+
+static const struct gmt__snapshot_device devices[] = {
+	{ .index = 0, .have_info = true, .total_bytes = 16ull << 30, .free_bytes = 1 << 20,
+	  .live_bytes = 5 << 20 },
+	{ .index = 1, .have_info = false, .live_bytes = 4096 },
+};
+
+static const struct gmt__snapshot_stat stats[] = {
+	{ "events", 123 },
+	{ "ring_full_waits", 4 },
+};
+
+static const struct gmt__snapshot_request failed = {
+	.api = "cuMemAlloc_v2", .label = "cudaMalloc", .size = 1ull << 34, .device = 0, .result = 2,
+};
+
+static char *const test_argv[] = { "prog", "quote \" and\nnewline", "caf\xc3\xa9", "bad\xff", NULL };
+
+static struct gmt__snapshot base_snapshot(struct fixture *f)
+{
+	struct gmt__snapshot s = {
+		.reason = "oom",
+		.seq = 1,
+		.time_ns = 1700000000123456789ull,
+		.pid = getpid(),
+		.argc = 4,
+		.argv = test_argv,
+		.live_bytes = 111,
+		.live_count = 5,
+		.peak_bytes = 222,
+		.total_allocs = 333,
+		.total_frees = 444,
+		.devices = devices,
+		.ndevices = 2,
+		.failed = &failed,
+		.table = f ? f->table : NULL,
+		.api_names = api_names,
+		.napi = (int)(sizeof(api_names) / sizeof(api_names[0])),
+		.stats = stats,
+		.nstats = 2,
+	};
+	return s;
+}
+
+/* Names in dir, except "." and ".."; returns the count, the names joined in
+ * out. */
+static int list_dir(const char *dir, char *out, size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	out[0] = '\0';
+	if (d == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		n++;
+		strncat(out, de->d_name, len - strlen(out) - 2);
+		strcat(out, " ");
+	}
+	closedir(d);
+	return n;
+}
+
+static void empty_dir(const char *dir)
+{
+	char names[4096], path[512], *tok, *save = NULL;
+
+	list_dir(dir, names, sizeof(names));
+	for (tok = strtok_r(names, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+		snprintf(path, sizeof(path), "%s/%s", dir, tok);
+		unlink(path);
+	}
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static long long jint(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v)) {
+		fprintf(stderr, "  key \"%s\" is not an integer\n", key);
+		check_failed++;
+		return -999;
+	}
+	return json_integer_value(v);
+}
+
+static uint64_t jhex(json_t *o, const char *key)
+{
+	const char *s = jstr(o, key);
+
+	if (s == NULL || strncmp(s, "0x", 2) != 0) {
+		fprintf(stderr, "  key \"%s\" is not a \"0x\" string\n", key);
+		check_failed++;
+		return 0;
+	}
+	for (const char *p = s + 2; *p; p++) {
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
+			fprintf(stderr, "  \"%s\" is not lowercase hex\n", s);
+			check_failed++;
+		}
+	}
+	return strtoull(s + 2, NULL, 16);
+}
+
+static int section_of(const struct gmt__entry *e)
+{
+	return e->space == GMT_SPACE_RESERVATION ? 1 : e->space == GMT_SPACE_MAPPING ? 2 : 0;
+}
+
+static int by_address(const void *x, const void *y)
+{
+	const struct gmt__entry *a = x, *b = y;
+
+	if (section_of(a) != section_of(b))
+		return section_of(a) - section_of(b);
+	if (a->addr != b->addr)
+		return a->addr < b->addr ? -1 : 1;
+	return a->space - b->space;
+}
+
+/* Compares one record of the file with the entry it came from. */
+static void check_record(json_t *r, const struct gmt__entry *e)
+{
+	CHECK_U64(jhex(r, "address"), e->addr);
+	CHECK_U64(jint(r, "size"), e->size);
+	CHECK_INT(jint(r, "device"), e->device);
+	CHECK_STR(jstr(r, "api"), api_names[e->api]);
+	CHECK_INT(jint(r, "thread"), e->tid);
+	CHECK_U64(jint(r, "time_ns"), e->time_ns);
+	CHECK_INT(jint(r, "stack"), e->stack);
+	if (section_of(e) == 0)
+		CHECK_STR(jstr(r, "kind"), gmt__kind_name(e->kind));
+	if (e->space == GMT_SPACE_HANDLE) {
+		CHECK_INT(jint(r, "refs"), e->refs);
+		CHECK_INT(jint(r, "mappings"), e->aux);
+	} else if (e->space == GMT_SPACE_MAPPING) {
+		CHECK_U64(jhex(r, "handle"), e->link);
+		CHECK_U64(jint(r, "offset"), e->aux);
+	} else {
+		CHECK_U64(jint(r, "seq"), e->link);
+	}
+}
+
+static void check_frames(json_t *frames, const uintptr_t *ips, int n, const char *self)
+{
+	Dl_info me;
+	void *self_base = dladdr((void *)gmt_test_known_function, &me) ? me.dli_fbase : NULL;
+	int i;
+
+	CHECK_INT(json_array_size(frames), n);
+	for (i = 0; i < n && i < (int)json_array_size(frames); i++) {
+		json_t *fr = json_array_get(frames, (size_t)i);
+		Dl_info info;
+		bool known = dladdr((void *)(ips[i] - 1), &info) != 0;
+
+		CHECK_U64(jhex(fr, "address"), ips[i]);
+		CHECK(json_is_null(json_object_get(fr, "file")));
+		CHECK(json_is_null(json_object_get(fr, "line")));
+		if (!known) {
+			CHECK_STR(jstr(fr, "module"), "?");
+			CHECK(json_is_null(json_object_get(fr, "function")));
+			continue;
+		}
+		/* the main program by its real path, not argv[0] as dladdr says */
+		CHECK_STR(jstr(fr, "module"), info.dli_fbase == self_base ? self : info.dli_fname);
+		CHECK_STR(jstr(fr, "function"), info.dli_sname);
+		CHECK_U64(jhex(fr, "offset"), ips[i] - (uintptr_t)info.dli_fbase);
+	}
+	/* the ground truth itself: dladdr names the functions we planted */
+	if (ips[0] == (uintptr_t)gmt_test_known_function + 1) {
+		json_t *fr = json_array_get(frames, 0);
+
+		CHECK_STR(jstr(fr, "function"), "gmt_test_known_function");
+		CHECK_STR(jstr(fr, "module"), self);
+	}
+}
+
+static void test_document(void)
+{
+	struct fixture f;
+	struct gmt__snapshot s;
+	struct gmt__entry sorted[16];
+	char path[512], want_path[512], self[512];
+	json_t *doc, *v, *a;
+	json_error_t err;
+	struct stat st;
+	size_t i;
+	ssize_t n;
+	static const char *const required[] = { "format", "version", "reason", "time_ns", "pid",
+						"argv", "summary", "devices", "failed_request",
+						"allocations", "stacks", "vmm", "stats" };
+
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	fixture_init(&f);
+	s = base_snapshot(&f);
+	errno = EXDEV;
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(errno, EXDEV);
+	snprintf(want_path, sizeof(want_path), "%s/gpumemtrace.%d.oom.1.json", tmpdir, (int)getpid());
+	CHECK_STR(path, want_path);
+	CHECK(lstat(path, &st) == 0);
+	CHECK(S_ISREG(st.st_mode));
+	CHECK_INT(st.st_mode & 07777, 0600);
+
+	doc = json_load_file(path, 0, &err);
+	if (doc == NULL) {
+		fprintf(stderr, "%s does not parse: %s (line %d)\n", path, err.text, err.line);
+		check_failed++;
+		return;
+	}
+	for (i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+		if (json_object_get(doc, required[i]) == NULL) {
+			fprintf(stderr, "  key \"%s\" missing\n", required[i]);
+			check_failed++;
+		}
+	}
+	CHECK_STR(jstr(doc, "format"), "gpumemtrace-snapshot");
+	CHECK_INT(jint(doc, "version"), 1);
+	CHECK_STR(jstr(doc, "reason"), "oom");
+	CHECK_INT(jint(doc, "seq"), 1);
+	CHECK_U64(jint(doc, "time_ns"), 1700000000123456789ull);
+	CHECK_INT(jint(doc, "pid"), getpid());
+
+	a = json_object_get(doc, "argv");
+	CHECK_INT(json_array_size(a), 4);
+	CHECK_STR(json_string_value(json_array_get(a, 0)), "prog");
+	CHECK_STR(json_string_value(json_array_get(a, 1)), "quote \" and\nnewline");
+	CHECK_STR(json_string_value(json_array_get(a, 2)), "caf\xc3\xa9");
+	CHECK_STR(json_string_value(json_array_get(a, 3)), "bad?"); /* invalid UTF-8 */
+
+	v = json_object_get(doc, "summary");
+	CHECK_INT(json_object_size(v), 5);
+	CHECK_INT(jint(v, "live_bytes"), 111);
+	CHECK_INT(jint(v, "live_count"), 5);
+	CHECK_INT(jint(v, "peak_bytes"), 222);
+	CHECK_INT(jint(v, "total_allocs"), 333);
+	CHECK_INT(jint(v, "total_frees"), 444);
+
+	a = json_object_get(doc, "devices");
+	CHECK_INT(json_array_size(a), 2);
+	v = json_array_get(a, 0);
+	CHECK_INT(jint(v, "index"), 0);
+	CHECK_U64(jint(v, "total_bytes"), 16ull << 30);
+	CHECK_INT(jint(v, "free_bytes"), 1 << 20);
+	CHECK_INT(jint(v, "live_bytes"), 5 << 20);
+	v = json_array_get(a, 1);
+	CHECK_INT(jint(v, "index"), 1);
+	CHECK(json_is_null(json_object_get(v, "total_bytes")));
+	CHECK(json_is_null(json_object_get(v, "free_bytes")));
+	CHECK_INT(jint(v, "live_bytes"), 4096);
+
+	v = json_object_get(doc, "failed_request");
+	CHECK_STR(jstr(v, "api"), "cuMemAlloc_v2");
+	CHECK_STR(jstr(v, "label"), "cudaMalloc");
+	CHECK_U64(jint(v, "size"), 1ull << 34);
+	CHECK_INT(jint(v, "device"), 0);
+	CHECK_INT(jint(v, "result"), 2);
+
+	v = json_object_get(doc, "stats");
+	CHECK_INT(json_object_size(v), 2);
+	CHECK_INT(jint(v, "events"), 123);
+	CHECK_INT(jint(v, "ring_full_waits"), 4);
+
+	/* the records, in address order within each section */
+	memcpy(sorted, f.entries, sizeof(f.entries[0]) * (size_t)f.nentries);
+	qsort(sorted, (size_t)f.nentries, sizeof(sorted[0]), by_address);
+	{
+		json_t *sections[3] = {
+			json_object_get(doc, "allocations"),
+			json_object_get(json_object_get(doc, "vmm"), "reservations"),
+			json_object_get(json_object_get(doc, "vmm"), "mappings"),
+		};
+		size_t k = 0, sec;
+
+		CHECK_INT(json_array_size(sections[0]), 6);
+		CHECK_INT(json_array_size(sections[1]), 1);
+		CHECK_INT(json_array_size(sections[2]), 2);
+		for (sec = 0; sec < 3; sec++) {
+			for (i = 0; i < json_array_size(sections[sec]); i++, k++) {
+				CHECK_INT(section_of(&sorted[k]), sec);
+				check_record(json_array_get(sections[sec], i), &sorted[k]);
+			}
+		}
+		CHECK_INT(k, f.nentries);
+		/* the tie at one address: memory before array */
+		CHECK_STR(jstr(json_array_get(sections[0], 3), "kind"), "async");
+		CHECK_STR(jstr(json_array_get(sections[0], 4), "kind"), "array");
+	}
+
+	/* each referenced stack once, ascending; stack 0 never */
+	a = json_object_get(doc, "stacks");
+	CHECK_INT(json_array_size(a), 2);
+	{
+		uint32_t lo = f.stack_a < f.stack_b ? f.stack_a : f.stack_b;
+		json_t *first = json_array_get(a, 0), *second = json_array_get(a, 1);
+
+		CHECK_INT(jint(first, "id"), lo);
+		CHECK_INT(jint(second, "id"), lo == f.stack_a ? f.stack_b : f.stack_a);
+		if (lo != f.stack_a) {
+			json_t *t = first;
+			first = second;
+			second = t;
+		}
+		check_frames(json_object_get(first, "frames"), f.frames_a, 3, self);
+		check_frames(json_object_get(second, "frames"), f.frames_b, 2, self);
+		CHECK(strstr(jstr(json_array_get(json_object_get(first, "frames"), 1), "module"),
+			     "libc") != NULL);
+	}
+	json_decref(doc);
+
+	/* the same name again: never replaced */
+	{
+		struct stat st2;
+
+		CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+		CHECK_STR(path, "");
+		CHECK(stat(want_path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_size == st.st_size);
+	}
+
+	/* an empty table, no failed request, umask 077 or 0: still 0600 */
+	{
+		struct gmt__snapshot e = base_snapshot(NULL);
+		mode_t old = umask(0);
+		char names[4096];
+
+		e.reason = "exit";
+		e.seq = 7;
+		e.failed = NULL;
+		e.argc = 0;
+		e.argv = NULL;
+		e.nstats = 0;
+		e.ndevices = 0;
+		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path)), 0);
+		CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
+		umask(077);
+		e.seq = 8;
+		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path)), 0);
+		CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
+		umask(old);
+		doc = json_load_file(path, 0, &err);
+		CHECK(doc != NULL);
+		CHECK(json_object_get(doc, "failed_request") == NULL);
+		CHECK_INT(json_array_size(json_object_get(doc, "allocations")), 0);
+		CHECK_INT(json_array_size(json_object_get(doc, "stacks")), 0);
+		CHECK_INT(json_array_size(json_object_get(doc, "argv")), 0);
+		CHECK_INT(json_array_size(json_object_get(doc, "devices")), 0);
+		CHECK_INT(json_object_size(json_object_get(doc, "stats")), 0);
+		CHECK_STR(jstr(doc, "reason"), "exit");
+		json_decref(doc);
+		/* nothing else in the directory: no temporary file left */
+		CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 3);
+	}
+	empty_dir(tmpdir);
+	gmt__table_free(f.table);
+}
+
+/* Many distinct frames (the writer's address cache grows several times):
+ * each frame of each stack still says what dladdr says. */
+static void test_many_stacks(void)
+{
+	enum { NSTACKS = 300, DEPTH = 16 };
+	static uintptr_t ips[NSTACKS][DEPTH];
+	struct gmt__table *t = gmt__table_new();
+	struct gmt__snapshot s = base_snapshot(NULL);
+	char path[512], self[512];
+	json_error_t err;
+	json_t *doc, *stacks;
+	uint32_t ids[NSTACKS];
+	ssize_t n;
+	int k, j;
+
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	for (k = 0; k < NSTACKS && t != NULL; k++) {
+		struct gmt__entry e;
+
+		for (j = 0; j < DEPTH; j++)
+			ips[k][j] = (uintptr_t)gmt_test_known_function + 1 + (uintptr_t)(k * DEPTH + j) * 3;
+		ids[k] = gmt__stack_intern(ips[k], DEPTH);
+		memset(&e, 0, sizeof(e));
+		e.addr = 0x7f0000000000ull + (uint64_t)k * 4096;
+		e.size = 4096;
+		e.stack = ids[k];
+		gmt__table_insert(t, &e, NULL);
+	}
+	CHECK(t != NULL);
+	s.table = t;
+	s.seq = 50;
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	doc = json_load_file(path, 0, &err);
+	CHECK(doc != NULL);
+	stacks = json_object_get(doc, "stacks");
+	CHECK_INT(json_array_size(stacks), NSTACKS);
+	for (k = 0; k < NSTACKS && k < (int)json_array_size(stacks); k++) {
+		/* ids ascend in the file; find this one's frames */
+		json_t *st = json_array_get(stacks, (size_t)k);
+		int which;
+
+		for (which = 0; which < NSTACKS && ids[which] != (uint32_t)jint(st, "id"); which++)
+			;
+		CHECK(which < NSTACKS);
+		if (which < NSTACKS)
+			check_frames(json_object_get(st, "frames"), ips[which], DEPTH, self);
+		if (k > 0)
+			CHECK(jint(st, "id") > jint(json_array_get(stacks, (size_t)k - 1), "id"));
+	}
+	json_decref(doc);
+	unlink(path);
+	gmt__table_free(t);
+}
+
+/* A symlink planted at the target name is neither followed nor replaced. */
+static void test_symlink(void)
+{
+	struct gmt__snapshot s = base_snapshot(NULL);
+	char target[512], victim[512], link_to[512], names[4096], path[512];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	snprintf(victim, sizeof(victim), "%s.victim", tmpdir);
+	fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0 && write(fd, "precious\n", 9) == 9);
+	close(fd);
+	snprintf(target, sizeof(target), "%s/gpumemtrace.%d.oom.1.json", tmpdir, (int)getpid());
+	CHECK(symlink(victim, target) == 0);
+
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+	CHECK(lstat(target, &st) == 0 && S_ISLNK(st.st_mode));
+	n = readlink(target, link_to, sizeof(link_to) - 1);
+	link_to[n > 0 ? n : 0] = '\0';
+	CHECK_STR(link_to, victim);
+	CHECK(stat(victim, &st) == 0 && st.st_size == 9 && (st.st_mode & 0777) == 0644);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 1);
+
+	/* a dangling one: its target must not come into being */
+	unlink(victim);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+	CHECK(access(victim, F_OK) != 0);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 1);
+	empty_dir(tmpdir);
+}
+
+/* Failures: a negative errno and nothing left behind. */
+static void test_failures(void)
+{
+	struct gmt__snapshot s = base_snapshot(NULL);
+	char path[512], names[4096], file[512];
+	int fd;
+
+	CHECK_INT(gmt__snapshot_write(&s, "/nonexistent/gpumemtrace", path, sizeof(path)), -ENOENT);
+	snprintf(file, sizeof(file), "%s/plain", tmpdir);
+	fd = open(file, O_WRONLY | O_CREAT, 0600);
+	close(fd);
+	CHECK_INT(gmt__snapshot_write(&s, file, path, sizeof(path)), -ENOTDIR);
+	unlink(file);
+
+	s.reason = "../evil";
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EINVAL);
+	s.reason = "";
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EINVAL);
+	s.reason = "oom";
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, 10), -ENAMETOOLONG);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
+}
+
+/* Runs fn in a child; returns its exit status (0: all checks passed). */
+static int in_child(void (*fn)(void))
+{
+	int status;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		check_failed = 0; /* count the child's own */
+		fn();
+		_exit(check_failed != 0);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return 1;
+	return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A directory the writer may not write into. As root (DAC does not apply) the
+ * child drops to an unprivileged user first. */
+static void readonly_child(void)
+{
+	struct gmt__snapshot s = base_snapshot(NULL);
+	char path[512], names[4096];
+	int r;
+
+	if (geteuid() == 0 && setresuid(65534, 65534, 65534) != 0) {
+		perror("setresuid");
+		check_failed++;
+		return;
+	}
+	r = gmt__snapshot_write(&s, tmpdir, path, sizeof(path));
+	CHECK_INT(r, -EACCES);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
+}
+
+/* A write that fails half way (the file size limit stands in for a full
+ * disk): the temporary file goes away. */
+static void fsize_child(void)
+{
+	struct fixture f;
+	struct gmt__snapshot s;
+	struct rlimit rl = { 1024, 1024 };
+	char path[512], names[4096];
+
+	fixture_init(&f);
+	s = base_snapshot(&f);
+	signal(SIGXFSZ, SIG_IGN);
+	CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EFBIG);
+	CHECK_STR(path, "");
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
+	if (check_failed)
+		fprintf(stderr, "  directory holds: %s\n", names);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* n live allocations: timing printed, shape checked without a full parse. */
+static void test_large(long n)
+{
+	struct gmt__table *t = gmt__table_new();
+	struct gmt__snapshot s = base_snapshot(NULL);
+	uintptr_t ips[16];
+	uint32_t stacks[64];
+	uint64_t x = 88172645463325252ull;
+	char path[512], line[512];
+	double t0, t1;
+	struct stat st;
+	long i, lines = 0;
+	FILE *fp;
+	int k, j;
+
+	if (t == NULL) {
+		check_failed++;
+		return;
+	}
+	for (k = 0; k < 64; k++) {
+		for (j = 0; j < 16; j++)
+			ips[j] = (uintptr_t)gmt_test_known_function + 1 + (uintptr_t)(k * 16 + j);
+		stacks[k] = gmt__stack_intern(ips, 16);
+	}
+	for (i = 0; i < n; i++) {
+		struct gmt__entry e;
+
+		memset(&e, 0, sizeof(e));
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		e.addr = 0x7f0000000000ull + ((x & 0xffffffffffull) << 8);
+		e.size = 256 + (x >> 50);
+		e.time_ns = 1700000000000000000ull + (uint64_t)i;
+		e.link = (uint64_t)i + 1;
+		e.stack = stacks[x % 64];
+		e.tid = 4242;
+		e.space = GMT_SPACE_MEMORY;
+		e.kind = GMT_KIND_DEVICE;
+		if (gmt__table_insert(t, &e, NULL) == NULL) {
+			check_failed++;
+			return;
+		}
+	}
+	s.table = t;
+	s.live_count = gmt__table_count(t);
+	s.seq = 99;
+	t0 = now();
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	t1 = now();
+	CHECK(stat(path, &st) == 0);
+	printf("snapshot of %zu live allocations: %.3f s, %.1f MB (%.0f ns per allocation)\n",
+	       gmt__table_count(t), t1 - t0, (double)st.st_size / 1e6,
+	       (t1 - t0) * 1e9 / (double)gmt__table_count(t));
+
+	/* one record per line: count them, and check the order holds */
+	fp = fopen(path, "r");
+	if (fp != NULL) {
+		uint64_t prev = 0, addr;
+		bool in = false;
+
+		while (fgets(line, sizeof(line), fp) != NULL) {
+			if (strncmp(line, " \"allocations\"", 14) == 0)
+				in = true;
+			else if (in && sscanf(line, "  {\"address\": \"0x%" SCNx64 "\"", &addr) == 1) {
+				if (lines > 0 && addr <= prev) {
+					fprintf(stderr, "  out of order: 0x%" PRIx64 " after 0x%" PRIx64 "\n",
+						addr, prev);
+					check_failed++;
+					break;
+				}
+				prev = addr;
+				lines++;
+			} else if (in) {
+				in = false;
+			}
+		}
+		fclose(fp);
+	}
+	CHECK_INT(lines, (long)gmt__table_count(t));
+	unlink(path);
+	gmt__table_free(t);
+}
+
+int main(int argc, char **argv)
+{
+	long large = argc > 1 ? strtol(argv[1], NULL, 10) : 100000;
+
+	const char *base = getenv("TMPDIR");
+
+	snprintf(tmpdir, sizeof(tmpdir), "%s/gmt-snapshot-XXXXXX", base && *base ? base : "/tmp");
+	if (mkdtemp(tmpdir) == NULL) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_document();
+	test_many_stacks();
+	test_symlink();
+	test_failures();
+
+	chmod(tmpdir, 0555);
+	if (in_child(readonly_child) != 0) {
+		fprintf(stderr, "read-only directory: failed\n");
+		check_failed++;
+	}
+	chmod(tmpdir, 0700);
+	if (in_child(fsize_child) != 0) {
+		fprintf(stderr, "write failing half way: failed\n");
+		check_failed++;
+	}
+	test_large(large);
+
+	empty_dir(tmpdir);
+	rmdir(tmpdir);
+	{
+		char victim[300];
+
+		snprintf(victim, sizeof(victim), "%s.victim", tmpdir);
+		unlink(victim);
+	}
+	if (check_failed)
+		fprintf(stderr, "%d check(s) failed\n", check_failed);
+	return check_failed != 0;
+}

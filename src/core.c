@@ -1,0 +1,884 @@
+/* The tracking core: lazy initialisation and the process lifecycle (fork,
+ * exit), the record path from a hook into the calling thread's ring, the
+ * consumer that applies events to the live table in global order, and the
+ * snapshots. Everything the hooks report arrives here (core.h). */
+#define _GNU_SOURCE
+#include "core.h"
+
+#include "log.h"
+#include "options.h"
+#include "ring.h"
+#include "snapshot.h"
+#include "stacks.h"
+#include "table.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GMT_MAX_DEVICES 64
+/* How long the consumer waits for an event whose sequence number was taken but
+ * which is not in its ring yet (a thread preempted between the two, or killed
+ * there) before it gives up on the order of that one event. */
+#define GMT_GAP_TIMEOUT_NS (2 * 1000000000ull)
+#define GMT_UNDO_SLOTS 1024
+#define GMT_UNDO_ENTRIES 4
+
+/* The tracer's own counters: X(name, meaning). One list for the struct, the
+ * snapshot's "stats" and the verbose report. */
+#define GMT_STATS(X)                                                                          \
+	X(events, "events recorded")                                                          \
+	X(ring_full, "times a thread found its ring full")                                    \
+	X(producer_drains, "times a thread with a full ring applied the events itself")       \
+	X(gap_waits, "times the consumer waited for an event in flight")                      \
+	X(gaps_skipped, "events given up on after waiting (their order may be lost)")         \
+	X(late_events, "events applied after their place in the order was given up")          \
+	X(unknown_frees, "frees, releases and unmaps of nothing the tracer knew")             \
+	X(replaced, "allocations at an address already live (a free was not seen)")          \
+	X(undone, "records undone because the real call failed")                              \
+	X(undo_lost, "failed calls whose record could no longer be undone")                   \
+	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
+	X(device_unknown, "allocations whose device could not be asked")                      \
+	X(snapshots, "snapshots written")                                                     \
+	X(snapshot_errors, "snapshots that could not be written")
+
+struct gmt__stats {
+#define GMT_X_STAT(name, help) _Atomic uint64_t name;
+	GMT_STATS(GMT_X_STAT)
+#undef GMT_X_STAT
+};
+
+/* Relaxed: statistics publish nothing; they are read for snapshots. */
+#define STAT_ADD(name, n) atomic_fetch_add_explicit(&core.stats.name, (n), memory_order_relaxed)
+
+enum { GMT_UNINIT, GMT_INITIALISING, GMT_READY, GMT_OFF };
+
+/* What a removal did, so that a failed real call can put it back. */
+struct gmt__undo {
+	uint64_t seq;
+	int nremoved, ndec;
+	struct gmt__entry removed[GMT_UNDO_ENTRIES];
+	uint64_t dec_handle[GMT_UNDO_ENTRIES]; /* handles whose refs (RELEASE) or maps (UNMAP) dropped */
+	uint8_t dec_op[GMT_UNDO_ENTRIES];
+};
+
+static struct {
+	_Atomic int state;
+	const struct gmt__options *opt;
+	int depth; /* stack depth in frames, 0: no stacks */
+	pthread_key_t ring_key;
+	/* Next sequence number to hand out. Relaxed fetch_add: uniqueness and the
+	 * modification order are all the consumer relies on (see drain_until). */
+	_Atomic uint64_t next_seq;
+	_Atomic bool consumer_running;
+	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
+	_Atomic bool stopping;
+	struct gmt__stats stats;
+
+	/* Everything below is the consumer's, guarded by `lock`. */
+	pthread_mutex_t lock;
+	uint64_t expected; /* the next seq to apply */
+	struct gmt__table *table;
+	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
+	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
+	uint64_t snapshot_seq;
+	struct gmt__undo undo[GMT_UNDO_SLOTS];
+} core = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.next_seq = 1,
+	.expected = 1,
+};
+
+struct gmt__thread {
+	int depth;           /* intercepted calls on the stack of this thread */
+	bool initialising;   /* this thread runs init(): pass everything through */
+	uint32_t tid;
+	struct gmt__ring *ring;
+};
+
+/* NOTE: initial-exec TLS needs no allocation on first access; the library is
+ * always loaded at start-up (LD_PRELOAD), where static TLS space is reserved. */
+static _Thread_local struct gmt__thread tls __attribute__((tls_model("initial-exec")));
+
+static uint64_t now_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --- the consumer: events → live table ------------------------------------------- */
+
+static bool counts_as_memory(enum gmt__space space)
+{
+	return space == GMT_SPACE_MEMORY || space == GMT_SPACE_ARRAY || space == GMT_SPACE_HANDLE;
+}
+
+static uint64_t *device_slot(int device)
+{
+	return device >= -1 && device < GMT_MAX_DEVICES ? &core.device_live[device + 1] : NULL;
+}
+
+static void account(const struct gmt__entry *e, bool add)
+{
+	uint64_t *slot;
+
+	if (!counts_as_memory(e->space))
+		return;
+	slot = device_slot(e->device);
+	if (add) {
+		core.live_bytes += e->size;
+		core.live_count++;
+		if (slot != NULL)
+			*slot += e->size;
+		if (core.live_bytes > core.peak_bytes)
+			core.peak_bytes = core.live_bytes;
+	} else {
+		core.live_bytes -= e->size;
+		core.live_count--;
+		if (slot != NULL)
+			*slot -= e->size;
+	}
+}
+
+static struct gmt__undo *undo_begin(uint64_t seq)
+{
+	struct gmt__undo *u = &core.undo[seq % GMT_UNDO_SLOTS];
+
+	u->seq = seq;
+	u->nremoved = u->ndec = 0;
+	return u;
+}
+
+static void undo_removed(struct gmt__undo *u, const struct gmt__entry *e)
+{
+	if (u->nremoved < GMT_UNDO_ENTRIES)
+		u->removed[u->nremoved++] = *e;
+	else
+		u->seq = 0; /* too much to put back: a later undo reports it lost */
+}
+
+static void undo_dec(struct gmt__undo *u, uint64_t handle, uint8_t op)
+{
+	if (u->ndec < GMT_UNDO_ENTRIES) {
+		u->dec_handle[u->ndec] = handle;
+		u->dec_op[u->ndec++] = op;
+	} else {
+		u->seq = 0;
+	}
+}
+
+static bool insert(const struct gmt__entry *e)
+{
+	struct gmt__entry *old = gmt__table_find(core.table, e->space, e->addr);
+
+	if (old != NULL) {
+		STAT_ADD(replaced, 1);
+		account(old, false);
+	}
+	if (gmt__table_insert(core.table, e, NULL) == NULL) {
+		static bool once;
+		gmt__warn_once(&once, "out of memory for the live table; some allocations are not tracked");
+		return false;
+	}
+	account(e, true);
+	return true;
+}
+
+static void remove_entry(struct gmt__entry *e, struct gmt__undo *u)
+{
+	struct gmt__entry copy = *e;
+
+	gmt__table_remove(core.table, copy.space, copy.addr, NULL);
+	account(&copy, false);
+	if (counts_as_memory(copy.space))
+		core.total_frees++;
+	if (u != NULL)
+		undo_removed(u, &copy);
+}
+
+/* A handle with no reference and no mapping left holds no memory. */
+static void handle_settle(struct gmt__entry *h, struct gmt__undo *u)
+{
+	if (h->refs == 0 && h->aux == 0)
+		remove_entry(h, u);
+}
+
+/* cuMemUnmap: the range is made of whole mappings, each dropping one mapping of
+ * its handle. */
+static void apply_unmap(const struct gmt__event *ev, struct gmt__undo *u)
+{
+	uint64_t at = ev->addr, end = ev->addr + ev->size;
+
+	while (at < end) {
+		struct gmt__entry *m = gmt__table_find(core.table, GMT_SPACE_MAPPING, at);
+		struct gmt__entry *h;
+		uint64_t handle;
+
+		if (m == NULL) {
+			STAT_ADD(unknown_frees, 1);
+			return;
+		}
+		handle = m->link;
+		at += m->size;
+		remove_entry(m, u);
+		h = gmt__table_find(core.table, GMT_SPACE_HANDLE, handle);
+		if (h != NULL && h->aux > 0) {
+			h->aux--;
+			undo_dec(u, handle, GMT_OP_UNMAP);
+			handle_settle(h, u);
+		}
+	}
+}
+
+/* Puts back what the removal with sequence number `seq` took away: its real
+ * call failed, so nothing was freed. */
+static void apply_undo(uint64_t seq)
+{
+	struct gmt__undo *u = &core.undo[seq % GMT_UNDO_SLOTS];
+
+	if (u->seq != seq) {
+		STAT_ADD(undo_lost, 1);
+		return;
+	}
+	for (int i = 0; i < u->nremoved; i++) {
+		if (gmt__table_find(core.table, u->removed[i].space, u->removed[i].addr) == NULL &&
+		    insert(&u->removed[i]) && counts_as_memory(u->removed[i].space))
+			core.total_frees--;
+	}
+	for (int i = 0; i < u->ndec; i++) {
+		struct gmt__entry *h = gmt__table_find(core.table, GMT_SPACE_HANDLE, u->dec_handle[i]);
+
+		if (h == NULL)
+			continue;
+		if (u->dec_op[i] == GMT_OP_RELEASE)
+			h->refs++;
+		else
+			h->aux++;
+	}
+	if (u->nremoved > 0 || u->ndec > 0)
+		STAT_ADD(undone, 1);
+	u->seq = 0;
+}
+
+static void apply(const struct gmt__event *ev)
+{
+	enum gmt__space space = gmt__kind_space((enum gmt__kind)ev->kind);
+	struct gmt__entry e = {
+		.addr = ev->addr, .size = ev->size, .time_ns = ev->time_ns, .link = ev->seq,
+		.stack = ev->stack, .tid = ev->tid, .api = ev->api, .kind = ev->kind,
+		.space = (uint8_t)space, .device = ev->device,
+	};
+	struct gmt__entry *found;
+	struct gmt__undo *u;
+
+	switch ((enum gmt__op)ev->op) {
+	case GMT_OP_ALLOC:
+		if (ev->kind == GMT_KIND_VMM)
+			e.refs = 1;
+		if (insert(&e) && counts_as_memory(space))
+			core.total_allocs++;
+		break;
+	case GMT_OP_FREE:
+		u = undo_begin(ev->seq); /* even when empty: a failed free finds it */
+		found = gmt__table_find(core.table, space, ev->addr);
+		if (found == NULL)
+			STAT_ADD(unknown_frees, 1);
+		else
+			remove_entry(found, u);
+		break;
+	case GMT_OP_FREE_FAILED:
+		apply_undo(ev->link);
+		break;
+	case GMT_OP_RETAIN:
+		found = gmt__table_find(core.table, GMT_SPACE_HANDLE, ev->addr);
+		if (found == NULL)
+			STAT_ADD(unknown_frees, 1);
+		else
+			found->refs++;
+		break;
+	case GMT_OP_RELEASE:
+		u = undo_begin(ev->seq);
+		found = gmt__table_find(core.table, GMT_SPACE_HANDLE, ev->addr);
+		if (found == NULL || found->refs == 0) {
+			STAT_ADD(unknown_frees, 1);
+			break;
+		}
+		found->refs--;
+		undo_dec(u, ev->addr, GMT_OP_RELEASE);
+		handle_settle(found, u);
+		break;
+	case GMT_OP_MAP:
+		e.space = GMT_SPACE_MAPPING;
+		e.link = ev->link;
+		e.aux = ev->extra;
+		found = gmt__table_find(core.table, GMT_SPACE_HANDLE, ev->link);
+		if (found != NULL) {
+			found->aux++;
+			e.device = found->device;
+		}
+		insert(&e);
+		break;
+	case GMT_OP_UNMAP:
+		apply_unmap(ev, undo_begin(ev->seq));
+		break;
+	case GMT_OP_RESERVE:
+		e.space = GMT_SPACE_RESERVATION;
+		insert(&e);
+		break;
+	case GMT_OP_UNRESERVE:
+		u = undo_begin(ev->seq);
+		found = gmt__table_find(core.table, GMT_SPACE_RESERVATION, ev->addr);
+		if (found == NULL)
+			STAT_ADD(unknown_frees, 1);
+		else
+			remove_entry(found, u);
+		break;
+	case GMT_OP_COUNT:
+		break;
+	}
+}
+
+/* Applies, in sequence order, every event with a sequence number below
+ * `target`. Lock held. Returns how many were applied.
+ *
+ * Why the order is exact: a thread takes its number (one fetch_add on
+ * next_seq) only once its ring has room, and pushes right after, so every
+ * number below `target` is in some ring or about to be. When the event with
+ * the expected number is not visible yet, its thread is between those two
+ * steps: wait for it. A free is pushed before the real free returns and an
+ * allocation's number is taken after the real allocation, so a reused address
+ * always gets a larger number than the free that released it. */
+static uint64_t drain_until(uint64_t target)
+{
+	uint64_t applied = 0, wait_start = 0;
+
+	while ((int64_t)(target - core.expected) > 0) {
+		struct gmt__ring *best = NULL;
+		const struct gmt__event *ev;
+		uint64_t best_seq = UINT64_MAX;
+
+		for (struct gmt__ring *r = gmt__rings_first(); r != NULL; r = gmt__ring_next(r)) {
+			ev = gmt__ring_peek(r);
+			if (ev != NULL && ev->seq < best_seq) {
+				best = r;
+				best_seq = ev->seq;
+			}
+		}
+		if (best != NULL && best_seq <= core.expected) {
+			if (best_seq < core.expected)
+				STAT_ADD(late_events, 1);
+			else
+				core.expected++;
+			apply(gmt__ring_peek(best));
+			gmt__ring_pop(best);
+			applied++;
+			/* A thread's events come in runs: follow this ring while it
+			 * holds the next number. */
+			while ((ev = gmt__ring_peek(best)) != NULL && ev->seq == core.expected) {
+				apply(ev);
+				gmt__ring_pop(best);
+				core.expected++;
+				applied++;
+			}
+			wait_start = 0;
+			continue;
+		}
+		if (wait_start == 0) {
+			wait_start = now_ns(CLOCK_MONOTONIC);
+			STAT_ADD(gap_waits, 1);
+		} else if (now_ns(CLOCK_MONOTONIC) - wait_start > GMT_GAP_TIMEOUT_NS) {
+			static bool once;
+			gmt__warn_once(&once, "an event never reached its ring; going on without it");
+			STAT_ADD(gaps_skipped, 1);
+			core.expected = best != NULL ? best_seq : target;
+			wait_start = 0;
+			continue;
+		}
+		sched_yield();
+	}
+	return applied;
+}
+
+static void *consumer_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&core.stopping, memory_order_relaxed)) {
+		uint64_t n;
+
+		pthread_mutex_lock(&core.lock);
+		n = drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+		gmt__rings_reap();
+		pthread_mutex_unlock(&core.lock);
+		if (n == 0) {
+			struct timespec idle = { 0, 1000000 }; /* 1 ms */
+			nanosleep(&idle, NULL);
+		}
+	}
+	return NULL;
+}
+
+/* The background consumer blocks every signal: a handler of the program must
+ * never run on it (DESIGN.md §2). Without it (thread creation failed) the
+ * producers drain their own rings when full, and snapshots drain everything. */
+static void start_consumer(void)
+{
+	sigset_t all, old;
+	pthread_t t;
+	int r;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = pthread_create(&t, NULL, consumer_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r != 0) {
+		static bool once;
+		gmt__warn_once(&once, "cannot start the background thread (%s); events are applied by the program's threads",
+			       strerror(r));
+		return;
+	}
+	pthread_setname_np(t, "gpumemtrace");
+	pthread_detach(t);
+}
+
+/* --- snapshots ------------------------------------------------------------------ */
+
+/* The command line, from /proc/self/cmdline (read on the consumer side). */
+static int read_argv(char ***argv_out)
+{
+	static char buf[16384];
+	static char *argv[256];
+	ssize_t n, len = 0;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC), argc = 0;
+
+	if (fd < 0)
+		return 0;
+	while (len < (ssize_t)sizeof(buf) - 1 && (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+		len += n;
+	close(fd);
+	buf[len] = '\0';
+	for (ssize_t i = 0; i < len && argc < 256; i += (ssize_t)strlen(buf + i) + 1)
+		argv[argc++] = buf + i;
+	*argv_out = argv;
+	return argc;
+}
+
+/* Writes one snapshot. Lock held, everything before it applied. `device_info`
+ * names the device whose total and free may be asked of the driver (-1: none:
+ * never from a destructor or a signal). */
+static void snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info)
+{
+	struct gmt__snapshot_device devs[GMT_MAX_DEVICES];
+	struct gmt__snapshot_stat stats[] = {
+#define GMT_X_SNAP(name, help) { #name, 0 },
+		GMT_STATS(GMT_X_SNAP)
+#undef GMT_X_SNAP
+	};
+	struct gmt__snapshot s = {
+		.reason = reason,
+		.time_ns = now_ns(CLOCK_REALTIME),
+		.pid = getpid(),
+		.live_bytes = core.live_bytes,
+		.live_count = core.live_count,
+		.peak_bytes = core.peak_bytes,
+		.total_allocs = core.total_allocs,
+		.total_frees = core.total_frees,
+		.devices = devs,
+		.failed = failed,
+		.table = core.table,
+		.api_names = gmt__api_names,
+		.napi = GMT_API_COUNT,
+		.stats = stats,
+		.nstats = (int)(sizeof(stats) / sizeof(stats[0])),
+	};
+	char path[PATH_MAX];
+	char **argv = NULL;
+	int r, i = 0;
+
+	s.argc = read_argv(&argv);
+	s.argv = argv;
+#define GMT_X_READ(name, help) stats[i++].value = atomic_load_explicit(&core.stats.name, memory_order_relaxed);
+	GMT_STATS(GMT_X_READ)
+#undef GMT_X_READ
+	for (int d = 0; d < GMT_MAX_DEVICES; d++) {
+		size_t free_b, total_b;
+
+		if (core.device_live[d + 1] == 0 && d != device_info && (failed == NULL || failed->device != d))
+			continue;
+		devs[s.ndevices] = (struct gmt__snapshot_device){ .index = d, .live_bytes = core.device_live[d + 1] };
+		if (d == device_info && gmt__driver_mem_info(&free_b, &total_b) == CUDA_SUCCESS) {
+			devs[s.ndevices].have_info = true;
+			devs[s.ndevices].free_bytes = free_b;
+			devs[s.ndevices].total_bytes = total_b;
+		}
+		s.ndevices++;
+	}
+	s.seq = ++core.snapshot_seq;
+	r = gmt__snapshot_write(&s, core.opt->dir, path, sizeof(path));
+	if (r < 0) {
+		STAT_ADD(snapshot_errors, 1);
+		gmt__warn("cannot write a snapshot into %s: %s", core.opt->dir, strerror(-r));
+		return;
+	}
+	STAT_ADD(snapshots, 1);
+	if (failed != NULL)
+		gmt__warn("out of memory: %s of %llu bytes on device %d failed; snapshot %s",
+			  failed->api, (unsigned long long)failed->size, failed->device, path);
+	else
+		gmt__info("snapshot %s", path);
+}
+
+/* --- lifecycle ------------------------------------------------------------------------ */
+
+static void ring_exit(void *ring)
+{
+	gmt__ring_mark_dead(ring);
+}
+
+static void fork_prepare(void)
+{
+	if (atomic_load_explicit(&core.state, memory_order_acquire) == GMT_READY)
+		pthread_mutex_lock(&core.lock);
+}
+
+static void fork_parent(void)
+{
+	if (atomic_load_explicit(&core.state, memory_order_acquire) == GMT_READY)
+		pthread_mutex_unlock(&core.lock);
+}
+
+/* The child keeps tracing under its own pid, from an empty table: the parent's
+ * memory is not the child's, and the other threads (the consumer among them)
+ * do not exist in it. */
+static void fork_child(void)
+{
+	if (atomic_load_explicit(&core.state, memory_order_acquire) != GMT_READY)
+		return;
+	pthread_mutex_unlock(&core.lock);
+	gmt__stack_after_fork();
+	gmt__rings_after_fork(tls.ring);
+	tls.tid = (uint32_t)syscall(SYS_gettid);
+	gmt__table_clear(core.table);
+	core.live_bytes = core.live_count = core.peak_bytes = 0;
+	core.total_allocs = core.total_frees = core.snapshot_seq = 0;
+	memset(core.device_live, 0, sizeof(core.device_live));
+	memset(core.undo, 0, sizeof(core.undo));
+#define GMT_X_ZERO(name, help) atomic_store_explicit(&core.stats.name, 0, memory_order_relaxed);
+	GMT_STATS(GMT_X_ZERO)
+#undef GMT_X_ZERO
+	core.expected = atomic_load_explicit(&core.next_seq, memory_order_relaxed);
+	atomic_store_explicit(&core.consumer_running, false, memory_order_relaxed);
+}
+
+/* The executable segment of the object holding this code. */
+static int find_text(struct dl_phdr_info *info, size_t size, void *base)
+{
+	(void)size;
+	if (info->dlpi_addr != (uintptr_t)base)
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			core.text_start = info->dlpi_addr + ph->p_vaddr;
+			core.text_end = core.text_start + ph->p_memsz;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int init(void)
+{
+	Dl_info self;
+	int r;
+
+	core.opt = gmt__options();
+	gmt__log_set_verbose(core.opt->verbose);
+	core.table = gmt__table_new();
+	if (core.table == NULL) {
+		gmt__warn("cannot allocate the live table; not tracing");
+		return -ENOMEM;
+	}
+	core.depth = (int)core.opt->stack_depth;
+	if (dladdr((void *)&find_text, &self) != 0)
+		dl_iterate_phdr(find_text, self.dli_fbase);
+	if (core.depth > 0 && gmt__stack_init() < 0) {
+		gmt__warn("cannot start the unwinder; recording without stacks");
+		core.depth = 0;
+	}
+	r = pthread_key_create(&core.ring_key, ring_exit);
+	if (r != 0) {
+		gmt__warn("cannot create a thread key (%s); not tracing", strerror(r));
+		return -r;
+	}
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	if (core.opt->snapshot_on & (GMT_TRIGGER_PEAK | GMT_TRIGGER_SIGNAL))
+		gmt__warn("snapshot triggers peak and signal are not implemented in this version; "
+			  "writing snapshots on oom and exit only");
+	gmt__info("tracing pid %d: stacks %d frames, rings of %lld events, snapshots into %s",
+		  (int)getpid(), core.depth, (long long)core.opt->ring_events, core.opt->dir);
+	return 0;
+}
+
+/* True once the tracer is initialised and on. Initialises on first use, from
+ * whichever hook comes first — possibly before our constructor, from another
+ * library's. NOTE: not pthread_once: init() may re-enter a hook (dlsym, an
+ * allocation by a library it loads) on the same thread, which must then pass
+ * through instead of waiting for itself. */
+static bool ready(void)
+{
+	/* A1 pairs with R1: a thread that sees READY sees what init() set up. */
+	int s = atomic_load_explicit(&core.state, memory_order_acquire);
+
+	if (s == GMT_READY)
+		return true;
+	if (s == GMT_OFF || tls.initialising)
+		return false;
+	s = GMT_UNINIT;
+	if (atomic_compare_exchange_strong_explicit(&core.state, &s, GMT_INITIALISING,
+						    memory_order_acq_rel, memory_order_acquire)) {
+		int r;
+
+		tls.initialising = true;
+		r = init();
+		tls.initialising = false;
+		/* R1: publishes everything init() wrote. */
+		atomic_store_explicit(&core.state, r == 0 ? GMT_READY : GMT_OFF, memory_order_release);
+		return r == 0;
+	}
+	/* Another thread initialises; it takes microseconds. Bounded, so that a
+	 * lock the initialising thread waits for (the loader's) can never make
+	 * this thread wait forever: past the bound the call is not recorded. */
+	for (int i = 0; i < 100000 && s == GMT_INITIALISING; i++) {
+		sched_yield();
+		s = atomic_load_explicit(&core.state, memory_order_acquire);
+	}
+	return s == GMT_READY;
+}
+
+__attribute__((destructor)) static void core_exit(void)
+{
+	int saved = errno;
+
+	if (atomic_load_explicit(&core.state, memory_order_acquire) != GMT_READY)
+		return;
+	atomic_store_explicit(&core.stopping, true, memory_order_relaxed);
+	pthread_mutex_lock(&core.lock);
+	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
+	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
+		snapshot("exit", NULL, -1);
+	pthread_mutex_unlock(&core.lock);
+	errno = saved;
+}
+
+/* --- the record path ------------------------------------------------------------------- */
+
+static struct gmt__ring *thread_ring(void)
+{
+	struct gmt__ring *r;
+
+	if (tls.ring != NULL)
+		return tls.ring;
+	if (tls.tid == 0)
+		tls.tid = (uint32_t)syscall(SYS_gettid);
+	r = gmt__ring_new((uint32_t)core.opt->ring_events, tls.tid);
+	if (r == NULL)
+		return NULL;
+	gmt__rings_add(r);
+	/* The key's destructor marks the ring dead when this thread exits. */
+	pthread_setspecific(core.ring_key, r);
+	tls.ring = r;
+	return r;
+}
+
+/* The ring is full: apply events ourselves when the consumer lock is free, else
+ * let whoever holds it make progress. Never drops an event. */
+static void make_room(struct gmt__ring *r)
+{
+	STAT_ADD(ring_full, 1);
+	while (gmt__ring_count(r) == gmt__ring_capacity(r)) {
+		if (pthread_mutex_trylock(&core.lock) == 0) {
+			STAT_ADD(producer_drains, 1);
+			drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+			pthread_mutex_unlock(&core.lock);
+		} else {
+			sched_yield();
+		}
+	}
+}
+
+/* Stamps and pushes one event; returns its sequence number, 0 when not
+ * recorded. */
+static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
+{
+	struct gmt__ring *r;
+
+	if (!c->record)
+		return 0;
+	r = thread_ring();
+	if (r == NULL) {
+		STAT_ADD(untracked_calls, 1);
+		return 0;
+	}
+	/* Exactly one thread starts the consumer (again in the child of a fork). */
+	if (!atomic_load_explicit(&core.consumer_running, memory_order_relaxed) &&
+	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
+		start_consumer();
+	if (core.depth > 0 && (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)) {
+		uintptr_t ips[GMT_STACK_MAX_DEPTH];
+		int want = core.depth + 8 < GMT_STACK_MAX_DEPTH ? core.depth + 8 : GMT_STACK_MAX_DEPTH;
+		int n = gmt__stack_capture(ips, want, 0), first = 0;
+
+		/* The innermost frames are the tracer's own (this function, the
+		 * gmt__on_* caller, the hook): drop them by address, which no
+		 * inlining or sibling call can make wrong. */
+		while (first < n && ips[first] >= core.text_start && ips[first] < core.text_end)
+			first++;
+		if (n - first > core.depth)
+			n = first + core.depth;
+		ev->stack = gmt__stack_intern(ips + first, n - first);
+	}
+	ev->time_ns = now_ns(CLOCK_REALTIME);
+	ev->tid = tls.tid;
+	ev->api = (uint16_t)c->api;
+	/* Room first, then the number: a number once taken is pushed at once, so
+	 * the consumer never waits for a thread that waits for the consumer. */
+	if (gmt__ring_count(r) == gmt__ring_capacity(r))
+		make_room(r);
+	ev->seq = atomic_fetch_add_explicit(&core.next_seq, 1, memory_order_relaxed);
+	gmt__ring_push(r, ev);
+	STAT_ADD(events, 1);
+	return ev->seq;
+}
+
+static int16_t device_of(int device)
+{
+	int d;
+
+	if (device != GMT_DEVICE_CURRENT)
+		return (int16_t)device;
+	if (gmt__driver_ctx_device(&d) != CUDA_SUCCESS) {
+		STAT_ADD(device_unknown, 1);
+		return 0;
+	}
+	return (int16_t)d;
+}
+
+void gmt__call_enter(struct gmt__call *c, enum gmt__api api)
+{
+	int saved = errno;
+
+	c->api = api;
+	c->record = tls.depth++ == 0 && ready();
+	errno = saved;
+}
+
+void gmt__call_leave(struct gmt__call *c)
+{
+	(void)c;
+	tls.depth--;
+}
+
+void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr, uint64_t size, int device)
+{
+	struct gmt__event ev = { .op = GMT_OP_ALLOC, .kind = (uint8_t)kind, .addr = addr, .size = size };
+	int saved = errno;
+
+	if (c->record) {
+		ev.device = device_of(device);
+		record(c, &ev);
+	}
+	errno = saved;
+}
+
+static uint64_t record_op(const struct gmt__call *c, enum gmt__op op, enum gmt__kind kind, uint64_t addr,
+			  uint64_t size, uint64_t link, uint64_t extra)
+{
+	struct gmt__event ev = { .op = (uint8_t)op, .kind = (uint8_t)kind, .addr = addr, .size = size,
+				 .link = link, .extra = extra, .device = -1 };
+	int saved = errno;
+	uint64_t seq = record(c, &ev);
+
+	errno = saved;
+	return seq;
+}
+
+uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr)
+{
+	return record_op(c, GMT_OP_FREE, kind, addr, 0, 0, 0);
+}
+
+void gmt__on_retain(const struct gmt__call *c, uint64_t handle)
+{
+	record_op(c, GMT_OP_RETAIN, GMT_KIND_VMM, handle, 0, 0, 0);
+}
+
+uint64_t gmt__on_release(const struct gmt__call *c, uint64_t handle)
+{
+	return record_op(c, GMT_OP_RELEASE, GMT_KIND_VMM, handle, 0, 0, 0);
+}
+
+void gmt__on_map(const struct gmt__call *c, uint64_t addr, uint64_t size, uint64_t handle, uint64_t offset)
+{
+	record_op(c, GMT_OP_MAP, GMT_KIND_VMM, addr, size, handle, offset);
+}
+
+uint64_t gmt__on_unmap(const struct gmt__call *c, uint64_t addr, uint64_t size)
+{
+	return record_op(c, GMT_OP_UNMAP, GMT_KIND_VMM, addr, size, 0, 0);
+}
+
+void gmt__on_reserve(const struct gmt__call *c, uint64_t addr, uint64_t size)
+{
+	record_op(c, GMT_OP_RESERVE, GMT_KIND_VMM, addr, size, 0, 0);
+}
+
+uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t size)
+{
+	return record_op(c, GMT_OP_UNRESERVE, GMT_KIND_VMM, addr, size, 0, 0);
+}
+
+void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
+{
+	/* NOTE: at teardown the driver answers CUDA_ERROR_DEINITIALIZED to frees of
+	 * memory it has already released with the context: a release, not an
+	 * error (DESIGN.md §2, "exit"). */
+	if (token == 0 || r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
+		return;
+	record_op(c, GMT_OP_FREE_FAILED, GMT_KIND_DEVICE, 0, 0, token, 0);
+}
+
+void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int device)
+{
+	struct gmt__snapshot_request req;
+	int saved = errno, d;
+
+	if (!c->record || r != CUDA_ERROR_OUT_OF_MEMORY || !(core.opt->snapshot_on & GMT_TRIGGER_OOM))
+		return;
+	d = device_of(device);
+	req = (struct gmt__snapshot_request){
+		.api = gmt__api_names[c->api], .size = size, .device = d, .result = (int)r,
+	};
+	/* Everything this thread or any other completed before the failing call
+	 * has its number already: apply up to the current one, then write. */
+	pthread_mutex_lock(&core.lock);
+	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+	snapshot("oom", &req, device == GMT_DEVICE_HOST ? -1 : d);
+	pthread_mutex_unlock(&core.lock);
+	errno = saved;
+}

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Runs one test program of tests/programs under LD_PRELOAD=libgpumemtrace.so and
+compares the tracer's snapshots with the simulator's ledgers written at the same
+moments (ground truth, docs/simulator.md):
+
+- for every process, its exit snapshot holds exactly the exit ledger's live set
+  (address, size, kind, device), and its totals of allocations and frees;
+- for every out-of-memory result, the oom snapshot with the same number holds
+  exactly that oom ledger's live set, and the failed request (api, size, device);
+- VMM reservations and mappings match;
+- the program behaves as without the tracer: its exit code is the one its
+  expectation file gives (the program checks every CUDA result itself).
+
+Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
+         [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
+         [--no-ledger]
+
+--compare-untraced also runs the program without the tracer and requires the
+same output (lines "PID" and "LIVE" aside, which hold pids and addresses);
+--env adds to the traced run's environment; --stderr-has requires a line of the
+traced run's stderr to match; --no-ledger is for programs that make no CUDA call.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+
+def run(program: str, expect: dict[str, Any], lib: str | None, python: str, workdir: str,
+        extra_env: dict[str, str], extra_args: list[str] = ()) -> tuple[int, str, str]:
+    """Runs the program, traced unless lib is None; returns its exit status,
+    standard output and standard error."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GMTSIM_") and not k.startswith("GPUMEMTRACE_")}
+    env.update(expect.get("env", {}))
+    env["GMTSIM_LEDGER_DIR"] = os.path.join(workdir, "ledgers")
+    env["GPUMEMTRACE_DIR"] = os.path.join(workdir, "snapshots")
+    env["GPUMEMTRACE_SNAPSHOT_ON"] = "oom,exit"
+    os.makedirs(env["GMTSIM_LEDGER_DIR"])
+    os.makedirs(env["GPUMEMTRACE_DIR"])
+    env.update(extra_env)
+    preload = [lib] if lib else []
+    asan = os.environ.get("GMT_TEST_ASAN_RUNTIME", "")
+    if asan and (preload or program.endswith(".py")):
+        # NOTE: an instrumented preload (or an instrumented library in an
+        # uninstrumented python) needs the ASan runtime first in the list.
+        preload.insert(0, asan)
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    cmd = ([python, program] if program.endswith(".py") else [program]) + list(extra_args)
+    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def comparable(output: str) -> list[str]:
+    return [line for line in output.splitlines() if not line.startswith(("PID ", "LIVE "))]
+
+
+def load(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def ledger_live(ledger: dict[str, Any]) -> list[tuple[int, int, str, int]]:
+    return sorted((int(e["address"], 16), e["size"], e["kind"], e["device"]) for e in ledger["live"])
+
+
+def snapshot_live(snap: dict[str, Any]) -> list[tuple[int, int, str, int]]:
+    return sorted((int(a["address"], 16), a["size"], a["kind"], a["device"]) for a in snap["allocations"])
+
+
+def diff(what: str, expected: list[Any], actual: list[Any]) -> list[str]:
+    if expected == actual:
+        return []
+    missing = [e for e in expected if e not in actual]
+    extra = [a for a in actual if a not in expected]
+    return [f"{what}: {len(expected)} in the ledger, {len(actual)} in the snapshot; "
+            f"missing from the snapshot: {[fmt(m) for m in missing[:5]]}; "
+            f"not in the ledger: {[fmt(x) for x in extra[:5]]}"]
+
+
+def fmt(t: Any) -> str:
+    if isinstance(t, tuple) and t and isinstance(t[0], int):
+        return "(" + ", ".join([hex(t[0])] + [str(x) for x in t[1:]]) + ")"
+    return str(t)
+
+
+def vmm_rows(doc: dict[str, Any], key: str) -> list[tuple[int, ...]]:
+    rows = doc.get("vmm", {}).get(key, [])
+    out = []
+    for r in rows:
+        t = [int(r["address"], 16), r["size"]]
+        if key == "mappings":
+            t += [int(r["handle"], 16), r["offset"]]
+        out.append(tuple(t))
+    return sorted(out)
+
+
+def compare(ledger: dict[str, Any], snap: dict[str, Any], name: str) -> list[str]:
+    problems = diff(f"{name}: live set", ledger_live(ledger), snapshot_live(snap))
+    for key in ("reservations", "mappings"):
+        problems += diff(f"{name}: vmm {key}", vmm_rows(ledger, key), vmm_rows(snap, key))
+    if ledger["reason"] == "exit":
+        t, s = ledger["totals"], snap["summary"]
+        for mine, theirs in (("total_allocs", "allocs"), ("total_frees", "frees")):
+            if s[mine] != t[theirs]:
+                problems.append(f"{name}: summary.{mine} is {s[mine]}, the ledger counts {t[theirs]}")
+    if ledger["reason"] == "oom":
+        want = ledger["failed_request"]
+        got = snap.get("failed_request") or {}
+        for k in ("api", "size", "device"):
+            if got.get(k) != want[k]:
+                problems.append(f"{name}: failed_request.{k} is {got.get(k)!r}, the ledger says {want[k]!r}")
+    return problems
+
+
+def snapshots_of(workdir: str, pid: str, reason: str) -> list[str]:
+    """The snapshots of one process and reason, in the order they were written
+    (the number in the name counts every snapshot of the process)."""
+    paths = glob.glob(os.path.join(workdir, "snapshots", f"gpumemtrace.{pid}.{reason}.*.json"))
+    return sorted(paths, key=lambda p: int(p.rsplit(".", 2)[1]))
+
+
+def check(workdir: str) -> tuple[list[str], int]:
+    problems: list[str] = []
+    compared = 0
+    ledgers = glob.glob(os.path.join(workdir, "ledgers", "ledger.*.json"))
+    if not ledgers:
+        return ["the simulator wrote no ledger"], 0
+    pids = sorted({os.path.basename(p).split(".")[1] for p in ledgers})
+    for pid in pids:
+        ooms = sorted(glob.glob(os.path.join(workdir, "ledgers", f"ledger.{pid}.oom.*.json")),
+                      key=lambda p: int(p.rsplit(".", 2)[1]))
+        pairs = [(os.path.join(workdir, "ledgers", f"ledger.{pid}.exit.json"),
+                  snapshots_of(workdir, pid, "exit"))]
+        oom_snaps = snapshots_of(workdir, pid, "oom")
+        if len(oom_snaps) != len(ooms):
+            problems.append(f"pid {pid}: {len(ooms)} out-of-memory results in the ledgers, "
+                            f"{len(oom_snaps)} oom snapshots")
+        pairs += [(ledger, [snap]) for ledger, snap in zip(ooms, oom_snaps)]
+        for ledger, snaps in pairs:
+            name = os.path.basename(ledger)
+            if not os.path.exists(ledger):
+                problems.append(f"{name}: the simulator wrote no exit ledger for pid {pid}")
+                continue
+            if len(snaps) != 1:
+                problems.append(f"{name}: expected one snapshot to compare, found {len(snaps)}")
+                continue
+            problems += compare(load(ledger), load(snaps[0]), name)
+            compared += 1
+    return problems, compared
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("program")
+    ap.add_argument("expect")
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--compare-untraced", action="store_true")
+    ap.add_argument("--env", action="append", default=[], metavar="VAR=VALUE")
+    ap.add_argument("--stderr-has", action="append", default=[], metavar="REGEX")
+    ap.add_argument("--no-ledger", action="store_true")
+    ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
+                    help="the main process's exit snapshot must count at least N in stats.NAME")
+    argv = sys.argv[1:]
+    program_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.args = program_args
+
+    expect = load(args.expect)
+    extra_env = dict(kv.split("=", 1) for kv in args.env)
+    workdir = tempfile.mkdtemp(prefix="gmt-preload-")
+    status, output, errors = run(args.program, expect, args.lib, args.python, workdir, extra_env, args.args)
+    problems = []
+    want = expect.get("exit_code", 0)
+    if status != want:
+        problems.append(f"exit status {status} under the tracer, {want} expected")
+    for pattern in args.stderr_has:
+        if not any(re.search(pattern, line) for line in errors.splitlines()):
+            problems.append(f"no line of stderr matches {pattern!r}")
+    bad = [line for line in errors.splitlines() if line.startswith("gpumemtrace:") and
+           not any(re.search(p, line) for p in args.stderr_has) and "out of memory" not in line]
+    if bad:
+        problems.append(f"unexpected messages from the tracer: {bad[:3]}")
+    if args.compare_untraced:
+        plain_dir = tempfile.mkdtemp(prefix="gmt-untraced-")
+        plain_status, plain_output, _ = run(args.program, expect, None, args.python, plain_dir, {}, args.args)
+        subprocess.run(["rm", "-rf", plain_dir], check=False)
+        if plain_status != status:
+            problems.append(f"exit status {status} traced, {plain_status} untraced")
+        for traced_line, plain_line in zip(comparable(output), comparable(plain_output)):
+            if traced_line != plain_line:
+                problems.append(f"output differs: traced {traced_line!r}, untraced {plain_line!r}")
+        if len(comparable(output)) != len(comparable(plain_output)):
+            problems.append("traced and untraced output differ in length")
+    compared = 0
+    if not args.no_ledger:
+        more, compared = check(workdir)
+        problems += more
+    for item in args.stat_min:
+        name, least = item.split("=", 1)
+        exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))
+        counted = max((load(p)["stats"].get(name, 0) for p in exits), default=0)
+        if counted < int(least):
+            problems.append(f"stats.{name} is {counted}, at least {least} expected")
+    print(output, end="")
+    print(errors, end="", file=sys.stderr)
+    if problems:
+        for p in problems:
+            print("FAIL:", p)
+        print(f"work directory kept: {workdir}")
+        return 1
+    print(f"ok: {compared} snapshots equal their ledgers")
+    if not args.keep:
+        subprocess.run(["rm", "-rf", workdir], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""gpumemtrace's benchmark: what the tracer adds to each allocation+free pair on
+the simulated driver, with stacks off and at depths 16 and 64, on 1 and 8
+threads. Every configuration runs untraced and traced, alternating, in this one
+invocation; the table gives medians, the nanoseconds added and the ratio. The
+8-thread traced run at full size also proves that no event is lost: its exit
+snapshot must equal the simulator's ledger.
+
+Usage: bench/run.py [--build DIR] [--quick] [--pairs N] [--repeat N] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "preload"))
+import check_trace  # noqa: E402  (the ledger comparison of the preload tests)
+
+
+def run_once(build: str, threads: int, pairs: int, depth: int | None, workdir: str | None) -> float:
+    """One run; depth None = untraced. Returns ns per pair."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GMTSIM_", "GPUMEMTRACE_", "LD_PRELOAD"))}
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "sim", "driver")
+    env["GMTSIM_MEMORY"] = "64G"
+    if depth is not None:
+        env["LD_PRELOAD"] = os.path.join(build, "src", "libgpumemtrace.so")
+        env["GPUMEMTRACE_STACK_DEPTH"] = str(depth)
+        env["GPUMEMTRACE_SNAPSHOT_ON"] = "exit" if workdir else "oom"
+        env["GPUMEMTRACE_DIR"] = os.path.join(workdir, "snapshots") if workdir else tempfile.gettempdir()
+    if workdir:
+        env["GMTSIM_LEDGER_DIR"] = os.path.join(workdir, "ledgers")
+    out = subprocess.run([os.path.join(build, "bench", "alloc_free"), str(threads), str(pairs), "70"],
+                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, check=True, timeout=1800).stdout
+    for line in out.splitlines():
+        if line.startswith("ns_per_pair "):
+            return float(line.split()[1])
+    raise RuntimeError(f"no timing in the output: {out!r}")
+
+
+def measure(build: str, threads: int, pairs: int, depth: int, repeat: int) -> dict[str, Any]:
+    base, traced = [], []
+    for _ in range(repeat):
+        base.append(run_once(build, threads, pairs, None, None))
+        traced.append(run_once(build, threads, pairs, depth, None))
+    b, t = statistics.median(base), statistics.median(traced)
+    return {"threads": threads, "stack_depth": depth, "pairs_per_thread": pairs, "repeat": repeat,
+            "untraced_ns": round(b, 1), "traced_ns": round(t, 1),
+            "added_ns": round(t - b, 1), "ratio": round(t / b, 2)}
+
+
+def no_loss(build: str, threads: int, pairs: int) -> dict[str, Any]:
+    """A traced run whose exit snapshot must equal the ledger."""
+    workdir = tempfile.mkdtemp(prefix="gmt-bench-")
+    os.makedirs(os.path.join(workdir, "snapshots"))
+    os.makedirs(os.path.join(workdir, "ledgers"))
+    run_once(build, threads, pairs, 64, workdir)
+    problems, compared = check_trace.check(workdir)
+    snap = check_trace.load(glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))[0])
+    subprocess.run(["rm", "-rf", workdir], check=False)
+    return {"threads": threads, "pairs_per_thread": pairs, "equal_to_ledger": not problems and compared > 0,
+            "problems": problems, "events": snap["stats"].get("events"),
+            "ring_full": snap["stats"].get("ring_full"), "producer_drains": snap["stats"].get("producer_drains"),
+            "gaps_skipped": snap["stats"].get("gaps_skipped")}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'threads':>7} {'stacks':>6} {'untraced ns':>12} {'traced ns':>10} {'added ns':>9} {'ratio':>6}"]
+    for r in rows:
+        depth = "off" if r["stack_depth"] == 0 else str(r["stack_depth"])
+        lines.append(f"{r['threads']:>7} {depth:>6} {r['untraced_ns']:>12.1f} {r['traced_ns']:>10.1f} "
+                     f"{r['added_ns']:>9.1f} {r['ratio']:>6.2f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, numbers are rough")
+    ap.add_argument("--pairs", type=int, help="pairs per thread for the timings")
+    ap.add_argument("--repeat", type=int, help="runs of each configuration (median taken)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+
+    build = os.path.abspath(args.build)
+    pairs = args.pairs or (2000 if args.quick else 200000)
+    repeat = args.repeat or (1 if args.quick else 5)
+    rows = [measure(build, threads, pairs, depth, repeat) for threads in (1, 8) for depth in (0, 16, 64)]
+    loss = no_loss(build, 8, 5000 if args.quick else 1000000)
+    result = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss}
+    print("ns per allocation+free pair (cuMemAlloc_v2 + cuMemFree_v2 of 1 KiB, simulated driver, "
+          "call chain 70 deep; median of", repeat, "runs)")
+    print(table(rows))
+    print(f"no lost events: 8 threads x {loss['pairs_per_thread']} pairs traced; exit snapshot "
+          f"{'equals' if loss['equal_to_ledger'] else 'DIFFERS FROM'} the simulator's ledger "
+          f"({loss['events']} events, ring full {loss['ring_full']} times, "
+          f"{loss['producer_drains']} drains by producers, {loss['gaps_skipped']} gaps skipped)")
+    for p in loss["problems"]:
+        print("  ", p)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    return 0 if loss["equal_to_ledger"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

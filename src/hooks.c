@@ -16,6 +16,27 @@
  * driver's ABI: abi.c checks every hook against cudaTypedefs.h). */
 #define REAL(sym) ((__typeof__(&sym))gmt__real_get(GMT_API_##sym))
 
+/* The end of an allocating hook: report the result (the address is read only
+ * on success), leave, return the real result unchanged. */
+static CUresult alloc_done(struct gmt__call *c, CUresult r, enum gmt__kind kind, uint64_t addr,
+			   uint64_t size, int device)
+{
+	if (r == CUDA_SUCCESS)
+		gmt__on_alloc(c, kind, addr, size, device);
+	else
+		gmt__on_failure(c, r, size, device);
+	gmt__call_leave(c);
+	return r;
+}
+
+/* The end of a hook that recorded its operation before the real call. */
+static CUresult free_done(struct gmt__call *c, uint64_t token, CUresult r)
+{
+	gmt__on_result(c, token, r);
+	gmt__call_leave(c);
+	return r;
+}
+
 /* --- dlsym ------------------------------------------------------------------ */
 
 /* Private loaders (XLA, TensorFlow stubs, cuFFT, ctypes) and cudart itself fetch
@@ -80,12 +101,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAlloc_v2);
 	r = real(dptr, bytesize);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_DEVICE, *dptr, bytesize, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, bytesize, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_DEVICE, r == CUDA_SUCCESS ? *dptr : 0, bytesize, GMT_DEVICE_CURRENT);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
@@ -98,12 +114,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAlloc);
 	r = real(dptr, bytesize);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_DEVICE, *dptr, bytesize, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, bytesize, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_DEVICE, r == CUDA_SUCCESS ? *dptr : 0, bytesize, GMT_DEVICE_CURRENT);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
@@ -117,12 +128,9 @@ GMT_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAllocPitch_v2);
 	r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_DEVICE, *dptr, (uint64_t)*pPitch * Height, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, (uint64_t)WidthInBytes * Height, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	/* Pitched: pitch × height on success, the rows asked for on failure. */
+	return alloc_done(&c, r, GMT_KIND_DEVICE, r == CUDA_SUCCESS ? *dptr : 0,
+			  (uint64_t)(r == CUDA_SUCCESS ? *pPitch : WidthInBytes) * Height, GMT_DEVICE_CURRENT);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
@@ -136,12 +144,9 @@ GMT_EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pP
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAllocPitch);
 	r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_DEVICE, *dptr, (uint64_t)*pPitch * Height, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, (uint64_t)WidthInBytes * Height, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	/* Pitched: pitch × height on success, the rows asked for on failure. */
+	return alloc_done(&c, r, GMT_KIND_DEVICE, r == CUDA_SUCCESS ? *dptr : 0,
+			  (uint64_t)(r == CUDA_SUCCESS ? *pPitch : WidthInBytes) * Height, GMT_DEVICE_CURRENT);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
@@ -149,16 +154,12 @@ GMT_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	__typeof__(&cuMemFree_v2) real = REAL(cuMemFree_v2);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemFree_v2);
 	token = gmt__on_free(&c, GMT_KIND_DEVICE, dptr);
-	r = real(dptr);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(dptr));
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemFree(unsigned int dptr)
@@ -166,16 +167,12 @@ GMT_EXPORT CUresult CUDAAPI cuMemFree(unsigned int dptr)
 	__typeof__(&cuMemFree) real = REAL(cuMemFree);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemFree);
 	token = gmt__on_free(&c, GMT_KIND_DEVICE, dptr);
-	r = real(dptr);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(dptr));
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
@@ -188,12 +185,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAllocManaged);
 	r = real(dptr, bytesize, flags);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_MANAGED, *dptr, bytesize, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, bytesize, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_MANAGED, r == CUDA_SUCCESS ? *dptr : 0, bytesize, GMT_DEVICE_CURRENT);
 }
 
 /* --- pinned and registered host memory ----------------------------------------- */
@@ -208,12 +200,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned 
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemHostAlloc);
 	r = real(pp, bytesize, Flags);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_HOST, (uintptr_t)*pp, bytesize, GMT_DEVICE_HOST);
-	else
-		gmt__on_failure(&c, r, bytesize, GMT_DEVICE_HOST);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_HOST, r == CUDA_SUCCESS ? (uintptr_t)*pp : 0, bytesize, GMT_DEVICE_HOST);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
@@ -226,12 +213,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAllocHost_v2);
 	r = real(pp, bytesize);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_HOST, (uintptr_t)*pp, bytesize, GMT_DEVICE_HOST);
-	else
-		gmt__on_failure(&c, r, bytesize, GMT_DEVICE_HOST);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_HOST, r == CUDA_SUCCESS ? (uintptr_t)*pp : 0, bytesize, GMT_DEVICE_HOST);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAllocHost(void **pp, unsigned int bytesize)
@@ -244,12 +226,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemAllocHost(void **pp, unsigned int bytesize)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAllocHost);
 	r = real(pp, bytesize);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_HOST, (uintptr_t)*pp, bytesize, GMT_DEVICE_HOST);
-	else
-		gmt__on_failure(&c, r, bytesize, GMT_DEVICE_HOST);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_HOST, r == CUDA_SUCCESS ? (uintptr_t)*pp : 0, bytesize, GMT_DEVICE_HOST);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
@@ -257,48 +234,36 @@ GMT_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 	__typeof__(&cuMemFreeHost) real = REAL(cuMemFreeHost);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemFreeHost);
 	token = gmt__on_free(&c, GMT_KIND_HOST, (uintptr_t)p);
-	r = real(p);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(p));
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
 	__typeof__(&cuMemHostRegister_v2) real = REAL(cuMemHostRegister_v2);
 	struct gmt__call c;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemHostRegister_v2);
-	r = real(p, bytesize, Flags);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_REGISTERED, (uintptr_t)p, bytesize, GMT_DEVICE_HOST);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, real(p, bytesize, Flags), GMT_KIND_REGISTERED, (uintptr_t)p, bytesize,
+			  GMT_DEVICE_HOST);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 {
 	__typeof__(&cuMemHostRegister) real = REAL(cuMemHostRegister);
 	struct gmt__call c;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemHostRegister);
-	r = real(p, bytesize, Flags);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_REGISTERED, (uintptr_t)p, bytesize, GMT_DEVICE_HOST);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, real(p, bytesize, Flags), GMT_KIND_REGISTERED, (uintptr_t)p, bytesize,
+			  GMT_DEVICE_HOST);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
@@ -306,42 +271,31 @@ GMT_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
 	__typeof__(&cuMemHostUnregister) real = REAL(cuMemHostUnregister);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemHostUnregister);
 	token = gmt__on_free(&c, GMT_KIND_REGISTERED, (uintptr_t)p);
-	r = real(p);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(p));
 }
 
 /* --- stream-ordered memory --------------------------------------------------------- */
 
 /* The plain and per-thread-stream variants differ only in which real function
- * they call; their bodies are one. */
-static CUresult alloc_async(CUresult r, const CUdeviceptr *dptr, size_t bytesize, struct gmt__call *c)
-{
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(c, GMT_KIND_ASYNC, *dptr, bytesize, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(c, r, bytesize, GMT_DEVICE_CURRENT);
-	gmt__call_leave(c);
-	return r;
-}
-
+ * they call: one body each, as a macro. */
 #define GMT_ALLOC_ASYNC_HOOK(sym)                                                                 \
 	GMT_EXPORT CUresult CUDAAPI sym(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)     \
 	{                                                                                         \
 		__typeof__(&sym) real = REAL(sym);                                                \
 		struct gmt__call c;                                                               \
+		CUresult r;                                                                       \
                                                                                                   \
 		if (real == NULL)                                                                 \
 			return CUDA_ERROR_NOT_INITIALIZED;                                        \
 		gmt__call_enter(&c, GMT_API_##sym);                                               \
-		return alloc_async(real(dptr, bytesize, hStream), dptr, bytesize, &c);          \
+		r = real(dptr, bytesize, hStream);                                                \
+		return alloc_done(&c, r, GMT_KIND_ASYNC, r == CUDA_SUCCESS ? *dptr : 0, bytesize,  \
+				  GMT_DEVICE_CURRENT);                                            \
 	}
 GMT_ALLOC_ASYNC_HOOK(cuMemAllocAsync)
 GMT_ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz)
@@ -352,11 +306,14 @@ GMT_ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz)
 	{                                                                                         \
 		__typeof__(&sym) real = REAL(sym);                                                \
 		struct gmt__call c;                                                               \
+		CUresult r;                                                                       \
                                                                                                   \
 		if (real == NULL)                                                                 \
 			return CUDA_ERROR_NOT_INITIALIZED;                                        \
 		gmt__call_enter(&c, GMT_API_##sym);                                               \
-		return alloc_async(real(dptr, bytesize, pool, hStream), dptr, bytesize, &c);    \
+		r = real(dptr, bytesize, pool, hStream);                                          \
+		return alloc_done(&c, r, GMT_KIND_ASYNC, r == CUDA_SUCCESS ? *dptr : 0, bytesize,  \
+				  GMT_DEVICE_CURRENT);                                            \
 	}
 GMT_ALLOC_POOL_HOOK(cuMemAllocFromPoolAsync)
 GMT_ALLOC_POOL_HOOK(cuMemAllocFromPoolAsync_ptsz)
@@ -367,16 +324,12 @@ GMT_ALLOC_POOL_HOOK(cuMemAllocFromPoolAsync_ptsz)
 		__typeof__(&sym) real = REAL(sym);                                                \
 		struct gmt__call c;                                                               \
 		uint64_t token;                                                                   \
-		CUresult r;                                                                       \
                                                                                                   \
 		if (real == NULL)                                                                 \
 			return CUDA_ERROR_NOT_INITIALIZED;                                        \
 		gmt__call_enter(&c, GMT_API_##sym);                                               \
 		token = gmt__on_free(&c, GMT_KIND_ASYNC, dptr);                                   \
-		r = real(dptr, hStream);                                                          \
-		gmt__on_result(&c, token, r);                                                     \
-		gmt__call_leave(&c);                                                              \
-		return r;                                                                         \
+		return free_done(&c, token, real(dptr, hStream));                                 \
 	}
 GMT_FREE_ASYNC_HOOK(cuMemFreeAsync)
 GMT_FREE_ASYNC_HOOK(cuMemFreeAsync_ptsz)
@@ -396,12 +349,7 @@ GMT_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, si
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemCreate);
 	r = real(handle, size, prop, flags);
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_VMM, *handle, size, device);
-	else
-		gmt__on_failure(&c, r, size, device);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_VMM, r == CUDA_SUCCESS ? *handle : 0, size, device);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
@@ -409,16 +357,12 @@ GMT_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 	__typeof__(&cuMemRelease) real = REAL(cuMemRelease);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemRelease);
 	token = gmt__on_release(&c, handle);
-	r = real(handle);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(handle));
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
@@ -460,16 +404,12 @@ GMT_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 	__typeof__(&cuMemUnmap) real = REAL(cuMemUnmap);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemUnmap);
 	token = gmt__on_unmap(&c, ptr, size);
-	r = real(ptr, size);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(ptr, size));
 }
 
 GMT_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
@@ -494,16 +434,12 @@ GMT_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	__typeof__(&cuMemAddressFree) real = REAL(cuMemAddressFree);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuMemAddressFree);
 	token = gmt__on_unreserve(&c, ptr, size);
-	r = real(ptr, size);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(ptr, size));
 }
 
 /* --- arrays ------------------------------------------------------------------------------ */
@@ -542,12 +478,8 @@ GMT_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_
 	gmt__call_enter(&c, GMT_API_cuArrayCreate_v2);
 	r = real(pHandle, desc);
 	bytes = desc != NULL ? array_bytes(desc->Width, desc->Height, 0, desc->NumChannels, desc->Format) : 0;
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_ARRAY, (uintptr_t)*pHandle, bytes, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, bytes, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_ARRAY, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0, bytes,
+			  GMT_DEVICE_CURRENT);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
@@ -564,12 +496,8 @@ GMT_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRA
 	bytes = desc != NULL ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels,
 					   desc->Format)
 			     : 0;
-	if (r == CUDA_SUCCESS)
-		gmt__on_alloc(&c, GMT_KIND_ARRAY, (uintptr_t)*pHandle, bytes, GMT_DEVICE_CURRENT);
-	else
-		gmt__on_failure(&c, r, bytes, GMT_DEVICE_CURRENT);
-	gmt__call_leave(&c);
-	return r;
+	return alloc_done(&c, r, GMT_KIND_ARRAY, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0, bytes,
+			  GMT_DEVICE_CURRENT);
 }
 
 GMT_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
@@ -577,14 +505,10 @@ GMT_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
 	__typeof__(&cuArrayDestroy) real = REAL(cuArrayDestroy);
 	struct gmt__call c;
 	uint64_t token;
-	CUresult r;
 
 	if (real == NULL)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	gmt__call_enter(&c, GMT_API_cuArrayDestroy);
 	token = gmt__on_free(&c, GMT_KIND_ARRAY, (uintptr_t)hArray);
-	r = real(hArray);
-	gmt__on_result(&c, token, r);
-	gmt__call_leave(&c);
-	return r;
+	return free_done(&c, token, real(hArray));
 }

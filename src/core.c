@@ -682,6 +682,14 @@ __attribute__((destructor)) static void core_exit(void)
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
 	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
 		snapshot("exit", NULL, -1);
+	gmt__info("at exit: %llu live allocations, %llu bytes; peak %llu bytes",
+		  (unsigned long long)core.live_count, (unsigned long long)core.live_bytes,
+		  (unsigned long long)core.peak_bytes);
+#define GMT_X_REPORT(name, help)                                                              \
+	gmt__info("%s: %llu (%s)", #name,                                                     \
+		  (unsigned long long)atomic_load_explicit(&core.stats.name, memory_order_relaxed), help);
+	GMT_STATS(GMT_X_REPORT)
+#undef GMT_X_REPORT
 	pthread_mutex_unlock(&core.lock);
 	errno = saved;
 }

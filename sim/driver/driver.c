@@ -117,7 +117,7 @@ const struct sim_config *gmtsim__config(void)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-enum { SIM_UNINIT, SIM_READY, SIM_LOST_BY_FORK };
+enum { SIM_UNINIT, SIM_READY, SIM_LOST_BY_FORK, SIM_TORN_DOWN };
 /* Written under the lock; read without it by the fast checks (acquire pairs
  * with the release in cuInit: a reader that sees SIM_READY sees the memory
  * model that memory_init set up). */
@@ -135,9 +135,14 @@ void gmtsim__unlock(void)
 
 CUresult gmtsim__initialised(void)
 {
-	return atomic_load_explicit(&state, memory_order_acquire) == SIM_READY
-		       ? CUDA_SUCCESS
-		       : CUDA_ERROR_NOT_INITIALIZED;
+	switch (atomic_load_explicit(&state, memory_order_acquire)) {
+	case SIM_READY:
+		return CUDA_SUCCESS;
+	case SIM_TORN_DOWN:
+		return CUDA_ERROR_DEINITIALIZED;
+	default:
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
 }
 
 static void fork_prepare(void)
@@ -167,19 +172,35 @@ __attribute__((constructor)) static void sim_constructor(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-/* The exit ledger: written when the driver is unloaded (after the program's
- * atexit handlers), so it shows what the process still held at the very end. */
-__attribute__((destructor)) static void sim_destructor(void)
+/* Teardown at exit: the exit ledger (what the process still held when the
+ * driver went away), then, like a real driver that has shut down, every later
+ * call is refused with CUDA_ERROR_DEINITIALIZED — what frees in exit handlers
+ * registered before the driver's, and in late destructors, get. Registered with
+ * atexit by the first successful cuInit; the destructor covers a process that
+ * never returns through exit handlers registered after it. */
+static void sim_teardown(void)
 {
 	char path[PATH_MAX];
+	int s = atomic_load(&state);
 
-	if (config.ledger_dir == NULL || atomic_load(&state) == SIM_UNINIT)
+	/* A fork child's driver was lost at the fork: it still leaves its (empty)
+	 * ledger, and stays lost. */
+	if (s != SIM_READY && s != SIM_LOST_BY_FORK)
 		return;
-	snprintf(path, sizeof(path), "%s/ledger.%ld.exit.json", config.ledger_dir, (long)getpid());
 	gmtsim__lock();
-	if (gmtsim__ledger_write_locked(path, "exit", NULL) < 0)
-		fprintf(stderr, "gmtsim: cannot write %s: %s\n", path, strerror(errno));
+	if (config.ledger_dir != NULL) {
+		snprintf(path, sizeof(path), "%s/ledger.%ld.exit.json", config.ledger_dir, (long)getpid());
+		if (gmtsim__ledger_write_locked(path, "exit", NULL) < 0)
+			fprintf(stderr, "gmtsim: cannot write %s: %s\n", path, strerror(errno));
+	}
+	if (s == SIM_READY)
+		atomic_store(&state, SIM_TORN_DOWN);
 	gmtsim__unlock();
+}
+
+__attribute__((destructor)) static void sim_destructor(void)
+{
+	sim_teardown();
 }
 
 GMTSIM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
@@ -197,11 +218,16 @@ GMTSIM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 	switch (atomic_load_explicit(&state, memory_order_relaxed)) {
 	case SIM_UNINIT:
 		r = gmtsim__memory_init(cfg);
-		if (r == CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS) {
 			atomic_store_explicit(&state, SIM_READY, memory_order_release);
+			atexit(sim_teardown);
+		}
 		break;
 	case SIM_LOST_BY_FORK:
 		r = CUDA_ERROR_NOT_INITIALIZED;
+		break;
+	case SIM_TORN_DOWN:
+		r = CUDA_ERROR_DEINITIALIZED;
 		break;
 	default:
 		break;

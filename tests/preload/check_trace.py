@@ -9,7 +9,10 @@ moments (ground truth, docs/simulator.md):
   exactly that oom ledger's live set, and the failed request (api, size, device);
 - VMM reservations and mappings match;
 - the program behaves as without the tracer: its exit code is the one its
-  expectation file gives (the program checks every CUDA result itself).
+  expectation file gives (the program checks every CUDA result itself);
+- an allocation the program prints as "RELEASED <address>" was freed after the
+  driver's teardown (CUDA_ERROR_DEINITIALIZED): the ledger, written at the
+  teardown, lists it, and the exit snapshot must count it freed instead.
 
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
@@ -105,15 +108,24 @@ def vmm_rows(doc: dict[str, Any], key: str) -> list[tuple[int, ...]]:
     return sorted(out)
 
 
-def compare(ledger: dict[str, Any], snap: dict[str, Any], name: str) -> list[str]:
-    problems = diff(f"{name}: live set", ledger_live(ledger), snapshot_live(snap))
+def compare(ledger: dict[str, Any], snap: dict[str, Any], name: str,
+            released: set[int] = frozenset()) -> list[str]:
+    problems = []
+    truth = ledger_live(ledger)
+    if ledger["reason"] == "exit" and released:
+        missing = released - {t[0] for t in truth}
+        if missing:
+            problems.append(f"{name}: released addresses not live in the ledger: {sorted(map(hex, missing))}")
+        truth = [t for t in truth if t[0] not in released]
+    problems += diff(f"{name}: live set", truth, snapshot_live(snap))
     for key in ("reservations", "mappings"):
         problems += diff(f"{name}: vmm {key}", vmm_rows(ledger, key), vmm_rows(snap, key))
     if ledger["reason"] == "exit":
         t, s = ledger["totals"], snap["summary"]
-        for mine, theirs in (("total_allocs", "allocs"), ("total_frees", "frees")):
-            if s[mine] != t[theirs]:
-                problems.append(f"{name}: summary.{mine} is {s[mine]}, the ledger counts {t[theirs]}")
+        want = {"total_allocs": t["allocs"], "total_frees": t["frees"] + len(released)}
+        for mine, value in want.items():
+            if s[mine] != value:
+                problems.append(f"{name}: summary.{mine} is {s[mine]}, {value} expected from the ledger")
     if ledger["reason"] == "oom":
         want = ledger["failed_request"]
         got = snap.get("failed_request") or {}
@@ -130,7 +142,7 @@ def snapshots_of(workdir: str, pid: str, reason: str) -> list[str]:
     return sorted(paths, key=lambda p: int(p.rsplit(".", 2)[1]))
 
 
-def check(workdir: str) -> tuple[list[str], int]:
+def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], int]:
     problems: list[str] = []
     compared = 0
     ledgers = glob.glob(os.path.join(workdir, "ledgers", "ledger.*.json"))
@@ -155,7 +167,7 @@ def check(workdir: str) -> tuple[list[str], int]:
             if len(snaps) != 1:
                 problems.append(f"{name}: expected one snapshot to compare, found {len(snaps)}")
                 continue
-            problems += compare(load(ledger), load(snaps[0]), name)
+            problems += compare(load(ledger), load(snaps[0]), name, released)
             compared += 1
     return problems, compared
 
@@ -206,7 +218,8 @@ def main() -> int:
             problems.append("traced and untraced output differ in length")
     compared = 0
     if not args.no_ledger:
-        more, compared = check(workdir)
+        released = {int(line.split()[1], 16) for line in output.splitlines() if line.startswith("RELEASED ")}
+        more, compared = check(workdir, released)
         problems += more
     for item in args.stat_min:
         name, least = item.split("=", 1)

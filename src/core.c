@@ -39,7 +39,6 @@
 /* The tracer's own counters: X(name, meaning). One list for the struct, the
  * snapshot's "stats" and the verbose report. */
 #define GMT_STATS(X)                                                                          \
-	X(events, "events recorded")                                                          \
 	X(ring_full, "times a thread found its ring full")                                    \
 	X(producer_drains, "times a thread with a full ring applied the events itself")       \
 	X(gap_waits, "times the consumer waited for an event in flight")                      \
@@ -79,16 +78,19 @@ static struct {
 	const struct gmt__options *opt;
 	int depth; /* stack depth in frames, 0: no stacks */
 	pthread_key_t ring_key;
-	/* Next sequence number to hand out. Relaxed fetch_add: uniqueness and the
-	 * modification order are all the consumer relies on (see drain_until). */
-	_Atomic uint64_t next_seq;
 	_Atomic bool consumer_running;
 	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
 	_Atomic bool stopping;
-	struct gmt__stats stats;
+	/* Next sequence number to hand out, on a line of its own: every event
+	 * writes it, and nothing else should move with it. Relaxed fetch_add:
+	 * uniqueness and the modification order are all the order relies on (see
+	 * drain_until); events recorded = next_seq - first_seq. */
+	_Alignas(64) _Atomic uint64_t next_seq;
+	_Alignas(64) struct gmt__stats stats;
+	uint64_t first_seq; /* the first number of this process (a fork child's differs) */
 
 	/* Everything below is the consumer's, guarded by `lock`. */
-	pthread_mutex_t lock;
+	_Alignas(64) pthread_mutex_t lock;
 	uint64_t expected; /* the next seq to apply */
 	struct gmt__table *table;
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
@@ -98,6 +100,7 @@ static struct {
 } core = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.next_seq = 1,
+	.first_seq = 1,
 	.expected = 1,
 };
 
@@ -183,19 +186,31 @@ static void undo_dec(struct gmt__undo *u, uint64_t handle, uint8_t op)
 
 static bool insert(const struct gmt__entry *e)
 {
-	struct gmt__entry *old = gmt__table_find(core.table, e->space, e->addr);
+	size_t before = gmt__table_count(core.table);
+	struct gmt__entry old;
 
-	if (old != NULL) {
-		STAT_ADD(replaced, 1);
-		account(old, false);
-	}
-	if (gmt__table_insert(core.table, e, NULL) == NULL) {
+	if (gmt__table_insert(core.table, e, &old) == NULL) {
 		static bool once;
 		gmt__warn_once(&once, "out of memory for the live table; some allocations are not tracked");
 		return false;
 	}
+	/* One probe: the count tells a replaced entry from a new one. */
+	if (gmt__table_count(core.table) == before) {
+		STAT_ADD(replaced, 1);
+		account(&old, false);
+	}
 	account(e, true);
 	return true;
+}
+
+/* The bookkeeping of an entry that left the table. */
+static void removed(const struct gmt__entry *e, struct gmt__undo *u)
+{
+	account(e, false);
+	if (counts_as_memory(e->space))
+		core.total_frees++;
+	if (u != NULL)
+		undo_removed(u, e);
 }
 
 static void remove_entry(struct gmt__entry *e, struct gmt__undo *u)
@@ -203,11 +218,18 @@ static void remove_entry(struct gmt__entry *e, struct gmt__undo *u)
 	struct gmt__entry copy = *e;
 
 	gmt__table_remove(core.table, copy.space, copy.addr, NULL);
-	account(&copy, false);
-	if (counts_as_memory(copy.space))
-		core.total_frees++;
-	if (u != NULL)
-		undo_removed(u, &copy);
+	removed(&copy, u);
+}
+
+/* Removes (space, addr) in one probe; false when it was not there. */
+static bool remove_key(enum gmt__space space, uint64_t addr, struct gmt__undo *u)
+{
+	struct gmt__entry e;
+
+	if (!gmt__table_remove(core.table, space, addr, &e))
+		return false;
+	removed(&e, u);
+	return true;
 }
 
 /* A handle with no reference and no mapping left holds no memory. */
@@ -293,12 +315,9 @@ static void apply(const struct gmt__event *ev)
 			core.total_allocs++;
 		break;
 	case GMT_OP_FREE:
-		u = undo_begin(ev->seq); /* even when empty: a failed free finds it */
-		found = gmt__table_find(core.table, space, ev->addr);
-		if (found == NULL)
+		/* The undo record even when nothing is removed: a failed free finds it. */
+		if (!remove_key(space, ev->addr, undo_begin(ev->seq)))
 			STAT_ADD(unknown_frees, 1);
-		else
-			remove_entry(found, u);
 		break;
 	case GMT_OP_FREE_FAILED:
 		apply_undo(ev->link);
@@ -340,12 +359,8 @@ static void apply(const struct gmt__event *ev)
 		insert(&e);
 		break;
 	case GMT_OP_UNRESERVE:
-		u = undo_begin(ev->seq);
-		found = gmt__table_find(core.table, GMT_SPACE_RESERVATION, ev->addr);
-		if (found == NULL)
+		if (!remove_key(GMT_SPACE_RESERVATION, ev->addr, undo_begin(ev->seq)))
 			STAT_ADD(unknown_frees, 1);
-		else
-			remove_entry(found, u);
 		break;
 	case GMT_OP_COUNT:
 		break;
@@ -413,6 +428,31 @@ static uint64_t drain_until(uint64_t target)
 	return applied;
 }
 
+/* The background consumer's pass: applies what the rings hold, in order, and
+ * returns when they are empty — without reading next_seq, which every event
+ * writes (reading it would pull that line away from the producers each time).
+ * A ring whose head is past the expected number while none holds it means the
+ * event is in flight: drain_until waits for it. Lock held. */
+static uint64_t drain_visible(void)
+{
+	uint64_t applied = 0;
+
+	for (;;) {
+		uint64_t lowest = UINT64_MAX;
+
+		for (struct gmt__ring *r = gmt__rings_first(); r != NULL; r = gmt__ring_next(r)) {
+			const struct gmt__event *ev = gmt__ring_peek(r);
+
+			if (ev != NULL && ev->seq < lowest)
+				lowest = ev->seq;
+		}
+		if (lowest == UINT64_MAX)
+			return applied;
+		/* Everything below `lowest` + 1 has its number taken: apply it. */
+		applied += drain_until(lowest + 1);
+	}
+}
+
 static void *consumer_main(void *arg)
 {
 	(void)arg;
@@ -420,7 +460,7 @@ static void *consumer_main(void *arg)
 		uint64_t n;
 
 		pthread_mutex_lock(&core.lock);
-		n = drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+		n = drain_visible();
 		gmt__rings_reap();
 		pthread_mutex_unlock(&core.lock);
 		if (n == 0) {
@@ -483,6 +523,7 @@ static void snapshot(const char *reason, const struct gmt__snapshot_request *fai
 {
 	struct gmt__snapshot_device devs[GMT_MAX_DEVICES];
 	struct gmt__snapshot_stat stats[] = {
+		{ "events", atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq },
 #define GMT_X_SNAP(name, help) { #name, 0 },
 		GMT_STATS(GMT_X_SNAP)
 #undef GMT_X_SNAP
@@ -506,7 +547,7 @@ static void snapshot(const char *reason, const struct gmt__snapshot_request *fai
 	};
 	char path[PATH_MAX];
 	char **argv = NULL;
-	int r, i = 0;
+	int r, i = 1;
 
 	s.argc = read_argv(&argv);
 	s.argv = argv;
@@ -579,7 +620,7 @@ static void fork_child(void)
 #define GMT_X_ZERO(name, help) atomic_store_explicit(&core.stats.name, 0, memory_order_relaxed);
 	GMT_STATS(GMT_X_ZERO)
 #undef GMT_X_ZERO
-	core.expected = atomic_load_explicit(&core.next_seq, memory_order_relaxed);
+	core.expected = core.first_seq = atomic_load_explicit(&core.next_seq, memory_order_relaxed);
 	atomic_store_explicit(&core.consumer_running, false, memory_order_relaxed);
 }
 
@@ -682,9 +723,10 @@ __attribute__((destructor)) static void core_exit(void)
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
 	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
 		snapshot("exit", NULL, -1);
-	gmt__info("at exit: %llu live allocations, %llu bytes; peak %llu bytes",
+	gmt__info("at exit: %llu live allocations, %llu bytes; peak %llu bytes; %llu events recorded",
 		  (unsigned long long)core.live_count, (unsigned long long)core.live_bytes,
-		  (unsigned long long)core.peak_bytes);
+		  (unsigned long long)core.peak_bytes,
+		  (unsigned long long)(atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq));
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \
 		  (unsigned long long)atomic_load_explicit(&core.stats.name, memory_order_relaxed), help);
@@ -770,7 +812,6 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 		make_room(r);
 	ev->seq = atomic_fetch_add_explicit(&core.next_seq, 1, memory_order_relaxed);
 	gmt__ring_push(r, ev);
-	STAT_ADD(events, 1);
 	return ev->seq;
 }
 

@@ -516,9 +516,17 @@ static int read_argv(char ***argv_out)
 	return argc;
 }
 
-/* Writes one snapshot. Lock held, everything before it applied. `device_info`
- * names the device whose total and free may be asked of the driver (-1: none:
- * never from a destructor or a signal). */
+static void unlock_core(void *arg)
+{
+	(void)arg;
+	pthread_mutex_unlock(&core.lock);
+}
+
+/* Writes one snapshot. Called with the lock held and everything before it
+ * applied; returns with the lock RELEASED: the writer lets go of it as soon as
+ * it has read the table, before it resolves frames under the loader's lock.
+ * `device_info` names the device whose total and free may be asked of the
+ * driver (-1: none: never from a destructor or a signal). */
 static void snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info)
 {
 	struct gmt__snapshot_device devs[GMT_MAX_DEVICES];
@@ -544,6 +552,7 @@ static void snapshot(const char *reason, const struct gmt__snapshot_request *fai
 		.napi = GMT_API_COUNT,
 		.stats = stats,
 		.nstats = (int)(sizeof(stats) / sizeof(stats[0])),
+		.table_done = unlock_core,
 	};
 	char path[PATH_MAX];
 	char **argv = NULL;
@@ -720,19 +729,20 @@ __attribute__((destructor)) static void core_exit(void)
 	atomic_store_explicit(&core.stopping, true, memory_order_relaxed);
 	pthread_mutex_lock(&core.lock);
 	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
-	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
-	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
-		snapshot("exit", NULL, -1);
 	gmt__info("at exit: %llu live allocations, %llu bytes; peak %llu bytes; %llu events recorded",
 		  (unsigned long long)core.live_count, (unsigned long long)core.live_bytes,
 		  (unsigned long long)core.peak_bytes,
 		  (unsigned long long)(atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq));
+	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
+	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
+		snapshot("exit", NULL, -1); /* releases the lock */
+	else
+		pthread_mutex_unlock(&core.lock);
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \
 		  (unsigned long long)atomic_load_explicit(&core.stats.name, memory_order_relaxed), help);
 	GMT_STATS(GMT_X_REPORT)
 #undef GMT_X_REPORT
-	pthread_mutex_unlock(&core.lock);
 	errno = saved;
 }
 
@@ -927,7 +937,6 @@ void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int d
 	 * has its number already: apply up to the current one, then write. */
 	pthread_mutex_lock(&core.lock);
 	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
-	snapshot("oom", &req, device == GMT_DEVICE_HOST ? -1 : d);
-	pthread_mutex_unlock(&core.lock);
+	snapshot("oom", &req, device == GMT_DEVICE_HOST ? -1 : d); /* releases the lock */
 	errno = saved;
 }

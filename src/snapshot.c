@@ -699,7 +699,15 @@ static void out_header(struct out *o, const struct gmt__snapshot *s)
 
 /* Streams the whole document to o. Returns 0 or a negative errno (the
  * writer's own error is in o->err). */
-static int out_document(struct out *o, const struct gmt__snapshot *s)
+/* s->table_done, at most once. */
+static void table_done(const struct gmt__snapshot *s, bool *done)
+{
+	if (!*done && s->table_done != NULL)
+		s->table_done(s->table_done_arg);
+	*done = true;
+}
+
+static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done)
 {
 	struct collect c = { 0 };
 	struct idset ids = { 0 };
@@ -744,6 +752,8 @@ static int out_document(struct out *o, const struct gmt__snapshot *s)
 	if (r < 0)
 		goto out;
 	out_str(o, "]},\n \"stacks\": [");
+	/* The table is not read again: the caller may let go of it. */
+	table_done(s, done);
 	out_stacks(o, &ids);
 	out_str(o, ids.n > 0 ? "\n ]\n}\n" : "]\n}\n");
 	out_flush(o);
@@ -820,7 +830,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	int saved = errno;
 	char name[128], tmp[192];
 	struct out o = { .fd = -1 };
-	bool have_tmp = false;
+	bool have_tmp = false, done = false;
 	int dirfd = -1, r;
 
 	if (dir == NULL || dir[0] == '\0')
@@ -857,7 +867,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	 * exact. A filesystem without modes may refuse, and the file is no more
 	 * open than 0600 either way, so that is no reason to lose the snapshot. */
 	(void)fchmod(o.fd, 0600);
-	r = out_document(&o, s);
+	r = out_document(&o, s, &done);
 	if (r < 0)
 		goto out;
 	/* NOTE: no fsync: it can cost seconds on a busy disk, at the moment the
@@ -872,6 +882,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	if (r == 0)
 		have_tmp = false;
 out:
+	table_done(s, &done);
 	if (o.fd >= 0)
 		close(o.fd);
 	if (have_tmp)

@@ -49,6 +49,13 @@ struct gmt__snapshot {
 	int napi;
 	const struct gmt__snapshot_stat *stats; /* the tracer's own counters */
 	int nstats;
+	/* Called exactly once, on every path, as soon as the writer no longer reads
+	 * `table` — before it resolves stack frames, which takes the dynamic
+	 * loader's lock: the caller releases its own lock here, so that a thread
+	 * waiting for it while holding the loader's lock (an allocation in a
+	 * library constructor) cannot deadlock with the snapshot. May be NULL. */
+	void (*table_done)(void *arg);
+	void *table_done_arg;
 };
 
 /* Writes the snapshot into `dir`, atomically (a temporary file in the same

@@ -80,6 +80,11 @@ static struct {
 	pthread_key_t ring_key;
 	_Atomic bool consumer_running;
 	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
+	/* Each device's primary context, learned from cuDevicePrimaryCtxRetain, and
+	 * a counter of context teardowns that invalidates every thread's cached
+	 * (context → device). Relaxed/acq-rel as commented where used. */
+	_Atomic uintptr_t primary_ctx[GMT_MAX_DEVICES];
+	_Atomic uint64_t ctx_generation;
 	_Atomic bool stopping;
 	/* Next sequence number to hand out, on a line of its own: every event
 	 * writes it, and nothing else should move with it. Relaxed fetch_add:
@@ -109,6 +114,11 @@ struct gmt__thread {
 	bool initialising;   /* this thread runs init(): pass everything through */
 	uint32_t tid;
 	struct gmt__ring *ring;
+	/* The device of the last current context seen, valid while no context was
+	 * torn down since (ctx_generation). */
+	CUcontext ctx;
+	uint64_t ctx_generation;
+	int16_t ctx_device;
 };
 
 /* NOTE: initial-exec TLS needs no allocation on first access; the library is
@@ -266,6 +276,56 @@ static void apply_unmap(const struct gmt__event *ev, struct gmt__undo *u)
 	}
 }
 
+struct gone {
+	uintptr_t ctx;
+	int device;
+	bool primary;
+	struct gmt__entry *v;
+	size_t n, cap;
+	bool failed;
+};
+
+static int collect_gone(void *arg, const struct gmt__entry *e)
+{
+	struct gone *g = arg;
+
+	if (e->space != GMT_SPACE_MEMORY && e->space != GMT_SPACE_ARRAY)
+		return 0;
+	if (!((g->ctx != 0 && e->aux == g->ctx) ||
+	      (g->primary && e->kind == GMT_KIND_ASYNC && e->device == g->device)))
+		return 0;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 256;
+		struct gmt__entry *v = realloc(g->v, cap * sizeof(*v));
+
+		if (v == NULL) {
+			g->failed = true;
+			return 1;
+		}
+		g->v = v;
+		g->cap = cap;
+	}
+	g->v[g->n++] = *e;
+	return 0;
+}
+
+/* A context went away: the driver freed everything allocated in it, and with a
+ * device's primary context its stream-ordered memory too. VMM handles and
+ * reservations are not a context's and stay. */
+static void apply_context_gone(uintptr_t ctx, int device, bool primary)
+{
+	struct gone g = { .ctx = ctx, .device = device, .primary = primary };
+
+	gmt__table_each(core.table, collect_gone, &g);
+	if (g.failed) {
+		static bool once;
+		gmt__warn_once(&once, "out of memory while dropping a destroyed context's allocations");
+	}
+	for (size_t i = 0; i < g.n; i++)
+		remove_key((enum gmt__space)g.v[i].space, g.v[i].addr, NULL);
+	free(g.v);
+}
+
 /* Puts back what the removal with sequence number `seq` took away: its real
  * call failed, so nothing was freed. */
 static void apply_undo(uint64_t seq)
@@ -311,6 +371,8 @@ static void apply(const struct gmt__event *ev)
 	case GMT_OP_ALLOC:
 		if (ev->kind == GMT_KIND_VMM)
 			e.refs = 1;
+		else
+			e.aux = ev->extra; /* the context it belongs to */
 		if (insert(&e) && counts_as_memory(space))
 			core.total_allocs++;
 		break;
@@ -357,6 +419,9 @@ static void apply(const struct gmt__event *ev)
 	case GMT_OP_RESERVE:
 		e.space = GMT_SPACE_RESERVATION;
 		insert(&e);
+		break;
+	case GMT_OP_CONTEXT_GONE:
+		apply_context_gone(ev->addr, ev->device, ev->link != 0);
 		break;
 	case GMT_OP_UNRESERVE:
 		if (!remove_key(GMT_SPACE_RESERVATION, ev->addr, undo_begin(ev->seq)))
@@ -825,16 +890,32 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 	return ev->seq;
 }
 
-static int16_t device_of(int device)
+/* The calling thread's current context (into *ctx, 0 when none) and its
+ * device. One driver call in the common case: the device is asked only when
+ * the context changed or some context was torn down since (acquire pairs with
+ * the release in context_gone: a thread that sees the new generation does not
+ * trust a device cached before it). */
+static int16_t current_device(uintptr_t *ctx)
 {
+	uint64_t gen = atomic_load_explicit(&core.ctx_generation, memory_order_acquire);
+	CUcontext c = NULL;
 	int d;
 
-	if (device != GMT_DEVICE_CURRENT)
-		return (int16_t)device;
+	*ctx = 0;
+	if (gmt__driver_ctx_current(&c) != CUDA_SUCCESS || c == NULL) {
+		STAT_ADD(device_unknown, 1);
+		return 0;
+	}
+	*ctx = (uintptr_t)c;
+	if (c == tls.ctx && gen == tls.ctx_generation)
+		return tls.ctx_device;
 	if (gmt__driver_ctx_device(&d) != CUDA_SUCCESS) {
 		STAT_ADD(device_unknown, 1);
 		return 0;
 	}
+	tls.ctx = c;
+	tls.ctx_generation = gen;
+	tls.ctx_device = (int16_t)d;
 	return (int16_t)d;
 }
 
@@ -859,7 +940,13 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
 	int saved = errno;
 
 	if (c->record) {
-		ev.device = device_of(device);
+		uintptr_t ctx;
+		int16_t current = current_device(&ctx);
+
+		/* A VMM handle is no context's; everything else goes with the
+		 * context it was allocated in. */
+		ev.device = device == GMT_DEVICE_CURRENT ? current : (int16_t)device;
+		ev.extra = kind == GMT_KIND_VMM ? 0 : ctx;
 		record(c, &ev);
 	}
 	errno = saved;
@@ -912,6 +999,41 @@ uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t si
 	return record_op(c, GMT_OP_UNRESERVE, GMT_KIND_VMM, addr, size, 0, 0);
 }
 
+void gmt__on_primary_retained(const struct gmt__call *c, int device, CUcontext ctx)
+{
+	(void)c;
+	/* Relaxed: read back only by this library's own teardown hooks. */
+	if (device >= 0 && device < GMT_MAX_DEVICES)
+		atomic_store_explicit(&core.primary_ctx[device], (uintptr_t)ctx, memory_order_relaxed);
+}
+
+static void context_gone(const struct gmt__call *c, uintptr_t ctx, int device, bool primary)
+{
+	struct gmt__event ev = { .op = GMT_OP_CONTEXT_GONE, .kind = GMT_KIND_DEVICE, .addr = ctx,
+				 .device = (int16_t)device, .link = primary };
+	int saved = errno;
+
+	/* Release pairs with the acquire in current_device: cached devices of
+	 * contexts are no longer trusted (a new context may reuse the address). */
+	atomic_fetch_add_explicit(&core.ctx_generation, 1, memory_order_release);
+	record(c, &ev);
+	errno = saved;
+}
+
+void gmt__on_context_destroyed(const struct gmt__call *c, CUcontext ctx)
+{
+	context_gone(c, (uintptr_t)ctx, -1, false);
+}
+
+void gmt__on_primary_gone(const struct gmt__call *c, int device)
+{
+	uintptr_t ctx = device >= 0 && device < GMT_MAX_DEVICES
+				? atomic_load_explicit(&core.primary_ctx[device], memory_order_relaxed)
+				: 0;
+
+	context_gone(c, ctx, device, true);
+}
+
 void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 {
 	/* NOTE: at teardown the driver answers CUDA_ERROR_DEINITIALIZED to frees of
@@ -929,7 +1051,13 @@ void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int d
 
 	if (!c->record || r != CUDA_ERROR_OUT_OF_MEMORY || !(core.opt->snapshot_on & GMT_TRIGGER_OOM))
 		return;
-	d = device_of(device);
+	if (device == GMT_DEVICE_CURRENT) {
+		uintptr_t ctx;
+
+		d = current_device(&ctx);
+	} else {
+		d = device;
+	}
 	req = (struct gmt__snapshot_request){
 		.api = gmt__api_names[c->api], .size = size, .device = d, .result = (int)r,
 	};

@@ -53,6 +53,15 @@ uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t si
  * has already released the memory. */
 void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r);
 
+/* Contexts: a device's primary context was retained (`ctx` is its handle); a
+ * context was destroyed, or a device's primary context went away (released
+ * for the last time, or reset) — the driver freed what was allocated in it,
+ * and with a primary context the device's stream-ordered memory too. After
+ * the real call succeeded. */
+void gmt__on_primary_retained(const struct gmt__call *c, int device, CUcontext ctx);
+void gmt__on_context_destroyed(const struct gmt__call *c, CUcontext ctx);
+void gmt__on_primary_gone(const struct gmt__call *c, int device);
+
 /* After a failed allocation: on CUDA_ERROR_OUT_OF_MEMORY, an "oom" snapshot
  * holding everything completed before the call, and the failed request. */
 void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int device);

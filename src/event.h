@@ -40,6 +40,8 @@ enum gmt__op {
 	GMT_OP_UNMAP,       /* cuMemUnmap: addr, size */
 	GMT_OP_RESERVE,     /* cuMemAddressReserve: addr, size */
 	GMT_OP_UNRESERVE,   /* cuMemAddressFree: addr, size */
+	GMT_OP_CONTEXT_GONE, /* context `addr` destroyed; link 1: the primary context
+			      * of `device`, whose stream-ordered memory goes too */
 	GMT_OP_COUNT
 };
 
@@ -50,7 +52,7 @@ struct gmt__event {
 	uint64_t addr;
 	uint64_t size;
 	uint64_t link;     /* FREE_FAILED: the FREE's seq; MAP: the handle */
-	uint64_t extra;    /* MAP: offset into the handle */
+	uint64_t extra;    /* MAP: offset into the handle; ALLOC: the context */
 	uint32_t stack;    /* interned stack id, 0 = none */
 	uint32_t tid;      /* kernel thread id */
 	uint16_t api;      /* label: index into the api names (hooks.h) */

@@ -512,3 +512,63 @@ GMT_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
 	token = gmt__on_free(&c, GMT_KIND_ARRAY, (uintptr_t)hArray);
 	return free_done(&c, token, real(hArray));
 }
+
+/* --- contexts: what the driver frees with them ---------------------------------------- */
+
+GMT_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	__typeof__(&cuDevicePrimaryCtxRetain) real = REAL(cuDevicePrimaryCtxRetain);
+	struct gmt__call c;
+	CUresult r;
+
+	if (real == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	gmt__call_enter(&c, GMT_API_cuDevicePrimaryCtxRetain);
+	r = real(pctx, dev);
+	if (r == CUDA_SUCCESS)
+		gmt__on_primary_retained(&c, dev, *pctx);
+	gmt__call_leave(&c);
+	return r;
+}
+
+GMT_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+	__typeof__(&cuCtxDestroy_v2) real = REAL(cuCtxDestroy_v2);
+	struct gmt__call c;
+	CUresult r;
+
+	if (real == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	gmt__call_enter(&c, GMT_API_cuCtxDestroy_v2);
+	r = real(ctx);
+	if (r == CUDA_SUCCESS)
+		gmt__on_context_destroyed(&c, ctx);
+	gmt__call_leave(&c);
+	return r;
+}
+
+/* Release and reset: the four take a device; a release frees the context (and
+ * its memory) only when it was the last reference, which the driver's state
+ * of the primary context tells afterwards. */
+#define GMT_PRIMARY_HOOK(sym, always_gone)                                                        \
+	GMT_EXPORT CUresult CUDAAPI sym(CUdevice dev)                                             \
+	{                                                                                         \
+		__typeof__(&sym) real = REAL(sym);                                                \
+		struct gmt__call c;                                                               \
+		bool active = false;                                                              \
+		CUresult r;                                                                       \
+                                                                                                  \
+		if (real == NULL)                                                                 \
+			return CUDA_ERROR_NOT_INITIALIZED;                                        \
+		gmt__call_enter(&c, GMT_API_##sym);                                               \
+		r = real(dev);                                                                    \
+		if (r == CUDA_SUCCESS &&                                                          \
+		    (always_gone || (gmt__driver_primary_active(dev, &active) == CUDA_SUCCESS && !active))) \
+			gmt__on_primary_gone(&c, dev);                                            \
+		gmt__call_leave(&c);                                                              \
+		return r;                                                                         \
+	}
+GMT_PRIMARY_HOOK(cuDevicePrimaryCtxRelease, false)
+GMT_PRIMARY_HOOK(cuDevicePrimaryCtxRelease_v2, false)
+GMT_PRIMARY_HOOK(cuDevicePrimaryCtxReset, true)
+GMT_PRIMARY_HOOK(cuDevicePrimaryCtxReset_v2, true)

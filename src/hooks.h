@@ -20,6 +20,8 @@
 #undef cuMemAllocHost
 #undef cuMemHostRegister
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 
 /* X(symbol, base name, version, ptsz): every hooked entry point. The version is
  * the one cudaTypedefs.h gives its PFN type (PFN_<base>_v<version>[_ptsz]). */
@@ -55,11 +57,19 @@
 	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0) \
 	X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                           \
 	X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                       \
-	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)
+	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                            \
+	X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0)        \
+	X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0)      \
+	X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0)  \
+	X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, 0)          \
+	X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0)      \
+	X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0)
 
 /* Driver entry points the tracer calls itself, never hooked: X(symbol, base, version). */
-#define GMT_DRIVER_CALLS(X)                                 \
-	X(cuCtxGetDevice, cuCtxGetDevice, 2000)             \
+#define GMT_DRIVER_CALLS(X)                                         \
+	X(cuCtxGetDevice, cuCtxGetDevice, 2000)                     \
+	X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                   \
+	X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000) \
 	X(cuMemGetInfo_v2, cuMemGetInfo, 3020)
 
 enum gmt__api {
@@ -83,6 +93,8 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 					      CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 
 /* --- resolve.c: the real functions ------------------------------------------ */
 
@@ -118,8 +130,10 @@ void *gmt__dlsym_hook(void *handle, const char *symbol);
 void *gmt__wrap_lookup(const char *symbol, void *p, int version, cuuint64_t flags,
 		       PFN_cuGetProcAddress_v12000 v2, PFN_cuGetProcAddress_v11030 v1);
 
-/* The tracer's own driver calls (NULL when unavailable). */
+/* The tracer's own driver calls (CUDA_ERROR_NOT_INITIALIZED when unavailable). */
 CUresult gmt__driver_ctx_device(int *device);
+CUresult gmt__driver_ctx_current(CUcontext *ctx);
+CUresult gmt__driver_primary_active(int device, bool *active);
 CUresult gmt__driver_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 #endif /* GMT_HOOKS_H */

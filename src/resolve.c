@@ -240,6 +240,25 @@ CUresult gmt__driver_ctx_device(int *device)
 	return fn != NULL ? fn(device) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
+CUresult gmt__driver_ctx_current(CUcontext *ctx)
+{
+	PFN_cuCtxGetCurrent_v4000 fn = GMT_DRIVER_FN(cuCtxGetCurrent, cuCtxGetCurrent, 4000);
+
+	return fn != NULL ? fn(ctx) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult gmt__driver_primary_active(int device, bool *active)
+{
+	PFN_cuDevicePrimaryCtxGetState_v7000 fn =
+		GMT_DRIVER_FN(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000);
+	unsigned int flags;
+	int on = 0;
+	CUresult r = fn != NULL ? fn(device, &flags, &on) : CUDA_ERROR_NOT_INITIALIZED;
+
+	*active = on != 0;
+	return r;
+}
+
 CUresult gmt__driver_mem_info(size_t *free_bytes, size_t *total_bytes)
 {
 	PFN_cuMemGetInfo_v3020 fn = GMT_DRIVER_FN(cuMemGetInfo_v2, cuMemGetInfo, 3020);

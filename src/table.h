@@ -16,7 +16,9 @@
 /* 56 bytes. `link` and `aux` depend on the space:
  * - GMT_SPACE_MAPPING: link = the handle mapped, aux = the offset into it;
  * - GMT_SPACE_HANDLE: aux = the number of mappings of it, refs = references;
- * - otherwise: link = the seq of the event that made the entry, aux = 0. */
+ * - otherwise: link = the seq of the event that made the entry, aux = the
+ *   context it was allocated in (0 when not known), which takes it along when
+ *   it is destroyed. */
 struct gmt__entry {
 	uint64_t addr;
 	uint64_t size;

@@ -450,6 +450,36 @@ static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t
 	}
 }
 
+/* The runtime call that led to the driver (the label DESIGN.md §2 asks for):
+ * the outermost frame of the innermost run of frames in a shared cudart — the
+ * function the program called, "cudaMalloc". NULL when no shared cudart is on
+ * the stack (a static one exports no name to go by).
+ * NOTE: derived here, from the stack, rather than by interposing cudaMalloc &c.:
+ * a hook on those must call the caller's own cudart, which a return address
+ * cannot identify reliably (tail calls; a cudart loaded RTLD_LOCAL is invisible
+ * to RTLD_NEXT; several copies may be loaded), and a wrong guess would send the
+ * program's allocation to another runtime instance. */
+static const char *runtime_call(struct frame_cache *cache, const uintptr_t *ips, int n)
+{
+	const char *name = NULL;
+
+	for (int i = 0; i < n; i++) {
+		struct frame_info spare;
+		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
+		const char *file = f->module != NULL ? strrchr(f->module, '/') : NULL;
+
+		file = file != NULL ? file + 1 : f->module;
+		if (file == NULL || strncmp(file, "libcudart", 9) != 0) {
+			if (name != NULL)
+				break; /* left the runtime: the last name seen is its entry */
+			continue;
+		}
+		if (f->function != NULL && strncmp(f->function, "cuda", 4) == 0)
+			name = f->function;
+	}
+	return name;
+}
+
 static void out_stacks(struct out *o, struct idset *ids)
 {
 	struct frame_cache cache = { 0 };
@@ -472,8 +502,10 @@ static void out_stacks(struct out *o, struct idset *ids)
 
 		p = put_lit(p, i ? ",\n  {\"id\": " : "\n  {\"id\": ");
 		p = put_u64(p, ids->v[i]);
-		p = put_lit(p, ", \"frames\": [");
+		p = put_lit(p, ", \"runtime_call\": ");
 		o->n = (size_t)(p - o->buf);
+		out_json_string_or_null(o, ips != NULL ? runtime_call(&cache, ips, depth) : NULL);
+		out_str(o, ", \"frames\": [");
 		if (ips != NULL)
 			out_frames(o, &cache, ips, depth);
 		out_str(o, "]}");

@@ -183,6 +183,8 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=[], metavar="VAR=VALUE")
     ap.add_argument("--stderr-has", action="append", default=[], metavar="REGEX")
     ap.add_argument("--no-ledger", action="store_true")
+    ap.add_argument("--runtime-call", action="append", default=[], metavar="NAME",
+                    help="some stack of an exit snapshot must name this runtime call")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
                     help="the main process's exit snapshot must count at least N in stats.NAME")
     argv = sys.argv[1:]
@@ -221,6 +223,11 @@ def main() -> int:
         released = {int(line.split()[1], 16) for line in output.splitlines() if line.startswith("RELEASED ")}
         more, compared = check(workdir, released)
         problems += more
+    exits = [load(p) for p in glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))]
+    calls = {st.get("runtime_call") for snap in exits for st in snap["stacks"]}
+    for name in args.runtime_call:
+        if name not in calls:
+            problems.append(f"no stack names the runtime call {name!r} (named: {sorted(c for c in calls if c)})")
     for item in args.stat_min:
         name, least = item.split("=", 1)
         exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))

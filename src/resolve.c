@@ -177,7 +177,7 @@ void *gmt__wrap_lookup(const char *symbol, void *p, int version, cuuint64_t flag
 		version = CUDA_VERSION;
 	}
 	v = variant_for(symbol, version, flags);
-	if (v == NULL || !real_set(v->api, p))
+	if (v == NULL || p == v->hook || !real_set(v->api, p))
 		return p;
 	return v->hook;
 }
@@ -196,7 +196,10 @@ GMT_NO_SANITIZE void *gmt__dlsym_hook(void *handle, const char *symbol)
 		if (strcmp(gmt__api_names[variants[i].api], symbol) != 0)
 			continue;
 		real = real_dlsym()(handle, symbol);
-		if (real == NULL || !real_set(variants[i].api, real))
+		/* A handle of this very library answers with the hook itself:
+		 * recording it as the real function would make the hook call
+		 * itself forever. */
+		if (real == NULL || real == variants[i].hook || !real_set(variants[i].api, real))
 			return NULL;
 		return variants[i].hook;
 	}

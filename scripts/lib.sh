@@ -47,17 +47,19 @@ gmt__probe() {
 	ninja-build)    gmt__have ninja ;;
 	pkg-config)     gmt__have pkg-config ;;
 	gcc)            gmt__have gcc ;;
+	g++)            gmt__have g++ ;;
 	libc6-dev)      [ -e /usr/include/stdio.h ] ;;
 	libunwind-dev)  gmt__have_lib libunwind libunwind-dev ;;
 	libjansson-dev) gmt__have_lib jansson libjansson-dev ;;
+	libdw-dev)      gmt__have_lib libdw libdw-dev ;;
 	python3)        gmt__have python3 ;;
 	binutils)       gmt__have readelf && gmt__have nm ;;
 	*)              return 1 ;;
 	esac
 }
 
-GMT_PACKAGES=(meson ninja-build pkg-config gcc libc6-dev libunwind-dev
-	      libjansson-dev python3 binutils)
+GMT_PACKAGES=(meson ninja-build pkg-config gcc g++ libc6-dev libunwind-dev
+	      libjansson-dev libdw-dev python3 binutils)
 
 gmt__missing() {
 	local p

@@ -22,6 +22,8 @@
  * library links explicitly (--no-as-needed). */
 #define GMT_GLIBC_PIN(sym, ver) __asm__(".symver " #sym "," #sym "@" ver)
 GMT_GLIBC_PIN(dlopen, GMT_GLIBC_BASE);
+GMT_GLIBC_PIN(dlclose, GMT_GLIBC_BASE);
+GMT_GLIBC_PIN(dlerror, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dlvsym, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dladdr, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dladdr1, GMT_GLIBC_DLADDR1);

@@ -7,6 +7,7 @@
 
 #include "event.h"
 #include "stacks.h"
+#include "symbols.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -326,22 +327,39 @@ static size_t idset_sorted(struct idset *s)
 	return n;
 }
 
-/* ---- frames: what the loader knows of an address, cached ---------------------- */
+/* ---- frames: what the loader and libdw know of an address, cached ------------- */
 
 struct frame_info {
 	uintptr_t ip;           /* 0 = empty slot */
 	const char *module;     /* NULL: dladdr knew nothing */
-	const char *function;
+	const char *function;   /* the loader's name (exported symbols) */
+	uintptr_t base;
+	size_t sym;             /* its source frames: syms[sym..sym + nsym) of the cache */
+	int nsym;               /* 0: libdw knew nothing */
+};
+
+/* Source frames kept per address: an inlining depth no real code reaches. */
+#define SYMS_PER_ADDRESS 64
+
+/* A module some frame lies in, for the "modules" map. */
+struct module_ref {
+	const char *path;
 	uintptr_t base;
 };
 
-/* NOTE: dladdr scans the symbol table of the object, so each lookup costs in
- * proportion to its symbols (libpython: thousands); stacks share most frames,
- * so each address is looked up once per snapshot. */
+/* NOTE: dladdr scans the symbol table of the object, and libdw walks line
+ * tables and DIEs, so each lookup costs in proportion to the module's size;
+ * stacks share most frames, so each address is looked up once per snapshot. */
 struct frame_cache {
 	struct frame_info *v;
 	size_t n, cap;
 	char *exe; /* the main program's absolute path, or NULL */
+	struct gmt__symbols *symbols; /* NULL without memory: frames without file and line */
+	struct gmt__frame_sym *syms;  /* the source frames of every address looked up */
+	size_t nsyms, capsyms;
+	struct module_ref *mods;      /* each (path, base) once, in the order first seen */
+	size_t nmods, capmods;
+	size_t lastmod;               /* the module of the previous lookup */
 };
 
 static size_t ip_hash(uintptr_t ip)
@@ -379,7 +397,70 @@ static void cache_grow(struct frame_cache *c)
 	c->cap = bigger.cap;
 }
 
-static void frame_resolve(struct frame_info *f, uintptr_t ip, const char *exe)
+/* Adds f's module to the map unless it is there; without memory it is left
+ * out (its frames still name it). */
+static void module_note(struct frame_cache *c, const struct frame_info *f)
+{
+	size_t i;
+
+	if (f->module == NULL || f->module[0] == '\0')
+		return;
+	if (c->lastmod < c->nmods && c->mods[c->lastmod].base == f->base &&
+	    strcmp(c->mods[c->lastmod].path, f->module) == 0)
+		return;
+	for (i = 0; i < c->nmods; i++) {
+		if (c->mods[i].base == f->base && strcmp(c->mods[i].path, f->module) == 0) {
+			c->lastmod = i;
+			return;
+		}
+	}
+	if (c->nmods == c->capmods) {
+		size_t cap = c->capmods ? 2 * c->capmods : 32;
+		struct module_ref *v = realloc(c->mods, cap * sizeof(*v));
+
+		if (v == NULL)
+			return;
+		c->mods = v;
+		c->capmods = cap;
+	}
+	c->mods[c->nmods] = (struct module_ref){ .path = f->module, .base = f->base };
+	c->lastmod = c->nmods++;
+}
+
+/* The source frames of f (from libdw) into the cache's pool; none without
+ * memory or when libdw knows nothing of the address. */
+static void frame_symbolise(struct frame_cache *c, struct frame_info *f)
+{
+	struct gmt__frame_sym tmp[SYMS_PER_ADDRESS];
+	int n;
+
+	/* NOTE: a name without a slash is no file (the vDSO's "linux-vdso.so.1"):
+	 * libdw would open whatever the current directory holds by that name. */
+	if (c->symbols == NULL || f->module == NULL || strchr(f->module, '/') == NULL)
+		return;
+	n = gmt__symbols_lookup(c->symbols, f->module, f->base, f->ip, tmp,
+				(int)(sizeof(tmp) / sizeof(tmp[0])));
+	if (n <= 0)
+		return;
+	if (c->capsyms - c->nsyms < (size_t)n) {
+		size_t cap = c->capsyms ? 2 * c->capsyms : 1024;
+		struct gmt__frame_sym *v;
+
+		while (cap - c->nsyms < (size_t)n)
+			cap *= 2;
+		v = realloc(c->syms, cap * sizeof(*v));
+		if (v == NULL)
+			return;
+		c->syms = v;
+		c->capsyms = cap;
+	}
+	memcpy(&c->syms[c->nsyms], tmp, (size_t)n * sizeof(*tmp));
+	f->sym = c->nsyms;
+	f->nsym = n;
+	c->nsyms += (size_t)n;
+}
+
+static void frame_resolve(struct frame_cache *c, struct frame_info *f, uintptr_t ip)
 {
 	struct link_map *map = NULL;
 	Dl_info info;
@@ -396,8 +477,10 @@ static void frame_resolve(struct frame_info *f, uintptr_t ip, const char *exe)
 	/* NOTE: for the main program the loader's name is argv[0] (maybe
 	 * relative, maybe rewritten by the program); its link map has the empty
 	 * name, and /proc/self/exe has the real path. */
-	if (map != NULL && map->l_name[0] == '\0' && exe != NULL)
-		f->module = exe;
+	if (map != NULL && map->l_name[0] == '\0' && c->exe != NULL)
+		f->module = c->exe;
+	module_note(c, f);
+	frame_symbolise(c, f);
 }
 
 /* What the loader knows of ip: from the cache, else resolved (into the cache,
@@ -420,34 +503,95 @@ static const struct frame_info *frame_lookup(struct frame_cache *c, uintptr_t ip
 		f = spare;
 	else
 		c->n++;
-	frame_resolve(f, ip, c->exe);
+	frame_resolve(c, f, ip);
 	return f;
 }
 
 /* ---- the document ------------------------------------------------------------- */
 
+/* One frame object: the address's loader facts, and one source frame (sym,
+ * or NULL: the loader's function name and no position). */
+static void out_frame(struct out *o, const struct frame_info *f, const struct gmt__frame_sym *sym,
+		      const char *function, bool first)
+{
+	char *p = out_room(o, OUT_RECORD_BYTES);
+
+	p = put_lit(p, first ? "{\"address\": " : ", {\"address\": ");
+	p = put_hex(p, f->ip);
+	if (f->module != NULL) {
+		p = put_lit(p, ", \"offset\": ");
+		p = put_hex(p, f->ip - f->base);
+	}
+	p = put_lit(p, ", \"module\": ");
+	o->n = (size_t)(p - o->buf);
+	out_json_string(o, f->module != NULL && f->module[0] != '\0' ? f->module : "?");
+	out_str(o, ", \"function\": ");
+	out_json_string_or_null(o, function);
+	out_str(o, ", \"file\": ");
+	out_json_string_or_null(o, sym != NULL ? sym->file : NULL);
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, ", \"line\": ");
+	p = sym != NULL && sym->line > 0 ? put_i64(p, sym->line) : put_lit(p, "null");
+	p = put_lit(p, sym != NULL && sym->inlined ? ", \"inlined\": true}" : ", \"inlined\": false}");
+	o->n = (size_t)(p - o->buf);
+}
+
+/* Each address as its source frames, innermost first (several where code was
+ * inlined), or as one frame the loader names. */
 static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t *ips, int n)
 {
-	int i;
+	bool first = true;
+	int i, k;
 
 	for (i = 0; i < n; i++) {
 		struct frame_info spare;
 		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
-		char *p = out_room(o, OUT_RECORD_BYTES);
 
-		p = put_lit(p, i ? ", {\"address\": " : "{\"address\": ");
-		p = put_hex(p, ips[i]);
-		if (f->module != NULL) {
-			p = put_lit(p, ", \"offset\": ");
-			p = put_hex(p, ips[i] - f->base);
+		if (f->nsym == 0) {
+			out_frame(o, f, NULL, f->function, first);
+			first = false;
+			continue;
 		}
-		p = put_lit(p, ", \"module\": ");
-		o->n = (size_t)(p - o->buf);
-		out_json_string(o, f->module != NULL && f->module[0] != '\0' ? f->module : "?");
-		out_str(o, ", \"function\": ");
-		out_json_string_or_null(o, f->function);
-		out_str(o, ", \"file\": null, \"line\": null}");
+		for (k = 0; k < f->nsym; k++) {
+			const struct gmt__frame_sym *sym = &cache->syms[f->sym + (size_t)k];
+			const char *function = sym->function;
+
+			/* The real function (the last) is what the loader names too. */
+			if (function == NULL && !sym->inlined)
+				function = f->function;
+			out_frame(o, f, sym, function, first);
+			first = false;
+		}
 	}
+}
+
+/* The "modules" map: each module a frame lies in, with its load base and GNU
+ * build-id, so that the addresses can be symbolised again offline. */
+static void out_modules(struct out *o, struct frame_cache *cache)
+{
+	char id[256];
+	size_t i;
+
+	out_str(o, " \"modules\": [");
+	for (i = 0; i < cache->nmods; i++) {
+		const struct module_ref *m = &cache->mods[i];
+		char *p;
+
+		out_str(o, i ? ",\n  {\"path\": " : "\n  {\"path\": ");
+		out_json_string(o, m->path);
+		p = out_room(o, OUT_RECORD_BYTES);
+		p = put_lit(p, ", \"base\": ");
+		p = put_hex(p, m->base);
+		p = put_lit(p, ", \"build_id\": ");
+		o->n = (size_t)(p - o->buf);
+		if (strchr(m->path, '/') != NULL &&
+		    gmt__symbols_build_id(cache->symbols, m->path, id, sizeof(id)) == 0)
+			out_json_string(o, id);
+		else
+			out_str(o, "null");
+		out_str(o, "}");
+	}
+	out_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
 }
 
 /* The runtime call that led to the driver (the label DESIGN.md §2 asks for):
@@ -480,6 +624,8 @@ static const char *runtime_call(struct frame_cache *cache, const uintptr_t *ips,
 	return name;
 }
 
+/* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
+ * loader's lock (dladdr) and opens files (libdw): only after table_done. */
 static void out_stacks(struct out *o, struct idset *ids)
 {
 	struct frame_cache cache = { 0 };
@@ -494,7 +640,9 @@ static void out_stacks(struct out *o, struct idset *ids)
 		free(cache.exe);
 		cache.exe = NULL;
 	}
+	cache.symbols = gmt__symbols_new();
 
+	out_str(o, " \"stacks\": [");
 	for (i = 0; i < n; i++) {
 		int depth = 0;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
@@ -510,6 +658,11 @@ static void out_stacks(struct out *o, struct idset *ids)
 			out_frames(o, &cache, ips, depth);
 		out_str(o, "]}");
 	}
+	out_str(o, n > 0 ? "\n ],\n" : "],\n");
+	out_modules(o, &cache);
+	gmt__symbols_free(cache.symbols);
+	free(cache.syms);
+	free(cache.mods);
 	free(cache.v);
 	free(cache.exe);
 }
@@ -783,11 +936,11 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	r = out_section(o, c.v + lo, c.n - lo, &apis, &ids);
 	if (r < 0)
 		goto out;
-	out_str(o, "]},\n \"stacks\": [");
+	out_str(o, "]},\n");
 	/* The table is not read again: the caller may let go of it. */
 	table_done(s, done);
 	out_stacks(o, &ids);
-	out_str(o, ids.n > 0 ? "\n ]\n}\n" : "]\n}\n");
+	out_str(o, "}\n");
 	out_flush(o);
 	r = o->err;
 out:

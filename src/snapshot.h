@@ -67,14 +67,12 @@ struct gmt__snapshot {
  * a reason that is not one lowercase word, -ENAMETOOLONG when the path does not
  * fit in len, else the errno of the failing call (-ENOSPC, -EACCES, ...).
  * errno is left as it was. dir NULL or "" means ".".
- * Live entries of GMT_SPACE_MEMORY, _ARRAY and _HANDLE are the "allocations",
- * sorted by address, then space; reservations and mappings go under "vmm".
- * "stack" is the interned id (0: none); "stacks" lists each id referenced once,
- * ascending. Frames carry the raw address, the module from the loader (dladdr;
- * the main program by its /proc/self/exe path) and the offset into it, the
- * function when the loader knows it, file and line null (symbolisation comes
- * later). Memory: a pointer per live entry for the sort, plus what the stacks
- * referenced need. */
+ * Live entries of GMT_SPACE_MEMORY, _ARRAY and _HANDLE are the "allocations";
+ * reservations and mappings go under "vmm". Frames are resolved after
+ * table_done, at dump time: function, file, line and inlined frames from the
+ * debug information through libdw when it can be loaded (symbols.h), else the
+ * loader's name (dladdr) with file and line null; "modules" lists each module a
+ * frame names, with its load base and build-id, for exact offline symbolisation. */
 int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len);
 
 #endif /* GMT_SNAPSHOT_H */

@@ -1,7 +1,8 @@
 /* Symbolisation at dump time: a module path and an address in it become
  * function, source file and line, inlined frames included, read from the DWARF
- * debug information with elfutils' libdw. Never on the hot path (DESIGN.md §3):
- * it opens files, allocates and takes the dynamic loader's lock. */
+ * debug information with elfutils' libdw, which is dlopen()ed at first use (not
+ * linked: without it every lookup finds nothing). Never on the hot path
+ * (DESIGN.md §3): it opens files, allocates and takes the dynamic loader's lock. */
 #ifndef GMT_SYMBOLS_H
 #define GMT_SYMBOLS_H
 
@@ -20,7 +21,9 @@ struct gmt__frame_sym {
 
 /* A cache of opened modules (each file opened and its debug information
  * indexed once) and of demangled names. Not thread-safe: one caller at a time,
- * which the snapshot writer is. NULL without memory. */
+ * which the snapshot writer is. NULL without memory. The first call loads
+ * libdw.so.1; when it cannot, the object is still made, every lookup returns 0
+ * and every build-id -ENOENT (one gmt__info line says so). */
 struct gmt__symbols *gmt__symbols_new(void);
 void gmt__symbols_free(struct gmt__symbols *s);
 

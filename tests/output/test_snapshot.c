@@ -263,37 +263,60 @@ static void check_record(json_t *r, const struct gmt__entry *e)
 	}
 }
 
+/* Each address as one or more frames (inlined code: its source frames,
+ * innermost first, the last one the real function), each with what dladdr
+ * says of the address; where libdw knows nothing, the loader's function name
+ * and no file or line. */
 static void check_frames(json_t *frames, const uintptr_t *ips, int n, const char *self)
 {
 	Dl_info me;
 	void *self_base = dladdr((void *)gmt_test_known_function, &me) ? me.dli_fbase : NULL;
+	size_t at = 0, total = json_array_size(frames);
 	int i;
 
-	CHECK_INT(json_array_size(frames), n);
-	for (i = 0; i < n && i < (int)json_array_size(frames); i++) {
-		json_t *fr = json_array_get(frames, (size_t)i);
+	for (i = 0; i < n; i++) {
 		Dl_info info;
 		bool known = dladdr((void *)(ips[i] - 1), &info) != 0;
+		json_t *fr = NULL;
 
-		CHECK_U64(jhex(fr, "address"), ips[i]);
-		CHECK(json_is_null(json_object_get(fr, "file")));
-		CHECK(json_is_null(json_object_get(fr, "line")));
+		CHECK(at < total);
+		for (; at < total; at++) {
+			fr = json_array_get(frames, at);
+			CHECK_U64(jhex(fr, "address"), ips[i]);
+			if (!json_is_true(json_object_get(fr, "inlined")))
+				break;
+			CHECK(json_is_string(json_object_get(fr, "file")));
+		}
+		if (at++ >= total)
+			break;
+		CHECK(json_is_false(json_object_get(fr, "inlined")));
 		if (!known) {
 			CHECK_STR(jstr(fr, "module"), "?");
 			CHECK(json_is_null(json_object_get(fr, "function")));
+			CHECK(json_is_null(json_object_get(fr, "file")));
+			CHECK(json_is_null(json_object_get(fr, "line")));
 			continue;
 		}
 		/* the main program by its real path, not argv[0] as dladdr says */
 		CHECK_STR(jstr(fr, "module"), info.dli_fbase == self_base ? self : info.dli_fname);
-		CHECK_STR(jstr(fr, "function"), info.dli_sname);
 		CHECK_U64(jhex(fr, "offset"), ips[i] - (uintptr_t)info.dli_fbase);
+		if (json_is_null(json_object_get(fr, "file"))) {
+			CHECK(json_is_null(json_object_get(fr, "line")));
+			if (info.dli_sname != NULL)
+				CHECK_STR(jstr(fr, "function"), info.dli_sname);
+		}
 	}
-	/* the ground truth itself: dladdr names the functions we planted */
+	CHECK_INT(at, total);
+	/* the ground truth itself: dladdr and libdw name the function we planted,
+	 * libdw with this file */
 	if (ips[0] == (uintptr_t)gmt_test_known_function + 1) {
 		json_t *fr = json_array_get(frames, 0);
+		const char *file = jstr(fr, "file");
 
 		CHECK_STR(jstr(fr, "function"), "gmt_test_known_function");
 		CHECK_STR(jstr(fr, "module"), self);
+		CHECK(file != NULL && strstr(file, "test_snapshot.c") != NULL);
+		CHECK(jint(fr, "line") > 0);
 	}
 }
 
@@ -428,6 +451,20 @@ static void test_document(void)
 		check_frames(json_object_get(second, "frames"), f.frames_b, 2, self);
 		CHECK(strstr(jstr(json_array_get(json_object_get(first, "frames"), 1), "module"),
 			     "libc") != NULL);
+	}
+
+	/* the module map: this program (with its base and build-id) and libc */
+	a = json_object_get(doc, "modules");
+	CHECK_INT(json_array_size(a), 2);
+	{
+		Dl_info me;
+		json_t *m = json_array_get(a, 0);
+
+		CHECK(dladdr((void *)gmt_test_known_function, &me) != 0);
+		CHECK_STR(jstr(m, "path"), self);
+		CHECK_U64(jhex(m, "base"), (uintptr_t)me.dli_fbase);
+		CHECK(json_is_string(json_object_get(m, "build_id")));
+		CHECK(strstr(jstr(json_array_get(a, 1), "path"), "libc") != NULL);
 	}
 	json_decref(doc);
 

@@ -16,12 +16,15 @@ moments (ground truth, docs/simulator.md):
 
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
-         [--no-ledger]
+         [--no-ledger] [--frame-has FILE:LINE]...
 
 --compare-untraced also runs the program without the tracer and requires the
 same output (lines "PID" and "LIVE" aside, which hold pids and addresses);
 --env adds to the traced run's environment; --stderr-has requires a line of the
-traced run's stderr to match; --no-ledger is for programs that make no CUDA call.
+traced run's stderr to match; --no-ledger is for programs that make no CUDA call;
+--frame-has requires a frame of an exit snapshot with that file (base name) and
+line, whose module "modules" lists with a build-id (LINE a number, or a word W:
+the number the program printed on a line "W <n>").
 """
 from __future__ import annotations
 
@@ -172,6 +175,30 @@ def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], in
     return problems, compared
 
 
+def frame_problems(snaps: list[dict[str, Any]], want: str, output: str) -> list[str]:
+    """What is wrong with the exit snapshots snaps for one --frame-has FILE:LINE."""
+    file, _, line = want.rpartition(":")
+    if not line.isdigit():
+        said = [ln.split()[1] for ln in output.splitlines()
+                if ln.startswith(line + " ") and len(ln.split()) == 2 and ln.split()[1].isdigit()]
+        if not said:
+            return [f"--frame-has {want}: the program printed no line {line!r} with a number"]
+        line = said[0]
+    frames = [(snap, fr) for snap in snaps for st in snap["stacks"] for fr in st["frames"]]
+    hits = [(snap, fr) for snap, fr in frames
+            if fr.get("file") and os.path.basename(fr["file"]) == file and fr.get("line") == int(line)]
+    if not hits:
+        seen = sorted({f"{os.path.basename(fr['file'])}:{fr.get('line')}" for _, fr in frames if fr.get("file")})
+        return [f"no frame of an exit snapshot is at {file}:{line} (frames with a file: {seen[:10]})"]
+    snap, fr = hits[0]
+    ids = {m["path"]: m.get("build_id") for m in snap.get("modules", [])}
+    if fr["module"] not in ids:
+        return [f"the module {fr['module']!r} of the frame at {file}:{line} is not in \"modules\""]
+    if not ids[fr["module"]]:
+        return [f"\"modules\" lists {fr['module']!r} without a build_id"]
+    return []
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("program")
@@ -185,6 +212,8 @@ def main() -> int:
     ap.add_argument("--no-ledger", action="store_true")
     ap.add_argument("--runtime-call", action="append", default=[], metavar="NAME",
                     help="some stack of an exit snapshot must name this runtime call")
+    ap.add_argument("--frame-has", action="append", default=[], metavar="FILE:LINE",
+                    help="some frame of an exit snapshot must be at this file (base name) and line")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
                     help="the main process's exit snapshot must count at least N in stats.NAME")
     argv = sys.argv[1:]
@@ -228,6 +257,8 @@ def main() -> int:
     for name in args.runtime_call:
         if name not in calls:
             problems.append(f"no stack names the runtime call {name!r} (named: {sorted(c for c in calls if c)})")
+    for want_frame in args.frame_has:
+        problems += frame_problems(exits, want_frame, output)
     for item in args.stat_min:
         name, least = item.split("=", 1)
         exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))

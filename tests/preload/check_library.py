@@ -5,7 +5,8 @@
   script (src/libgpumemtrace.map), and those are exactly the hooks of
   src/hooks.h's GMT_HOOKS list plus dlsym — nothing internal leaks out;
 - glibc: no symbol version newer than the architecture's baseline (2.17) is
-  required, so the library loads on glibc before 2.34 (DESIGN.md §2).
+  required, and libdl.so.2 and libpthread.so.0 are NEEDED where their functions
+  are used, so the library loads on glibc before 2.34 (DESIGN.md §2).
 
 Usage: check_library.py LIB SRCDIR --objdump OBJDUMP
 """
@@ -40,6 +41,11 @@ def hook_list(path: str) -> set[str]:
     return set(re.findall(r"X\((\w+),", block))
 
 
+def needed(objdump: str, lib: str) -> set[str]:
+    out = subprocess.run([objdump, "-p", lib], check=True, stdout=subprocess.PIPE, text=True).stdout
+    return {line.split()[1] for line in out.splitlines() if line.strip().startswith("NEEDED")}
+
+
 def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("_", 1)[1].split("."))
 
@@ -66,6 +72,14 @@ def main() -> int:
                       if not defined and ver.startswith("GLIBC_") and version_tuple(ver) > (2, 17)})
     if too_new:
         problems.append(f"requires glibc symbol versions newer than 2.17: {too_new}")
+    # Before glibc 2.34 the pinned dl* and pthread_* functions live in libdl and
+    # libpthread: those must be loaded with the library, or it fails to load there.
+    deps = needed(args.objdump, args.lib)
+    undefined = {name for name, ver, defined in syms if not defined and ver.startswith("GLIBC_")}
+    for prefix, soname in (("dl", "libdl.so.2"), ("pthread_", "libpthread.so.0")):
+        users = sorted(n for n in undefined if n.startswith(prefix) and n != "dl_iterate_phdr")
+        if users and soname not in deps:
+            problems.append(f"uses {users[:3]} but does not need {soname} (NEEDED: {sorted(deps)})")
     for p in problems:
         print("FAIL:", p)
     if not problems:

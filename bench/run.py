@@ -73,6 +73,34 @@ def no_loss(build: str, threads: int, pairs: int) -> dict[str, Any]:
             "gaps_skipped": snap["stats"].get("gaps_skipped")}
 
 
+def snapshot_cost(build: str, levels: int, repeat: int) -> dict[str, Any]:
+    """Wall time of an exit snapshot that symbolises 2^levels distinct stacks:
+    the same traced run with and without the exit snapshot, medians."""
+    import time
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GMTSIM_", "GPUMEMTRACE_", "LD_PRELOAD"))}
+    env.update({"LD_LIBRARY_PATH": os.path.join(build, "sim", "driver"), "GMTSIM_MEMORY": "8G",
+                "LD_PRELOAD": os.path.join(build, "src", "libgpumemtrace.so"),
+                "GPUMEMTRACE_STACK_DEPTH": "64"})
+    times: dict[str, list[float]] = {"oom": [], "exit": []}
+    workdir = tempfile.mkdtemp(prefix="gmt-bench-stacks-")
+    size = 0
+    for _ in range(repeat):
+        for trigger in ("oom", "exit"):
+            env["GPUMEMTRACE_SNAPSHOT_ON"] = trigger
+            env["GPUMEMTRACE_DIR"] = workdir
+            t0 = time.monotonic()
+            subprocess.run([os.path.join(build, "bench", "stacks"), str(levels)], env=env, check=True,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=600)
+            times[trigger].append(time.monotonic() - t0)
+    snaps = glob.glob(os.path.join(workdir, "*.exit.*.json"))
+    nstacks = len(check_trace.load(snaps[0])["stacks"]) if snaps else 0
+    size = os.path.getsize(snaps[0]) if snaps else 0
+    subprocess.run(["rm", "-rf", workdir], check=False)
+    return {"unique_stacks": nstacks, "snapshot_bytes": size,
+            "seconds": round(statistics.median(times["exit"]) - statistics.median(times["oom"]), 3)}
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'threads':>7} {'stacks':>6} {'untraced ns':>12} {'traced ns':>10} {'added ns':>9} {'ratio':>6}"]
     for r in rows:
@@ -96,7 +124,9 @@ def main() -> int:
     repeat = args.repeat or (1 if args.quick else 5)
     rows = [measure(build, threads, pairs, depth, repeat) for threads in (1, 8) for depth in (0, 16, 64)]
     loss = no_loss(build, 8, 5000 if args.quick else 1000000)
-    result = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss}
+    stacks = snapshot_cost(build, 10 if args.quick else 14, repeat)
+    result = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss,
+              "symbolised_snapshot": stacks}
     print("ns per allocation+free pair (cuMemAlloc_v2 + cuMemFree_v2 of 1 KiB, simulated driver, "
           "call chain 70 deep; median of", repeat, "runs)")
     print(table(rows))
@@ -106,6 +136,8 @@ def main() -> int:
           f"{loss['producer_drains']} drains by producers, {loss['gaps_skipped']} gaps skipped)")
     for p in loss["problems"]:
         print("  ", p)
+    print(f"exit snapshot symbolising {stacks['unique_stacks']} unique stacks (64 frames max, libdw): "
+          f"{stacks['seconds']:.3f} s ({stacks['snapshot_bytes'] / 2**20:.1f} MiB)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "options.h"
+#include "pystack.h"
 #include "ring.h"
 #include "snapshot.h"
 #include "stacks.h"
@@ -50,6 +51,7 @@
 	X(undo_lost, "failed calls whose record could no longer be undone")                   \
 	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
 	X(device_unknown, "allocations whose device could not be asked")                      \
+	X(python_stacks, "allocations recorded with Python frames")                           \
 	X(snapshots, "snapshots written")                                                     \
 	X(snapshot_errors, "snapshots that could not be written")
 
@@ -77,6 +79,7 @@ static struct {
 	_Atomic int state;
 	const struct gmt__options *opt;
 	int depth; /* stack depth in frames, 0: no stacks */
+	bool python; /* Python frames wanted (found or not yet) */
 	pthread_key_t ring_key;
 	_Atomic bool consumer_running;
 	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
@@ -520,9 +523,19 @@ static uint64_t drain_visible(void)
 
 static void *consumer_main(void *arg)
 {
+	uint64_t next_probe = 0;
+
 	(void)arg;
 	while (!atomic_load_explicit(&core.stopping, memory_order_relaxed)) {
 		uint64_t n;
+
+		/* An interpreter may be loaded later than the tracer started (a
+		 * program embedding Python): look for one again every second. */
+		if (core.python && now_ns(CLOCK_MONOTONIC) >= next_probe) {
+			next_probe = gmt__py_probe() ? UINT64_MAX : now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+			if (next_probe == UINT64_MAX)
+				gmt__info("Python interpreter found: recording Python frames");
+		}
 
 		pthread_mutex_lock(&core.lock);
 		n = drain_visible();
@@ -684,6 +697,7 @@ static void fork_child(void)
 		return;
 	pthread_mutex_unlock(&core.lock);
 	gmt__stack_after_fork();
+	gmt__py_after_fork();
 	gmt__rings_after_fork(tls.ring);
 	tls.tid = (uint32_t)syscall(SYS_gettid);
 	gmt__table_clear(core.table);
@@ -735,6 +749,9 @@ static int init(void)
 		gmt__warn("cannot start the unwinder; recording without stacks");
 		core.depth = 0;
 	}
+	core.python = core.depth > 0 && core.opt->python_stacks;
+	if (core.python && gmt__py_probe())
+		gmt__info("Python interpreter found: recording Python frames");
 	r = pthread_key_create(&core.ring_key, ring_exit);
 	if (r != 0) {
 		gmt__warn("cannot create a thread key (%s); not tracing", strerror(r));
@@ -865,9 +882,9 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
 		start_consumer();
 	if (core.depth > 0 && (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)) {
-		uintptr_t ips[GMT_STACK_MAX_DEPTH];
+		uintptr_t ips[GMT_STACK_MAX_FRAMES];
 		int want = core.depth + 8 < GMT_STACK_MAX_DEPTH ? core.depth + 8 : GMT_STACK_MAX_DEPTH;
-		int n = gmt__stack_capture(ips, want, 0), first = 0;
+		int n = gmt__stack_capture(ips, want, 0), first = 0, py;
 
 		/* The innermost frames are the tracer's own (this function, the
 		 * gmt__on_* caller, the hook): drop them by address, which no
@@ -876,7 +893,11 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 			first++;
 		if (n - first > core.depth)
 			n = first + core.depth;
-		ev->stack = gmt__stack_intern(ips + first, n - first);
+		/* The Python frames follow the native ones (pystack.h). */
+		py = core.python ? gmt__py_capture(ips + n, core.depth) : 0;
+		if (py > 0)
+			STAT_ADD(python_stacks, 1);
+		ev->stack = gmt__stack_intern(ips + first, n + py - first);
 	}
 	ev->time_ns = now_ns(CLOCK_REALTIME);
 	ev->tid = tls.tid;

@@ -6,6 +6,7 @@
 #include "snapshot.h"
 
 #include "event.h"
+#include "pystack.h"
 #include "stacks.h"
 #include "symbols.h"
 
@@ -532,36 +533,181 @@ static void out_frame(struct out *o, const struct frame_info *f, const struct gm
 	p = out_room(o, OUT_RECORD_BYTES);
 	p = put_lit(p, ", \"line\": ");
 	p = sym != NULL && sym->line > 0 ? put_i64(p, sym->line) : put_lit(p, "null");
-	p = put_lit(p, sym != NULL && sym->inlined ? ", \"inlined\": true}" : ", \"inlined\": false}");
+	p = put_lit(p, sym != NULL && sym->inlined ? ", \"inlined\": true" : ", \"inlined\": false");
+	p = put_lit(p, ", \"python\": false}");
 	o->n = (size_t)(p - o->buf);
 }
 
-/* Each address as its source frames, innermost first (several where code was
+/* One Python frame (pystack.h): no address or module, a function, file and
+ * line, and the marker. */
+static void out_py_frame(struct out *o, uintptr_t word, bool first)
+{
+	const char *function = NULL, *file = NULL;
+	int line = 0;
+	char *p;
+
+	(void)gmt__py_frame(word, &function, &file, &line);
+	out_str(o, first ? "{\"address\": null, \"module\": null, \"function\": "
+			 : ", {\"address\": null, \"module\": null, \"function\": ");
+	out_json_string_or_null(o, function);
+	out_str(o, ", \"file\": ");
+	out_json_string_or_null(o, file);
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, ", \"line\": ");
+	p = line > 0 ? put_i64(p, line) : put_lit(p, "null");
+	p = put_lit(p, ", \"inlined\": false, \"python\": true}");
+	o->n = (size_t)(p - o->buf);
+}
+
+/* One address as its source frames, innermost first (several where code was
  * inlined), or as one frame the loader names. */
+static void out_native(struct out *o, struct frame_cache *cache, uintptr_t ip, bool *first)
+{
+	struct frame_info spare;
+	const struct frame_info *f = frame_lookup(cache, ip, &spare);
+
+	if (f->nsym == 0) {
+		out_frame(o, f, NULL, f->function, *first);
+		*first = false;
+		return;
+	}
+	for (int k = 0; k < f->nsym; k++) {
+		const struct gmt__frame_sym *sym = &cache->syms[f->sym + (size_t)k];
+		const char *function = sym->function;
+
+		/* The real function (the last) is what the loader names too. */
+		if (function == NULL && !sym->inlined)
+			function = f->function;
+		out_frame(o, f, sym, function, *first);
+		*first = false;
+	}
+}
+
+/* Whether the native frame at ip is the interpreter's evaluation loop, by
+ * the loader's name or the real function libdw names. */
+static bool is_eval_frame(struct frame_cache *cache, uintptr_t ip)
+{
+	struct frame_info spare;
+	const struct frame_info *f = frame_lookup(cache, ip, &spare);
+
+	if (gmt__py_is_eval_function(f->function))
+		return true;
+	return f->nsym > 0 && gmt__py_is_eval_function(cache->syms[f->sym + (size_t)f->nsym - 1].function);
+}
+
+/* A run of the native stack that Python frames stand in for: from one
+ * evaluation-loop frame to another with only interpreter frames between. */
+struct py_span {
+	int first, last; /* native frame indices, both loop frames */
+	int loops;       /* loop frames in it */
+	int take;        /* Python frames placed there */
+};
+
+/* Splits the nn native frames into spans; returns how many (at most nn). */
+static int python_spans(struct frame_cache *cache, const uintptr_t *ips, int nn, struct py_span *spans)
+{
+	uintptr_t base = gmt__py_interpreter_base();
+	int k = 0, since = -1; /* since: the last loop frame, while only interpreter frames followed */
+
+	for (int i = 0; i < nn; i++) {
+		struct frame_info spare;
+
+		if (is_eval_frame(cache, ips[i])) {
+			if (since >= 0) {
+				spans[k - 1].last = i;
+				spans[k - 1].loops++;
+			} else {
+				spans[k++] = (struct py_span){ .first = i, .last = i, .loops = 1 };
+			}
+			since = i;
+		} else if (since >= 0 && (base == 0 || frame_lookup(cache, ips[i], &spare)->base != base)) {
+			since = -1; /* a frame outside the interpreter: C called back into Python */
+		}
+	}
+	return k;
+}
+
+/* Shares the np Python frames (innermost first) among the spans.
+ * NOTE: the public C API does not say which Python frames one native loop
+ * call runs. Up to 3.10 it runs exactly one, so each span takes as many as
+ * it has loop frames, and any surplus (native frames cut at the depth limit)
+ * goes to the outermost span. From 3.11 Python-to-Python calls run inline and
+ * one loop call runs a chain: each span takes one frame per loop frame and
+ * the innermost span takes the surplus — exact when C calls back into Python
+ * nowhere, or only one frame deep (the usual shapes: Python code calling an
+ * extension that allocates, a thread's entry), approximate otherwise. */
+static void python_share(struct py_span *spans, int k, int np)
+{
+	int left = np;
+
+	for (int j = 0; j < k; j++) {
+		spans[j].take = spans[j].loops < left ? spans[j].loops : left;
+		left -= spans[j].take;
+	}
+	if (left > 0)
+		spans[gmt__py_frame_per_eval() ? k - 1 : 0].take += left;
+}
+
+/* Where the Python frames go when no native frame is the evaluation loop
+ * (an interpreter without symbols): before the innermost frame in the
+ * interpreter, else after every native frame. */
+static int python_insertion(struct frame_cache *cache, const uintptr_t *ips, int nn)
+{
+	uintptr_t base = gmt__py_interpreter_base();
+
+	for (int i = 0; base != 0 && i < nn; i++) {
+		struct frame_info spare;
+
+		if (frame_lookup(cache, ips[i], &spare)->base == base)
+			return i;
+	}
+	return nn;
+}
+
+static void out_py_frames(struct out *o, const uintptr_t *words, int n, bool *first)
+{
+	for (int i = 0; i < n; i++) {
+		out_py_frame(o, words[i], *first);
+		*first = false;
+	}
+}
+
+/* A stack's frames, innermost first: its native frames, with its Python
+ * frames (stored after them) in place of the interpreter's evaluation loop
+ * and the interpreter frames between loop frames. */
 static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t *ips, int n)
 {
+	struct py_span spans[GMT_STACK_MAX_DEPTH]; /* at most one per native frame */
+	int nn = 0, np, k, at, j = 0, py = 0;
 	bool first = true;
-	int i, k;
 
-	for (i = 0; i < n; i++) {
-		struct frame_info spare;
-		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
-
-		if (f->nsym == 0) {
-			out_frame(o, f, NULL, f->function, first);
-			first = false;
+	while (nn < n && !gmt__py_is_frame(ips[nn]))
+		nn++;
+	np = n - nn;
+	k = np > 0 ? python_spans(cache, ips, nn, spans) : 0;
+	if (np > 0 && k == 0) {
+		at = python_insertion(cache, ips, nn);
+		for (int i = 0; i < nn; i++) {
+			if (i == at)
+				out_py_frames(o, ips + nn, np, &first);
+			out_native(o, cache, ips[i], &first);
+		}
+		if (at == nn)
+			out_py_frames(o, ips + nn, np, &first);
+		return;
+	}
+	python_share(spans, k, np);
+	for (int i = 0; i < nn; i++) {
+		while (j < k && spans[j].last < i)
+			j++;
+		if (j < k && i >= spans[j].first && spans[j].take > 0) {
+			if (i == spans[j].first) {
+				out_py_frames(o, ips + nn + py, spans[j].take, &first);
+				py += spans[j].take;
+			}
 			continue;
 		}
-		for (k = 0; k < f->nsym; k++) {
-			const struct gmt__frame_sym *sym = &cache->syms[f->sym + (size_t)k];
-			const char *function = sym->function;
-
-			/* The real function (the last) is what the loader names too. */
-			if (function == NULL && !sym->inlined)
-				function = f->function;
-			out_frame(o, f, sym, function, first);
-			first = false;
-		}
+		out_native(o, cache, ips[i], &first);
 	}
 }
 
@@ -607,7 +753,7 @@ static const char *runtime_call(struct frame_cache *cache, const uintptr_t *ips,
 {
 	const char *name = NULL;
 
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !gmt__py_is_frame(ips[i]); i++) {
 		struct frame_info spare;
 		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
 		const char *file = f->module != NULL ? strrchr(f->module, '/') : NULL;
@@ -855,10 +1001,6 @@ static void out_header(struct out *o, const struct gmt__snapshot *s)
 
 		out_str(o, " \"failed_request\": {\"api\": ");
 		out_json_string(o, f->api != NULL ? f->api : "unknown");
-		if (f->label != NULL) {
-			out_str(o, ", \"label\": ");
-			out_json_string(o, f->label);
-		}
 		p = out_room(o, OUT_RECORD_BYTES);
 		p = put_lit(p, ", \"size\": ");
 		p = put_u64(p, f->size);

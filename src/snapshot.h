@@ -22,7 +22,6 @@ struct gmt__snapshot_device {
 
 struct gmt__snapshot_request {
 	const char *api;       /* the entry point that failed, e.g. "cuMemAlloc_v2" */
-	const char *label;     /* the runtime call above it ("cudaMalloc"), or NULL */
 	uint64_t size;
 	int device;
 	int result;            /* the CUresult it returned */

@@ -302,8 +302,8 @@ uint32_t gmt__stack_intern(const uintptr_t *ips, int n)
 
 	if (n <= 0)
 		return 0;
-	if (n > GMT_STACK_MAX_DEPTH)
-		n = GMT_STACK_MAX_DEPTH;
+	if (n > GMT_STACK_MAX_FRAMES)
+		n = GMT_STACK_MAX_FRAMES;
 	h = stack_hash(ips, n);
 
 	/* A2: acquire of the set pointer; pairs with R2 in set_reserve. */

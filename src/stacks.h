@@ -8,6 +8,9 @@
 #include <stdint.h>
 
 #define GMT_STACK_MAX_DEPTH 256
+/* Frames one interned stack may hold: native ones and as many Python frames
+ * (pystack.h) after them. */
+#define GMT_STACK_MAX_FRAMES (2 * GMT_STACK_MAX_DEPTH)
 
 /* Warm up the unwinder (its caches, the first-use allocations of libunwind) so
  * that later captures do not allocate. Call once at initialisation, outside any
@@ -22,7 +25,8 @@ int gmt__stack_init(void);
  * `skip` at 32. */
 int gmt__stack_capture(uintptr_t *ips, int max, int skip);
 
-/* The id of the stack ips[0..n): equal stacks get equal ids. Thread-safe;
+/* The id of the stack ips[0..n) (n at most GMT_STACK_MAX_FRAMES; words
+ * beyond are left out): equal stacks get equal ids. Thread-safe;
  * looking up a stack seen before takes no lock and allocates nothing. Returns
  * 0 for n == 0 and when the stack cannot be stored (memory). */
 uint32_t gmt__stack_intern(const uintptr_t *ips, int n);

@@ -68,6 +68,8 @@ static void help(void)
 	       "                       writes oom and exit snapshots, and says so for the others\n"
 	       "  --depth N            GPUMEMTRACE_STACK_DEPTH: native frames per allocation,\n"
 	       "                       0 to 256, 0 turns stacks off (default: 64)\n"
+	       "  --no-python-stacks   GPUMEMTRACE_PYTHON_STACKS=0: native frames only, no\n"
+	       "                       Python frames (default: recorded where the GIL is held)\n"
 	       "  --verbose            GPUMEMTRACE_VERBOSE=1: print the options and progress\n"
 	       "  -h, --help           this text\n"
 	       "  --                   ends the options; the command follows\n"
@@ -294,6 +296,8 @@ static int run(int argc, char **argv)
 			set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
 		else if ((v = option_value(argc, argv, &i, "--depth")) != NULL)
 			set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
+		else if (strcmp(arg, "--no-python-stacks") == 0)
+			set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
 		else if (strcmp(arg, "--verbose") == 0)
 			set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
 		else if (arg[0] == '-')

@@ -147,10 +147,11 @@ def test_environment(c: Checker, launcher: str, tmp: str) -> None:
     env = clean_env()
     env["GPUMEMTRACE_STACK_DEPTH"] = "5"
     env["GPUMEMTRACE_RING_EVENTS"] = "128"
-    got_env = env_of(run(exe, ["run", "--depth=7", "--verbose", "--", "env"], env).out)
+    got_env = env_of(run(exe, ["run", "--depth=7", "--verbose", "--no-python-stacks", "--", "env"], env).out)
     c.eq("--depth= form", got_env.get("GPUMEMTRACE_STACK_DEPTH"), "7")
     c.eq("kept variable", got_env.get("GPUMEMTRACE_RING_EVENTS"), "128")
     c.eq("--verbose", got_env.get("GPUMEMTRACE_VERBOSE"), "1")
+    c.eq("--no-python-stacks", got_env.get("GPUMEMTRACE_PYTHON_STACKS"), "0")
 
     # --dir: absolute, so that a command changing directory still writes there
     os.makedirs(os.path.join(tmp, "snaps"), exist_ok=True)

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 5
+#define NOPTIONS 6
 #define MAX_ENV 4
 #define MAX_WANT 3
 
@@ -30,7 +30,7 @@ struct option_case {
 	const char *never;            /* must not appear in the log */
 };
 
-enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16 };
+enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32 };
 
 #define BAD(var, value, shown)                                                          \
 	{ .env = { var "=" value }, .lines = 1,                                         \
@@ -59,6 +59,8 @@ static const struct option_case cases[] = {
 	{ .env = { "GPUMEMTRACE_STACK_DEPTH=256" }, .want.stack_depth = 256, .set = F_DEPTH },
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=64" }, .want.ring_events = 64, .set = F_RING },
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=1048576" }, .want.ring_events = 1048576, .set = F_RING },
+	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=0" }, .want.python_stacks = false, .set = F_PYTHON },
+	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=on" }, .want.python_stacks = true, .set = F_PYTHON },
 	{ .env = { "GPUMEMTRACE_VERBOSE=0" }, .want.verbose = false, .set = F_VERBOSE },
 	{ .env = { "GPUMEMTRACE_VERBOSE=false" }, .want.verbose = false, .set = F_VERBOSE },
 	{ .env = { "GPUMEMTRACE_VERBOSE=No" }, .want.verbose = false, .set = F_VERBOSE },
@@ -103,6 +105,7 @@ static const struct option_case cases[] = {
 	BAD("GPUMEMTRACE_RING_EVENTS", "0", "0"),
 	BAD("GPUMEMTRACE_RING_EVENTS", "2097152", "2097152"),
 	BAD("GPUMEMTRACE_RING_EVENTS", "4k", "4k"),
+	BAD("GPUMEMTRACE_PYTHON_STACKS", "python", "python"),
 	BAD("GPUMEMTRACE_VERBOSE", "", ""),
 	BAD("GPUMEMTRACE_VERBOSE", "2", "2"),
 	BAD("GPUMEMTRACE_VERBOSE", "y", "y"),
@@ -207,6 +210,8 @@ static int run_case(const struct option_case *c, int log_rd)
 		want.ring_events = c->want.ring_events;
 	if (c->set & F_VERBOSE)
 		want.verbose = c->want.verbose;
+	if (c->set & F_PYTHON)
+		want.python_stacks = c->want.python_stacks;
 
 	gmt__options_parse(&got, (char *const *)c->env);
 	bad += compare(&got, &want);

@@ -16,7 +16,7 @@ moments (ground truth, docs/simulator.md):
 
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
-         [--no-ledger] [--frame-has FILE:LINE]...
+         [--no-ledger] [--frame-has FILE:LINE]... [--python-stack SIZE=CHAIN]...
 
 --compare-untraced also runs the program without the tracer and requires the
 same output (lines "PID" and "LIVE" aside, which hold pids and addresses);
@@ -24,7 +24,12 @@ same output (lines "PID" and "LIVE" aside, which hold pids and addresses);
 traced run's stderr to match; --no-ledger is for programs that make no CUDA call;
 --frame-has requires a frame of an exit snapshot with that file (base name) and
 line, whose module "modules" lists with a build-id (LINE a number, or a word W:
-the number the program printed on a line "W <n>").
+the number the program printed on a line "W <n>"); --python-stack requires
+the one live allocation of SIZE bytes in the exit snapshot to have exactly the
+Python frames CHAIN names first (innermost first; empty: no Python frame at
+all): a comma list of FUNCTION or FUNCTION@LINE (LINE as for --frame-has, in
+the program's own file; a qualified FUNCTION also matches its last part). Its Python frames must stand where the interpreter's
+were: after a native frame, and no evaluation-loop frame left in the stack.
 """
 from __future__ import annotations
 
@@ -177,13 +182,10 @@ def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], in
 
 def frame_problems(snaps: list[dict[str, Any]], want: str, output: str) -> list[str]:
     """What is wrong with the exit snapshots snaps for one --frame-has FILE:LINE."""
-    file, _, line = want.rpartition(":")
-    if not line.isdigit():
-        said = [ln.split()[1] for ln in output.splitlines()
-                if ln.startswith(line + " ") and len(ln.split()) == 2 and ln.split()[1].isdigit()]
-        if not said:
-            return [f"--frame-has {want}: the program printed no line {line!r} with a number"]
-        line = said[0]
+    file, _, word = want.rpartition(":")
+    line = word_line(word, output)
+    if line is None:
+        return [f"--frame-has {want}: the program printed no line {word!r} with a number"]
     frames = [(snap, fr) for snap in snaps for st in snap["stacks"] for fr in st["frames"]]
     hits = [(snap, fr) for snap, fr in frames
             if fr.get("file") and os.path.basename(fr["file"]) == file and fr.get("line") == int(line)]
@@ -197,6 +199,60 @@ def frame_problems(snaps: list[dict[str, Any]], want: str, output: str) -> list[
     if not ids[fr["module"]]:
         return [f"\"modules\" lists {fr['module']!r} without a build_id"]
     return []
+
+
+def word_line(word: str, output: str) -> int | None:
+    """LINE of --frame-has/--python-stack: a number, or what the program
+    printed after WORD."""
+    if word.isdigit():
+        return int(word)
+    said = [ln.split()[1] for ln in output.splitlines()
+            if ln.startswith(word + " ") and len(ln.split()) == 2 and ln.split()[1].isdigit()]
+    return int(said[0]) if said else None
+
+
+def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, program: str) -> list[str]:
+    """What is wrong with the exit snapshot for one --python-stack SIZE=CHAIN."""
+    size, _, chain = want.partition("=")
+    found = [(snap, a) for snap in snaps for a in snap["allocations"] if a["size"] == int(size)]
+    if len(found) != 1:
+        return [f"--python-stack {want}: {len(found)} live allocations of {size} bytes, 1 expected"]
+    snap, alloc = found[0]
+    stacks = {st["id"]: st for st in snap["stacks"]}
+    frames = stacks[alloc["stack"]]["frames"] if alloc["stack"] in stacks else []
+    py = [(i, fr) for i, fr in enumerate(frames) if fr.get("python") is True]
+    got = [f"{fr['function']}@{os.path.basename(fr['file'] or '?')}:{fr['line']}" for _, fr in py]
+    items = [item for item in chain.split(",") if item]
+    if not items:
+        return [f"--python-stack {want}: Python frames {got}, none expected"] if py else []
+    problems = []
+    for k, item in enumerate(items):
+        function, _, word = item.partition("@")
+        if k >= len(py):
+            problems.append(f"--python-stack {want}: only {len(py)} Python frames: {got}")
+            break
+        fr = py[k][1]
+        # Before 3.11 code objects have no qualified name: "thread_main"
+        # for "main.<locals>.thread_main".
+        if fr["function"] not in (function, function.rpartition(".")[2]):
+            problems.append(f"--python-stack {want}: Python frame {k} is {got[k]}, {function} expected")
+        if word:
+            line = word_line(word, output)
+            if line is None:
+                problems.append(f"--python-stack {want}: the program printed no line {word!r}")
+            elif (fr["line"], os.path.basename(fr["file"] or "")) != (line, os.path.basename(program)):
+                problems.append(f"--python-stack {want}: Python frame {k} is {got[k]}, "
+                                f"{os.path.basename(program)}:{line} expected")
+        if fr.get("address") is not None or fr.get("module") is not None:
+            problems.append(f"--python-stack {want}: Python frame {k} has an address or module: {fr}")
+    if py and (py[0][0] == 0 or frames[py[0][0] - 1].get("python") is not False):
+        problems.append(f"--python-stack {want}: no native frame before the Python frames")
+    if any(i != py[0][0] + k for k, (i, _) in enumerate(py)):
+        problems.append(f"--python-stack {want}: the Python frames are not one run")
+    loops = [fr for fr in frames if (fr.get("function") or "").startswith("_PyEval_EvalFrameDefault")]
+    if loops:
+        problems.append(f"--python-stack {want}: {len(loops)} evaluation-loop frames left beside the Python frames")
+    return problems
 
 
 def main() -> int:
@@ -214,6 +270,8 @@ def main() -> int:
                     help="some stack of an exit snapshot must name this runtime call")
     ap.add_argument("--frame-has", action="append", default=[], metavar="FILE:LINE",
                     help="some frame of an exit snapshot must be at this file (base name) and line")
+    ap.add_argument("--python-stack", action="append", default=[], metavar="SIZE=CHAIN",
+                    help="the allocation of SIZE bytes has these Python frames first")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
                     help="the main process's exit snapshot must count at least N in stats.NAME")
     argv = sys.argv[1:]
@@ -259,6 +317,8 @@ def main() -> int:
             problems.append(f"no stack names the runtime call {name!r} (named: {sorted(c for c in calls if c)})")
     for want_frame in args.frame_has:
         problems += frame_problems(exits, want_frame, output)
+    for want_stack in args.python_stack:
+        problems += python_stack_problems(exits, want_stack, output, args.program)
     for item in args.stat_min:
         name, least = item.split("=", 1)
         exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))

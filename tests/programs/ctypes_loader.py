@@ -6,17 +6,9 @@ import ctypes
 import os
 import sys
 
+from cudactx import CudaError, check, make_current
+
 MIB = 1024 * 1024
-CUDA_SUCCESS = 0
-
-
-class CudaError(Exception):
-    pass
-
-
-def check(result: int, what: str) -> None:
-    if result != CUDA_SUCCESS:
-        raise CudaError(f"{what} returned {result}, expected {CUDA_SUCCESS}")
 
 
 def load_driver() -> ctypes.CDLL:
@@ -40,12 +32,7 @@ def alloc(lib: ctypes.CDLL, size: int) -> int:
 def run() -> list:
     """Allocates and frees; returns the (address, size, kind, device) kept."""
     lib = load_driver()
-    check(lib.cuInit(0), "cuInit")
-    dev = ctypes.c_int(0)
-    check(lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-    ctx = ctypes.c_void_p(0)
-    check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    make_current(lib)
 
     kept = []
     sizes = [512, 1 * MIB, 5 * MIB, 4096, 3 * MIB]

@@ -1,0 +1,93 @@
+"""Test program for Python frames: allocations whose Python call chains are
+known. Each allocation has a size of its own, so that a checker can find its
+stack in a snapshot:
+
+- 3 MiB + 1 through ctypes.PyDLL, which keeps the GIL during the call: the
+  stack must show allocate -> build_workspace -> main -> <module>, at the lines
+  printed as ALLOC_LINE, BUILD_LINE, MAIN_LINE and MODULE_LINE;
+- 3 MiB + 2 through ctypes.CDLL, which releases the GIL during the call: the
+  thread does not hold the GIL in the hook, so no Python frame is recorded;
+- 3 MiB + 3 through PyDLL on a second Python thread: its chain is
+  allocate -> worker -> Thread.run ..., with WORKER_LINE for worker.
+
+Prints the PID/LIVE report of the other test programs (run_program.py)."""
+
+import ctypes
+import os
+import sys
+import threading
+
+from cudactx import CudaError, check, make_current
+
+MIB = 1024 * 1024
+
+
+def load(loader: type) -> ctypes.CDLL:
+    lib = loader("libcuda.so.1", mode=os.RTLD_LOCAL)
+    lib.cuMemAlloc_v2.restype = ctypes.c_int
+    lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    return lib
+
+
+LINES = {}
+
+
+def here(name: str) -> None:
+    """Records the caller's line under `name` (printed for the checker)."""
+    LINES[name] = sys._getframe(1).f_lineno
+
+
+def allocate(lib: ctypes.CDLL, size: int, name: str) -> int:
+    ptr = ctypes.c_uint64(0)
+    result = lib.cuMemAlloc_v2(ctypes.byref(ptr), size); here(name)  # noqa: E702 (one line: the call's)
+    check(result, f"cuMemAlloc_v2({size})")
+    return ptr.value
+
+
+def build_workspace(lib: ctypes.CDLL) -> int:
+    ptr = allocate(lib, 3 * MIB + 1, "ALLOC_LINE"); here("BUILD_LINE")  # noqa: E702
+    return ptr
+
+
+def worker(lib: ctypes.CDLL, out: list) -> None:
+    out.append(allocate(lib, 3 * MIB + 3, "THREAD_ALLOC_LINE")); here("WORKER_LINE")  # noqa: E702
+
+
+def main() -> int:
+    with_gil = load(ctypes.PyDLL)
+    without_gil = load(ctypes.CDLL)
+    ctx = make_current(with_gil)
+
+    kept = [(build_workspace(with_gil), 3 * MIB + 1)]; here("MAIN_LINE")  # noqa: E702
+    kept.append((allocate(without_gil, 3 * MIB + 2, "NOGIL_LINE"), 3 * MIB + 2))
+
+    out: list = []
+
+    def thread_main() -> None:
+        # The context is current per thread.
+        check(with_gil.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        worker(with_gil, out)
+
+    thread = threading.Thread(target=thread_main)
+    thread.start()
+    thread.join()
+    if not out:
+        return 1
+    kept.append((out[0], 3 * MIB + 3))
+
+    lines = [f"PID {os.getpid()} main"]
+    lines += [f"{name} {line}" for name, line in sorted(LINES.items())]
+    lines += [f"LIVE {addr:#x} {size} device 0" for addr, size in kept]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        status = main(); here("MODULE_LINE")  # noqa: E702
+    except CudaError as err:
+        print(f"python_frames: {err}", file=sys.stderr)
+        status = 1
+    if "MODULE_LINE" in LINES:
+        print(f"MODULE_LINE {LINES['MODULE_LINE']}")
+    sys.exit(status)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gpumemtrace's benchmark: what the tracer adds to each allocation+free pair on
 the simulated driver, with stacks off and at depths 16 and 64, on 1 and 8
-threads. Every configuration runs untraced and traced, alternating, in this one
+threads; what one stack capture costs beside an untraced call; what Python
+frames add. Every configuration runs untraced and traced, alternating, in this one
 invocation; the table gives medians, the nanoseconds added and the ratio. The
 8-thread traced run at full size also proves that no event is lost: its exit
 snapshot must equal the simulator's ledger.
@@ -101,6 +102,52 @@ def snapshot_cost(build: str, levels: int, repeat: int) -> dict[str, Any]:
             "seconds": round(statistics.median(times["exit"]) - statistics.median(times["oom"]), 3)}
 
 
+def bench_env(build: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GMTSIM_", "GPUMEMTRACE_", "LD_PRELOAD"))}
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "sim", "driver")
+    env["GPUMEMTRACE_DIR"] = tempfile.gettempdir()
+    return env
+
+
+def numbers(out: str) -> dict[str, float]:
+    """The "name value" lines a benchmark program printed."""
+    return {line.split()[0]: float(line.split()[1]) for line in out.splitlines() if len(line.split()) == 2}
+
+
+def capture_cost(build: str, iterations: int, repeat: int) -> dict[str, Any]:
+    """bench/capture: one capture at depths 16 and 64 (alone and interned),
+    beside an untraced allocation+free pair, in the same process; medians."""
+    runs = [numbers(subprocess.run([os.path.join(build, "bench", "capture"), str(iterations)],
+                                   env=bench_env(build), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   text=True, check=True, timeout=600).stdout) for _ in range(repeat)]
+    med = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
+    med["ratio_16"] = round(med["capture_intern_16_ns"] / med["call_ns"], 2)
+    med["ratio_64"] = round(med["capture_intern_64_ns"] / med["call_ns"], 2)
+    return med
+
+
+def python_cost(build: str, pairs: int, repeat: int) -> dict[str, Any]:
+    """bench/python_alloc.py: pairs through ctypes from 20 Python frames,
+    untraced, traced without Python frames and with them; medians."""
+    lib = os.path.join(build, "src", "libgpumemtrace.so")
+    configs = {"untraced_ns": {}, "traced_native_ns": {"LD_PRELOAD": lib, "GPUMEMTRACE_PYTHON_STACKS": "0"},
+               "traced_python_ns": {"LD_PRELOAD": lib, "GPUMEMTRACE_PYTHON_STACKS": "1"}}
+    times: dict[str, list[float]] = {k: [] for k in configs}
+    for _ in range(repeat):
+        for name, extra in configs.items():
+            env = bench_env(build)
+            env.update(extra)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "python_alloc.py"), str(pairs), "20"],
+                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                                 check=True, timeout=600).stdout
+            times[name].append(numbers(out)["ns_per_pair"])
+    med = {k: round(statistics.median(v), 1) for k, v in times.items()}
+    med["python_frames"] = 20
+    med["added_by_python_ns"] = round(med["traced_python_ns"] - med["traced_native_ns"], 1)
+    return med
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'threads':>7} {'stacks':>6} {'untraced ns':>12} {'traced ns':>10} {'added ns':>9} {'ratio':>6}"]
     for r in rows:
@@ -125,8 +172,10 @@ def main() -> int:
     rows = [measure(build, threads, pairs, depth, repeat) for threads in (1, 8) for depth in (0, 16, 64)]
     loss = no_loss(build, 8, 5000 if args.quick else 1000000)
     stacks = snapshot_cost(build, 10 if args.quick else 14, repeat)
+    capture = capture_cost(build, 2000 if args.quick else 200000, repeat)
+    python = python_cost(build, 2000 if args.quick else 100000, repeat)
     result = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss,
-              "symbolised_snapshot": stacks}
+              "symbolised_snapshot": stacks, "capture": capture, "python_frames": python}
     print("ns per allocation+free pair (cuMemAlloc_v2 + cuMemFree_v2 of 1 KiB, simulated driver, "
           "call chain 70 deep; median of", repeat, "runs)")
     print(table(rows))
@@ -138,6 +187,14 @@ def main() -> int:
         print("  ", p)
     print(f"exit snapshot symbolising {stacks['unique_stacks']} unique stacks (64 frames max, libdw): "
           f"{stacks['seconds']:.3f} s ({stacks['snapshot_bytes'] / 2**20:.1f} MiB)")
+    print(f"one stack capture from 70 frames deep (libunwind, interned), beside an untraced "
+          f"allocation+free pair of {capture['call_ns']:.1f} ns:")
+    for d in (16, 64):
+        print(f"  depth {d}: {capture[f'capture_{d}_ns']:.1f} ns to capture, "
+              f"{capture[f'capture_intern_{d}_ns']:.1f} ns with interning, ratio {capture[f'ratio_{d}']:.2f}")
+    print(f"Python frames (20, through ctypes): pair untraced {python['untraced_ns']:.1f} ns, traced "
+          f"{python['traced_native_ns']:.1f} ns native frames only, {python['traced_python_ns']:.1f} ns with "
+          f"Python frames: {python['added_by_python_ns']:.1f} ns added by them")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

@@ -12,6 +12,7 @@
 #include "snapshot.h"
 #include "stacks.h"
 #include "table.h"
+#include "tags.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -34,6 +35,11 @@
  * which is not in its ring yet (a thread preempted between the two, or killed
  * there) before it gives up on the order of that one event. */
 #define GMT_GAP_TIMEOUT_NS (2 * 1000000000ull)
+/* Snapshot rate limits: an out-of-memory result starts a new episode (a new
+ * snapshot) only after an allocation succeeded since the last one and this
+ * long has passed; peak snapshots are at least this far apart. */
+#define GMT_OOM_EPISODE_NS 1000000000ull
+#define GMT_PEAK_INTERVAL_NS 1000000000ull
 #define GMT_UNDO_SLOTS 1024
 #define GMT_UNDO_ENTRIES 4
 
@@ -52,6 +58,7 @@
 	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
 	X(device_unknown, "allocations whose device could not be asked")                      \
 	X(python_stacks, "allocations recorded with Python frames")                           \
+	X(oom_suppressed, "out-of-memory results in an episode already written")             \
 	X(snapshots, "snapshots written")                                                     \
 	X(snapshot_errors, "snapshots that could not be written")
 
@@ -89,6 +96,10 @@ static struct {
 	_Atomic uintptr_t primary_ctx[GMT_MAX_DEVICES];
 	_Atomic uint64_t ctx_generation;
 	_Atomic bool stopping;
+	/* SIGUSR2 arrived: the handler sets it, the consumer writes the
+	 * snapshot. Lock-free (asserted in init), as a handler needs. */
+	_Atomic bool signal_pending;
+	struct sigaction signal_old; /* the program's SIGUSR2 action before ours */
 	/* Next sequence number to hand out, on a line of its own: every event
 	 * writes it, and nothing else should move with it. Relaxed fetch_add:
 	 * uniqueness and the modification order are all the order relies on (see
@@ -104,6 +115,15 @@ static struct {
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
 	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
 	uint64_t snapshot_seq;
+	/* Out-of-memory episodes: when the last oom snapshot was written, and
+	 * total_allocs then. */
+	bool oom_written;
+	uint64_t oom_failures, oom_last_ns, oom_last_allocs;
+	/* Peak snapshots: armed (by the consumer, once the interval has passed)
+	 * means a new high-water mark past peak_next_bytes is due; the consumer
+	 * stops applying events there (stop_at_peak) and writes it. */
+	bool peak_armed, peak_due, stop_at_peak;
+	uint64_t peak_next_bytes, peak_next_ns;
 	struct gmt__undo undo[GMT_UNDO_SLOTS];
 } core = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -122,6 +142,10 @@ struct gmt__thread {
 	CUcontext ctx;
 	uint64_t ctx_generation;
 	int16_t ctx_device;
+	/* The region tags open on this thread (gmt_tag_push), outermost first;
+	 * ntags counts deeper ones too, which are not recorded. */
+	int ntags;
+	uint32_t tags[GMT_STACK_MAX_TAGS];
 };
 
 /* NOTE: initial-exec TLS needs no allocation on first access; the library is
@@ -160,8 +184,11 @@ static void account(const struct gmt__entry *e, bool add)
 		core.live_count++;
 		if (slot != NULL)
 			*slot += e->size;
-		if (core.live_bytes > core.peak_bytes)
+		if (core.live_bytes > core.peak_bytes) {
 			core.peak_bytes = core.live_bytes;
+			if (core.peak_armed && core.live_bytes >= core.peak_next_bytes)
+				core.peak_due = true;
+		}
 	} else {
 		core.live_bytes -= e->size;
 		core.live_count--;
@@ -449,7 +476,7 @@ static uint64_t drain_until(uint64_t target)
 {
 	uint64_t applied = 0, wait_start = 0;
 
-	while ((int64_t)(target - core.expected) > 0) {
+	while ((int64_t)(target - core.expected) > 0 && !(core.stop_at_peak && core.peak_due)) {
 		struct gmt__ring *best = NULL;
 		const struct gmt__event *ev;
 		uint64_t best_seq = UINT64_MAX;
@@ -469,9 +496,12 @@ static uint64_t drain_until(uint64_t target)
 			apply(gmt__ring_peek(best));
 			gmt__ring_pop(best);
 			applied++;
+			/* At a due peak the consumer stops (the loop conditions)
+			 * and writes the peak snapshot with the table as it is. */
 			/* A thread's events come in runs: follow this ring while it
 			 * holds the next number. */
-			while ((ev = gmt__ring_peek(best)) != NULL && ev->seq == core.expected) {
+			while (!(core.stop_at_peak && core.peak_due) && (ev = gmt__ring_peek(best)) != NULL &&
+			       ev->seq == core.expected) {
 				apply(ev);
 				gmt__ring_pop(best);
 				core.expected++;
@@ -514,12 +544,15 @@ static uint64_t drain_visible(void)
 			if (ev != NULL && ev->seq < lowest)
 				lowest = ev->seq;
 		}
-		if (lowest == UINT64_MAX)
+		if (lowest == UINT64_MAX || (core.stop_at_peak && core.peak_due))
 			return applied;
 		/* Everything below `lowest` + 1 has its number taken: apply it. */
 		applied += drain_until(lowest + 1);
 	}
 }
+
+static int snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info,
+		    char *out, size_t outlen);
 
 static void *consumer_main(void *arg)
 {
@@ -538,9 +571,26 @@ static void *consumer_main(void *arg)
 		}
 
 		pthread_mutex_lock(&core.lock);
+		if ((core.opt->snapshot_on & GMT_TRIGGER_PEAK) && !core.peak_armed &&
+		    now_ns(CLOCK_MONOTONIC) >= core.peak_next_ns)
+			core.peak_armed = true;
+		core.stop_at_peak = true;
 		n = drain_visible();
+		core.stop_at_peak = false;
 		gmt__rings_reap();
-		pthread_mutex_unlock(&core.lock);
+		if (core.peak_due) {
+			core.peak_due = core.peak_armed = false;
+			core.peak_next_bytes = core.peak_bytes + core.peak_bytes / 100 * (uint64_t)core.opt->peak_step;
+			core.peak_next_ns = now_ns(CLOCK_MONOTONIC) + GMT_PEAK_INTERVAL_NS;
+			snapshot("peak", NULL, -1, NULL, 0); /* releases the lock */
+		} else if (atomic_exchange_explicit(&core.signal_pending, false, memory_order_relaxed)) {
+			/* Everything completed before the signal has its number. */
+			drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+			snapshot("signal", NULL, -1, NULL, 0); /* releases the lock */
+			n = 1;
+		} else {
+			pthread_mutex_unlock(&core.lock);
+		}
 		if (n == 0) {
 			struct timespec idle = { 0, 1000000 }; /* 1 ms */
 			nanosleep(&idle, NULL);
@@ -605,7 +655,11 @@ static void unlock_core(void *arg)
  * it has read the table, before it resolves frames under the loader's lock.
  * `device_info` names the device whose total and free may be asked of the
  * driver (-1: none: never from a destructor or a signal). */
-static void snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info)
+/* Writes a snapshot of the table as it is (lock held; released on every
+ * path). device_info: the device whose cuMemGetInfo_v2 to ask, -1 for none.
+ * Returns 0 and the file's path in out (when not NULL), or a negative errno. */
+static int snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info,
+		    char *out, size_t outlen)
 {
 	struct gmt__snapshot_device devs[GMT_MAX_DEVICES];
 	struct gmt__snapshot_stat stats[] = {
@@ -659,14 +713,17 @@ static void snapshot(const char *reason, const struct gmt__snapshot_request *fai
 	if (r < 0) {
 		STAT_ADD(snapshot_errors, 1);
 		gmt__warn("cannot write a snapshot into %s: %s", core.opt->dir, strerror(-r));
-		return;
+		return r;
 	}
 	STAT_ADD(snapshots, 1);
+	if (out != NULL && outlen > 0)
+		snprintf(out, outlen, "%s", path);
 	if (failed != NULL)
 		gmt__warn("out of memory: %s of %llu bytes on device %d failed; snapshot %s",
 			  failed->api, (unsigned long long)failed->size, failed->device, path);
 	else
-		gmt__info("snapshot %s", path);
+		gmt__info("%s snapshot %s", reason, path);
+	return 0;
 }
 
 /* --- lifecycle ------------------------------------------------------------------------ */
@@ -698,11 +755,15 @@ static void fork_child(void)
 	pthread_mutex_unlock(&core.lock);
 	gmt__stack_after_fork();
 	gmt__py_after_fork();
+	gmt__tags_after_fork();
 	gmt__rings_after_fork(tls.ring);
 	tls.tid = (uint32_t)syscall(SYS_gettid);
 	gmt__table_clear(core.table);
 	core.live_bytes = core.live_count = core.peak_bytes = 0;
 	core.total_allocs = core.total_frees = core.snapshot_seq = 0;
+	core.oom_written = core.peak_armed = core.peak_due = false;
+	core.oom_failures = core.peak_next_bytes = core.peak_next_ns = 0;
+	atomic_store_explicit(&core.signal_pending, false, memory_order_relaxed);
 	memset(core.device_live, 0, sizeof(core.device_live));
 	memset(core.undo, 0, sizeof(core.undo));
 #define GMT_X_ZERO(name, help) atomic_store_explicit(&core.stats.name, 0, memory_order_relaxed);
@@ -728,6 +789,39 @@ static int find_text(struct dl_phdr_info *info, size_t size, void *base)
 		}
 	}
 	return 0;
+}
+
+/* SIGUSR2: only marks the request; the background thread writes the
+ * snapshot (nothing else is safe in a handler). The program's own handler,
+ * installed before ours, still runs. */
+static void on_signal(int sig, siginfo_t *info, void *uctx)
+{
+	int saved = errno;
+
+	atomic_store_explicit(&core.signal_pending, true, memory_order_relaxed);
+	if (core.signal_old.sa_flags & SA_SIGINFO) {
+		if (core.signal_old.sa_sigaction != NULL)
+			core.signal_old.sa_sigaction(sig, info, uctx);
+	} else if (core.signal_old.sa_handler != SIG_DFL && core.signal_old.sa_handler != SIG_IGN) {
+		core.signal_old.sa_handler(sig);
+	}
+	errno = saved;
+}
+
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "the signal handler needs a lock-free flag");
+
+static void install_signal(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_signal, .sa_flags = SA_SIGINFO | SA_RESTART };
+
+	sigfillset(&sa.sa_mask);
+	if (sigaction(SIGUSR2, &sa, &core.signal_old) != 0) {
+		gmt__warn("cannot handle SIGUSR2 (%s); no signal snapshots", strerror(errno));
+		return;
+	}
+	/* The thread that writes it must exist before any event does. */
+	if (!atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
+		start_consumer();
 }
 
 static int init(void)
@@ -758,9 +852,8 @@ static int init(void)
 		return -r;
 	}
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
-	if (core.opt->snapshot_on & (GMT_TRIGGER_PEAK | GMT_TRIGGER_SIGNAL))
-		gmt__warn("snapshot triggers peak and signal are not implemented in this version; "
-			  "writing snapshots on oom and exit only");
+	if (core.opt->snapshot_on & GMT_TRIGGER_SIGNAL)
+		install_signal();
 	gmt__info("tracing pid %d: stacks %d frames, rings of %lld events, snapshots into %s",
 		  (int)getpid(), core.depth, (long long)core.opt->ring_events, core.opt->dir);
 	return 0;
@@ -817,7 +910,7 @@ __attribute__((destructor)) static void core_exit(void)
 		  (unsigned long long)(atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq));
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
 	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
-		snapshot("exit", NULL, -1); /* releases the lock */
+		snapshot("exit", NULL, -1, NULL, 0); /* releases the lock */
 	else
 		pthread_mutex_unlock(&core.lock);
 #define GMT_X_REPORT(name, help)                                                              \
@@ -881,10 +974,11 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 	if (!atomic_load_explicit(&core.consumer_running, memory_order_relaxed) &&
 	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
 		start_consumer();
-	if (core.depth > 0 && (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)) {
+	if ((core.depth > 0 || tls.ntags > 0) &&
+	    (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)) {
 		uintptr_t ips[GMT_STACK_MAX_FRAMES];
 		int want = core.depth + 8 < GMT_STACK_MAX_DEPTH ? core.depth + 8 : GMT_STACK_MAX_DEPTH;
-		int n = gmt__stack_capture(ips, want, 0), first = 0, py;
+		int n = core.depth > 0 ? gmt__stack_capture(ips, want, 0) : 0, first = 0, py;
 
 		/* The innermost frames are the tracer's own (this function, the
 		 * gmt__on_* caller, the hook): drop them by address, which no
@@ -897,6 +991,9 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 		py = core.python ? gmt__py_capture(ips + n, core.depth) : 0;
 		if (py > 0)
 			STAT_ADD(python_stacks, 1);
+		/* Then the open region tags (stacks.h). */
+		for (int t = 0; t < tls.ntags && t < GMT_STACK_MAX_TAGS; t++)
+			ips[n + py++] = GMT_WORD_TAG | tls.tags[t];
 		ev->stack = gmt__stack_intern(ips + first, n + py - first);
 	}
 	ev->time_ns = now_ns(CLOCK_REALTIME);
@@ -1068,6 +1165,7 @@ void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int device)
 {
 	struct gmt__snapshot_request req;
+	uint64_t now;
 	int saved = errno, d;
 
 	if (!c->record || r != CUDA_ERROR_OUT_OF_MEMORY || !(core.opt->snapshot_on & GMT_TRIGGER_OOM))
@@ -1086,6 +1184,84 @@ void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int d
 	 * has its number already: apply up to the current one, then write. */
 	pthread_mutex_lock(&core.lock);
 	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
-	snapshot("oom", &req, device == GMT_DEVICE_HOST ? -1 : d); /* releases the lock */
+	/* NOTE: frameworks retry after an out-of-memory result (PyTorch frees
+	 * its cache and asks again, cuDNN tries smaller workspaces): a failure
+	 * with no successful allocation since the last snapshot, or within
+	 * GMT_OOM_EPISODE_NS of it, belongs to the same episode. */
+	req.failure = ++core.oom_failures;
+	now = now_ns(CLOCK_MONOTONIC);
+	if (core.oom_written &&
+	    (core.total_allocs == core.oom_last_allocs || now - core.oom_last_ns < GMT_OOM_EPISODE_NS)) {
+		pthread_mutex_unlock(&core.lock);
+		STAT_ADD(oom_suppressed, 1);
+		errno = saved;
+		return;
+	}
+	core.oom_written = true;
+	core.oom_last_ns = now;
+	core.oom_last_allocs = core.total_allocs;
+	snapshot("oom", &req, device == GMT_DEVICE_HOST ? -1 : d, NULL, 0); /* releases the lock */
 	errno = saved;
+}
+
+/* --- the public API (gpumemtrace.h) ----------------------------------------------- */
+
+/* True when the API may act: traced, and not called from inside a hook. */
+static bool api_ready(void)
+{
+	return tls.depth == 0 && ready();
+}
+
+int gmt__api_dump(char *path, size_t len)
+{
+	uintptr_t ctx;
+	int saved = errno, device, r;
+
+	if (!api_ready())
+		return -ENOSYS;
+	device = current_device(&ctx);
+	pthread_mutex_lock(&core.lock);
+	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+	r = snapshot("api", NULL, ctx != 0 ? device : -1, path, len); /* releases the lock */
+	errno = saved;
+	return r;
+}
+
+int gmt__api_tag_push(const char *tag)
+{
+	uint32_t id;
+	int r;
+
+	if (!api_ready())
+		return -ENOSYS;
+	r = gmt__tag_id(tag, &id);
+	if (r < 0)
+		return r;
+	if (tls.ntags < GMT_STACK_MAX_TAGS)
+		tls.tags[tls.ntags] = id;
+	tls.ntags++;
+	return 0;
+}
+
+int gmt__api_tag_pop(void)
+{
+	if (!api_ready())
+		return -ENOSYS;
+	if (tls.ntags == 0)
+		return -ENOENT;
+	tls.ntags--;
+	return 0;
+}
+
+int gmt__api_live_bytes(int device, unsigned long long *bytes)
+{
+	if (!api_ready())
+		return -ENOSYS;
+	if (bytes == NULL || device < -2 || device >= GMT_MAX_DEVICES)
+		return -EINVAL;
+	pthread_mutex_lock(&core.lock);
+	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+	*bytes = device == -2 ? core.live_bytes : *device_slot(device);
+	pthread_mutex_unlock(&core.lock);
+	return 0;
 }

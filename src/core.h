@@ -66,4 +66,11 @@ void gmt__on_primary_gone(const struct gmt__call *c, int device);
  * holding everything completed before the call, and the failed request. */
 void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int device);
 
+/* The public API behind gmt_api_v1 (api.c, gpumemtrace.h documents them):
+ * each returns -ENOSYS when tracing is off or from inside a hook. */
+int gmt__api_dump(char *path, size_t len);
+int gmt__api_tag_push(const char *tag);
+int gmt__api_tag_pop(void);
+int gmt__api_live_bytes(int device, unsigned long long *bytes);
+
 #endif /* GMT_CORE_H */

@@ -23,6 +23,8 @@ enum gmt__trigger {
 	X(dir, "GPUMEMTRACE_DIR", STRING, ".", "directory for snapshot files")                \
 	X(snapshot_on, "GPUMEMTRACE_SNAPSHOT_ON", TRIGGERS, GMT_TRIGGER_OOM,                  \
 	  "when to write snapshots: comma list of oom, exit, peak, signal")                    \
+	X(peak_step, "GPUMEMTRACE_PEAK_STEP", INT, 10,                                        \
+	  "peak snapshots: percent a new high must exceed the last one's")                    \
 	X(stack_depth, "GPUMEMTRACE_STACK_DEPTH", INT, 64,                                    \
 	  "native frames recorded per allocation, 0 to 256 (0: no stacks)")                   \
 	X(python_stacks, "GPUMEMTRACE_PYTHON_STACKS", BOOL, true,                             \

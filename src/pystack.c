@@ -235,7 +235,7 @@ static uintptr_t frame_word(py_object *frame, py_object *code)
 	if (lasti >= 0) {
 		s = slot_find((uintptr_t)code, (uint32_t)lasti);
 		if (s->code != 0)
-			return GMT_PY_FRAME_TAG | (uintptr_t)s->id << 32 | s->line;
+			return GMT_WORD_PYTHON | (uintptr_t)s->id << 32 | s->line;
 	}
 	id = code_id(code);
 	if (id == 0)
@@ -247,7 +247,7 @@ static uintptr_t frame_word(py_object *frame, py_object *code)
 		*s = (struct py_slot){ .code = (uintptr_t)code, .pos = (uint32_t)lasti, .id = id, .line = (uint32_t)line };
 		used++;
 	}
-	return GMT_PY_FRAME_TAG | (uintptr_t)id << 32 | (uint32_t)line;
+	return GMT_WORD_PYTHON | (uintptr_t)id << 32 | (uint32_t)line;
 }
 
 /* --- capture ----------------------------------------------------------------------- */
@@ -316,7 +316,7 @@ int gmt__py_capture(uintptr_t *out, int max)
 
 int gmt__py_frame(uintptr_t word, const char **function, const char **file, int *line)
 {
-	uint32_t id = (uint32_t)((word & ~GMT_PY_FRAME_TAG) >> 32);
+	uint32_t id = (uint32_t)((word & ~GMT_WORD_TAG) >> 32);
 	const struct py_code *c;
 
 	/* A2: acquire of the count; pairs with R2 in code_id. */

@@ -7,16 +7,15 @@
 #ifndef GMT_PYSTACK_H
 #define GMT_PYSTACK_H
 
+#include "stacks.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A Python frame word has the top bit set, which no user-space return address
- * has on x86-64 or AArch64: native and Python frames share one array. */
-#define GMT_PY_FRAME_TAG ((uintptr_t)1 << 63)
-
+/* A Python frame word: GMT_WORD_PYTHON | code id << 32 | line (stacks.h). */
 static inline bool gmt__py_is_frame(uintptr_t word)
 {
-	return (word & GMT_PY_FRAME_TAG) != 0;
+	return gmt__word_is_python(word);
 }
 
 /* Looks up the interpreter's C API in the process (the global scope, then a

@@ -8,6 +8,7 @@
 #include "event.h"
 #include "pystack.h"
 #include "stacks.h"
+#include "tags.h"
 #include "symbols.h"
 
 #include <dlfcn.h>
@@ -681,7 +682,7 @@ static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t
 	int nn = 0, np, k, at, j = 0, py = 0;
 	bool first = true;
 
-	while (nn < n && !gmt__py_is_frame(ips[nn]))
+	while (nn < n && gmt__word_is_native(ips[nn]))
 		nn++;
 	np = n - nn;
 	k = np > 0 ? python_spans(cache, ips, nn, spans) : 0;
@@ -753,7 +754,7 @@ static const char *runtime_call(struct frame_cache *cache, const uintptr_t *ips,
 {
 	const char *name = NULL;
 
-	for (int i = 0; i < n && !gmt__py_is_frame(ips[i]); i++) {
+	for (int i = 0; i < n && gmt__word_is_native(ips[i]); i++) {
 		struct frame_info spare;
 		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
 		const char *file = f->module != NULL ? strrchr(f->module, '/') : NULL;
@@ -790,7 +791,7 @@ static void out_stacks(struct out *o, struct idset *ids)
 
 	out_str(o, " \"stacks\": [");
 	for (i = 0; i < n; i++) {
-		int depth = 0;
+		int depth = 0, ntags;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
 		char *p = out_room(o, OUT_RECORD_BYTES);
 
@@ -799,9 +800,20 @@ static void out_stacks(struct out *o, struct idset *ids)
 		p = put_lit(p, ", \"runtime_call\": ");
 		o->n = (size_t)(p - o->buf);
 		out_json_string_or_null(o, ips != NULL ? runtime_call(&cache, ips, depth) : NULL);
-		out_str(o, ", \"frames\": [");
+		/* Region tags come last (stacks.h), innermost last. */
+		for (ntags = 0; ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]); ntags++)
+			;
+		out_str(o, ", \"tags\": [");
+		for (int t = 0; t < ntags; t++) {
+			const char *name = gmt__tag_name((uint32_t)ips[depth - ntags + t]);
+
+			if (t > 0)
+				out_str(o, ", ");
+			out_json_string(o, name != NULL ? name : "?");
+		}
+		out_str(o, "], \"frames\": [");
 		if (ips != NULL)
-			out_frames(o, &cache, ips, depth);
+			out_frames(o, &cache, ips, depth - ntags);
 		out_str(o, "]}");
 	}
 	out_str(o, n > 0 ? "\n ],\n" : "],\n");
@@ -1008,6 +1020,8 @@ static void out_header(struct out *o, const struct gmt__snapshot *s)
 		p = put_i64(p, f->device);
 		p = put_lit(p, ", \"result\": ");
 		p = put_i64(p, f->result);
+		p = put_lit(p, ", \"failure\": ");
+		p = put_u64(p, f->failure);
 		p = put_lit(p, "},\n");
 		o->n = (size_t)(p - o->buf);
 	}

@@ -25,6 +25,7 @@ struct gmt__snapshot_request {
 	uint64_t size;
 	int device;
 	int result;            /* the CUresult it returned */
+	uint64_t failure;      /* its ordinal among the process's out-of-memory results, from 1 */
 };
 
 struct gmt__snapshot_stat {

@@ -4,13 +4,37 @@
 #ifndef GMT_STACKS_H
 #define GMT_STACKS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define GMT_STACK_MAX_DEPTH 256
-/* Frames one interned stack may hold: native ones and as many Python frames
- * (pystack.h) after them. */
-#define GMT_STACK_MAX_FRAMES (2 * GMT_STACK_MAX_DEPTH)
+/* Region tags one stack may carry (tags.h). */
+#define GMT_STACK_MAX_TAGS 16
+/* Words one interned stack may hold: native return addresses, then as many
+ * Python frames (pystack.h), then the region tags open on the thread. */
+#define GMT_STACK_MAX_FRAMES (2 * GMT_STACK_MAX_DEPTH + GMT_STACK_MAX_TAGS)
+
+/* The top two bits of a word tell its kind: 0x a native return address (no
+ * user-space address on x86-64 or AArch64 has the top bit), 10 a Python
+ * frame, 11 a region tag. */
+#define GMT_WORD_PYTHON ((uintptr_t)2 << 62)
+#define GMT_WORD_TAG ((uintptr_t)3 << 62)
+
+static inline bool gmt__word_is_native(uintptr_t word)
+{
+	return word >> 63 == 0;
+}
+
+static inline bool gmt__word_is_python(uintptr_t word)
+{
+	return word >> 62 == 2;
+}
+
+static inline bool gmt__word_is_tag(uintptr_t word)
+{
+	return word >> 62 == 3;
+}
 
 /* Warm up the unwinder (its caches, the first-use allocations of libunwind) so
  * that later captures do not allocate. Call once at initialisation, outside any

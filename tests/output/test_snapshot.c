@@ -123,7 +123,7 @@ static const struct gmt__snapshot_stat stats[] = {
 };
 
 static const struct gmt__snapshot_request failed = {
-	.api = "cuMemAlloc_v2", .size = 1ull << 34, .device = 0, .result = 2,
+	.api = "cuMemAlloc_v2", .size = 1ull << 34, .device = 0, .result = 2, .failure = 3,
 };
 
 static char *const test_argv[] = { "prog", "quote \" and\nnewline", "caf\xc3\xa9", "bad\xff", NULL };
@@ -398,7 +398,8 @@ static void test_document(void)
 
 	v = json_object_get(doc, "failed_request");
 	CHECK_STR(jstr(v, "api"), "cuMemAlloc_v2");
-	CHECK_INT(json_object_size(v), 4);
+	CHECK_INT(json_object_size(v), 5);
+	CHECK_INT(jint(v, "failure"), 3);
 	CHECK_U64(jint(v, "size"), 1ull << 34);
 	CHECK_INT(jint(v, "device"), 0);
 	CHECK_INT(jint(v, "result"), 2);

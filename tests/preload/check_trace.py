@@ -5,8 +5,13 @@ moments (ground truth, docs/simulator.md):
 
 - for every process, its exit snapshot holds exactly the exit ledger's live set
   (address, size, kind, device), and its totals of allocations and frees;
-- for every out-of-memory result, the oom snapshot with the same number holds
-  exactly that oom ledger's live set, and the failed request (api, size, device);
+- for every out-of-memory episode, its oom snapshot holds exactly the live set
+  of the ledger of the failure it names (failed_request.failure), and the
+  failed request (api, size, device); the failures that started no episode are
+  those the exit snapshot counts as stats.oom_suppressed;
+- a ledger the program wrote with gmtsim_ledger_write (reason "api") right
+  after gmt_dump (or once its signal snapshot exists) holds exactly the live
+  set of the api (or signal) snapshot;
 - VMM reservations and mappings match;
 - the program behaves as without the tracer: its exit code is the one its
   expectation file gives (the program checks every CUDA result itself);
@@ -17,6 +22,7 @@ moments (ground truth, docs/simulator.md):
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
          [--no-ledger] [--frame-has FILE:LINE]... [--python-stack SIZE=CHAIN]...
+         [--tags SIZE=TAG,...]... [--live REASON=SIZES[;SIZES]...]...
 
 --compare-untraced also runs the program without the tracer and requires the
 same output (lines "PID" and "LIVE" aside, which hold pids and addresses);
@@ -28,7 +34,12 @@ the number the program printed on a line "W <n>"); --python-stack requires
 the one live allocation of SIZE bytes in the exit snapshot to have exactly the
 Python frames CHAIN names first (innermost first; empty: no Python frame at
 all): a comma list of FUNCTION or FUNCTION@LINE (LINE as for --frame-has, in
-the program's own file; a qualified FUNCTION also matches its last part). Its Python frames must stand where the interpreter's
+the program's own file; a qualified FUNCTION also matches its last part).
+--tags requires the allocation of SIZE bytes in the exit snapshot to carry
+exactly these region tags, outermost first (empty: none). --live requires the
+main process's snapshots of REASON, in the order written, to hold exactly the
+live allocation sizes given ('+' between sizes, ';' between snapshots, an
+empty list for an empty snapshot). Its Python frames must stand where the interpreter's
 were: after a native frame, and no evaluation-loop frame left in the stack.
 """
 from __future__ import annotations
@@ -160,13 +171,24 @@ def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], in
     for pid in pids:
         ooms = sorted(glob.glob(os.path.join(workdir, "ledgers", f"ledger.{pid}.oom.*.json")),
                       key=lambda p: int(p.rsplit(".", 2)[1]))
-        pairs = [(os.path.join(workdir, "ledgers", f"ledger.{pid}.exit.json"),
-                  snapshots_of(workdir, pid, "exit"))]
-        oom_snaps = snapshots_of(workdir, pid, "oom")
-        if len(oom_snaps) != len(ooms):
+        exits = snapshots_of(workdir, pid, "exit")
+        pairs = [(os.path.join(workdir, "ledgers", f"ledger.{pid}.exit.json"), exits)]
+        # One oom snapshot per episode: each names the failure it was taken
+        # at, and the exit snapshot counts the failures that started none.
+        by_failure = {load(p)["failed_request"]["failure"]: p for p in snapshots_of(workdir, pid, "oom")}
+        suppressed = load(exits[0])["stats"].get("oom_suppressed", 0) if len(exits) == 1 else 0
+        if len(by_failure) + suppressed != len(ooms):
             problems.append(f"pid {pid}: {len(ooms)} out-of-memory results in the ledgers, "
-                            f"{len(oom_snaps)} oom snapshots")
-        pairs += [(ledger, [snap]) for ledger, snap in zip(ooms, oom_snaps)]
+                            f"{len(by_failure)} oom snapshots and {suppressed} suppressed")
+        api_ledger = os.path.join(workdir, "ledgers", f"ledger.{pid}.api.json")
+        if os.path.exists(api_ledger):
+            pairs.append((api_ledger, snapshots_of(workdir, pid, "api") or snapshots_of(workdir, pid, "signal")))
+        for failure, snap in sorted(by_failure.items()):
+            ledger = os.path.join(workdir, "ledgers", f"ledger.{pid}.oom.{failure}.json")
+            if ledger not in ooms:
+                problems.append(f"pid {pid}: an oom snapshot names failure {failure}, which has no ledger")
+            else:
+                pairs.append((ledger, [snap]))
         for ledger, snaps in pairs:
             name = os.path.basename(ledger)
             if not os.path.exists(ledger):
@@ -272,6 +294,10 @@ def main() -> int:
                     help="some frame of an exit snapshot must be at this file (base name) and line")
     ap.add_argument("--python-stack", action="append", default=[], metavar="SIZE=CHAIN",
                     help="the allocation of SIZE bytes has these Python frames first")
+    ap.add_argument("--tags", action="append", default=[], metavar="SIZE=TAG,...",
+                    help="the allocation of SIZE bytes carries exactly these tags")
+    ap.add_argument("--live", action="append", default=[], metavar="REASON=SIZES;...",
+                    help="the snapshots of REASON hold exactly these sizes")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
                     help="the main process's exit snapshot must count at least N in stats.NAME")
     argv = sys.argv[1:]
@@ -319,6 +345,24 @@ def main() -> int:
         problems += frame_problems(exits, want_frame, output)
     for want_stack in args.python_stack:
         problems += python_stack_problems(exits, want_stack, output, args.program)
+    for item in args.tags:
+        size, _, names = item.partition("=")
+        want_tags = [t for t in names.split(",") if t]
+        found = [(snap, a) for snap in exits for a in snap["allocations"] if a["size"] == int(size)]
+        if len(found) != 1:
+            problems.append(f"--tags {item}: {len(found)} live allocations of {size} bytes, 1 expected")
+            continue
+        stacks = {st["id"]: st for st in found[0][0]["stacks"]}
+        got = stacks[found[0][1]["stack"]]["tags"] if found[0][1]["stack"] in stacks else []
+        if got != want_tags:
+            problems.append(f"--tags {item}: the allocation carries {got}")
+    pid = next((ln.split()[1] for ln in output.splitlines() if ln.startswith("PID ") and ln.endswith(" main")), "")
+    for item in args.live:
+        reason, _, spec = item.partition("=")
+        want_live = [sorted(int(x) for x in part.split("+") if x) for part in spec.split(";")]
+        got_live = [sorted(a["size"] for a in load(p)["allocations"]) for p in snapshots_of(workdir, pid, reason)]
+        if got_live != want_live:
+            problems.append(f"--live {item}: the {reason} snapshots hold {got_live}")
     for item in args.stat_min:
         name, least = item.split("=", 1)
         exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))

@@ -1,0 +1,13 @@
+/* The public API's table, exported as `gmt_api_v1`: what gpumemtrace.h finds
+ * with dlsym. It forwards to the core, nothing else. */
+#include "core.h"
+
+#include <gpumemtrace.h>
+
+__attribute__((visibility("default"))) const struct gmt_api_v1 gmt_api_v1 = {
+	.size = sizeof(struct gmt_api_v1),
+	.dump = gmt__api_dump,
+	.tag_push = gmt__api_tag_push,
+	.tag_pop = gmt__api_tag_pop,
+	.live_bytes = gmt__api_live_bytes,
+};

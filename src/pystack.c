@@ -320,7 +320,7 @@ int gmt__py_frame(uintptr_t word, const char **function, const char **file, int 
 	const struct py_code *c;
 
 	/* A2: acquire of the count; pairs with R2 in code_id. */
-	if (!gmt__py_is_frame(word) || id == 0 || id > atomic_load_explicit(&ncodes, memory_order_acquire))
+	if (!gmt__word_is_python(word) || id == 0 || id > atomic_load_explicit(&ncodes, memory_order_acquire))
 		return -ENOENT;
 	c = &code_leaf[id >> GMT_PY_LEAF_BITS][id & (GMT_PY_LEAF - 1)];
 	*function = c->function;

@@ -12,11 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A Python frame word: GMT_WORD_PYTHON | code id << 32 | line (stacks.h). */
-static inline bool gmt__py_is_frame(uintptr_t word)
-{
-	return gmt__word_is_python(word);
-}
+/* A Python frame word (gmt__word_is_python in stacks.h):
+ * GMT_WORD_PYTHON | code id << 32 | line. */
 
 /* Looks up the interpreter's C API in the process (the global scope, then a
  * libpython loaded RTLD_LOCAL). Returns true when Python frames can be

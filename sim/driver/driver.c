@@ -1,10 +1,9 @@
 /* The simulated driver's lifecycle and everything that is not memory: its
- * configuration (GMTSIM_*), cuInit and fork, devices, contexts, streams and
- * error strings. Memory is in memory.c, host.c, pool.c, vmm.c and array.c. */
+ * cuInit and fork, devices, contexts, streams and error strings. The
+ * configuration (GMTSIM_*) is in config.c; memory in memory.c, host.c, pool.c,
+ * vmm.c and array.c. */
 #define _GNU_SOURCE
 #include "sim.h"
-
-#include "parse.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,105 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* --- configuration -------------------------------------------------------- */
-
-static struct sim_config config;
-static pthread_once_t config_once = PTHREAD_ONCE_INIT;
-
-static void config_error(const char *name, const char *value, const char *what)
-{
-	fprintf(stderr, "gmtsim: %s: %s '%s'\n", name, what, value);
-	config.error = CUDA_ERROR_INVALID_VALUE;
-}
-
-/* A size, or a comma list with one size per device, into out[0..n). */
-static void parse_size_list(const char *name, uint64_t *out, int n)
-{
-	const char *s = getenv(name);
-	char buf[512];
-	char *save = NULL, *tok;
-	int count = 0;
-
-	if (s == NULL)
-		return;
-	if (strlen(s) >= sizeof(buf)) {
-		config_error(name, s, "value too long");
-		return;
-	}
-	memcpy(buf, s, strlen(s) + 1);
-	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-		uint64_t v;
-
-		if (count == n) {
-			config_error(name, s, "more values than GMTSIM_DEVICES in");
-			return;
-		}
-		if (gmt__parse_size(tok, 0, (uint64_t)1 << 50, &v) < 0) {
-			config_error(name, s, "invalid size");
-			return;
-		}
-		out[count++] = v;
-	}
-	if (count == 0) {
-		config_error(name, s, "invalid size");
-		return;
-	}
-	if (count != 1 && count != n) {
-		config_error(name, s, "need one size or one per device, got");
-		return;
-	}
-	for (int i = count; i < n; i++)
-		out[i] = out[0];
-}
-
-static void config_parse(void)
-{
-	const char *s;
-	uint64_t v;
-
-	config.ndevices = 1;
-	config.driver_version = SIM_DEFAULT_VERSION;
-	for (int i = 0; i < SIM_MAX_DEVICES; i++)
-		config.memory[i] = (uint64_t)16 << 30;
-
-	s = getenv("GMTSIM_DEVICES");
-	if (s != NULL) {
-		if (gmt__parse_u64(s, 1, SIM_MAX_DEVICES, &v) < 0)
-			config_error("GMTSIM_DEVICES", s, "not a device count from 1 to 16:");
-		else
-			config.ndevices = (int)v;
-	}
-	parse_size_list("GMTSIM_MEMORY", config.memory, config.ndevices);
-	parse_size_list("GMTSIM_OTHER_PROCESSES", config.other, config.ndevices);
-	s = getenv("GMTSIM_CONTEXT_BYTES");
-	if (s != NULL && gmt__parse_size(s, 0, (uint64_t)1 << 50, &config.context_bytes) < 0)
-		config_error("GMTSIM_CONTEXT_BYTES", s, "invalid size");
-	s = getenv("GMTSIM_DRIVER_VERSION");
-	if (s != NULL) {
-		if (gmt__parse_u64(s, 1000, 99999, &v) < 0)
-			config_error("GMTSIM_DRIVER_VERSION", s, "not a version like 13000:");
-		else
-			config.driver_version = (int)v;
-	}
-	for (int i = 0; i < config.ndevices; i++) {
-		config.memory[i] -= config.memory[i] % SIM_PAGE_SIZE;
-		if (config.memory[i] == 0) {
-			config_error("GMTSIM_MEMORY", getenv("GMTSIM_MEMORY"),
-				     "capacity below one 2 MiB page in");
-			break;
-		}
-	}
-	s = getenv("GMTSIM_LEDGER_DIR");
-	if (s != NULL && s[0] != '\0')
-		config.ledger_dir = s;
-}
-
-const struct sim_config *gmtsim__config(void)
-{
-	pthread_once(&config_once, config_parse);
-	return &config;
-}
 
 /* --- the lock, initialisation and fork ------------------------------------ */
 
@@ -180,6 +80,7 @@ __attribute__((constructor)) static void sim_constructor(void)
  * never returns through exit handlers registered after it. */
 static void sim_teardown(void)
 {
+	const char *dir;
 	char path[PATH_MAX];
 	int s = atomic_load(&state);
 
@@ -187,9 +88,10 @@ static void sim_teardown(void)
 	 * ledger, and stays lost. */
 	if (s != SIM_READY && s != SIM_LOST_BY_FORK)
 		return;
+	dir = gmtsim__config()->ledger_dir;
 	gmtsim__lock();
-	if (config.ledger_dir != NULL) {
-		snprintf(path, sizeof(path), "%s/ledger.%ld.exit.json", config.ledger_dir, (long)getpid());
+	if (dir != NULL) {
+		snprintf(path, sizeof(path), "%s/ledger.%ld.exit.json", dir, (long)getpid());
 		if (gmtsim__ledger_write_locked(path, "exit", NULL) < 0)
 			fprintf(stderr, "gmtsim: cannot write %s: %s\n", path, strerror(errno));
 	}
@@ -212,8 +114,8 @@ GMTSIM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 	if (Flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	cfg = gmtsim__config();
-	if (cfg->error != 0)
-		return (CUresult)cfg->error;
+	if (cfg->invalid)
+		return CUDA_ERROR_INVALID_VALUE;
 	gmtsim__lock();
 	switch (atomic_load_explicit(&state, memory_order_relaxed)) {
 	case SIM_UNINIT:
@@ -253,7 +155,7 @@ static CUresult check_device(CUdevice dev)
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (dev < 0 || dev >= config.ndevices)
+	if (dev < 0 || dev >= gmtsim__config()->ndevices)
 		return CUDA_ERROR_INVALID_DEVICE;
 	return CUDA_SUCCESS;
 }
@@ -268,7 +170,7 @@ GMTSIM_EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
 		return r;
 	if (count == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*count = config.ndevices;
+	*count = gmtsim__config()->ndevices;
 	return CUDA_SUCCESS;
 }
 
@@ -297,7 +199,26 @@ GMTSIM_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev
 	if (name == NULL || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	snprintf(name, (size_t)len, "gpumemtrace simulated GPU %" PRIu64 " MiB",
-		 config.memory[dev] >> 20);
+		 gmtsim__config()->memory[dev] >> 20);
+	return CUDA_SUCCESS;
+}
+
+/* "0000:18:00.0": domain, bus, device and function as cuDeviceGetAttribute
+ * reports them (PCI_DOMAIN_ID 0, PCI_BUS_ID 0x18 + ordinal, PCI_DEVICE_ID 0), in
+ * the driver's format (4 hex digits of domain, 13 bytes with the NUL; cuda.h).
+ * A short buffer gets the string truncated. The NVML double's
+ * nvmlDeviceGetHandleByPciBusId_v2 accepts it. */
+GMTSIM_EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	CUresult r;
+
+	gmtsim__count(SIM_CALL_cuDeviceGetPCIBusId);
+	r = check_device(dev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (pciBusId == NULL || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", 0, SIM_PCI_BUS(dev), 0);
 	return CUDA_SUCCESS;
 }
 
@@ -338,13 +259,14 @@ GMTSIM_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 		return r;
 	if (bytes == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*bytes = config.memory[dev];
+	*bytes = gmtsim__config()->memory[dev];
 	return CUDA_SUCCESS;
 }
 
 /* The 32-bit ABI cannot express more than 4 GiB - 1: it saturates. */
 GMTSIM_EXPORT CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
+	uint64_t total;
 	CUresult r;
 
 	gmtsim__count(SIM_CALL_cuDeviceTotalMem);
@@ -353,7 +275,8 @@ GMTSIM_EXPORT CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice de
 		return r;
 	if (bytes == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*bytes = config.memory[dev] > UINT_MAX ? UINT_MAX : (unsigned int)config.memory[dev];
+	total = gmtsim__config()->memory[dev];
+	*bytes = total > UINT_MAX ? UINT_MAX : (unsigned int)total;
 	return CUDA_SUCCESS;
 }
 
@@ -392,7 +315,7 @@ GMTSIM_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute 
 	if (pi == NULL || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (attrib == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)
-		*pi = 0x18 + dev;
+		*pi = SIM_PCI_BUS(dev);
 	else
 		*pi = attribute(attrib);
 	return CUDA_SUCCESS;

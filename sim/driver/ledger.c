@@ -1,6 +1,7 @@
 /* The ledger: the simulator's exact live set, pools, virtual memory state,
  * totals and call counts, written as JSON (format in docs/simulator.md) at exit,
- * at each out-of-memory result, and on request. Ground truth for the tests. */
+ * at each out-of-memory result, and on request. Ground truth for the tests; and
+ * each device's usage, the ground truth the NVML double reports. */
 #define _GNU_SOURCE
 #include "sim.h"
 
@@ -228,6 +229,34 @@ GMTSIM_EXPORT int gmtsim_ledger_write(const char *path)
 		return -EINVAL;
 	gmtsim__lock();
 	r = gmtsim__ledger_write_locked(path, "api", NULL);
+	gmtsim__unlock();
+	return r;
+}
+
+GMTSIM_EXPORT int gmtsim_device_usage(int device, struct gmtsim_usage *out)
+{
+	struct sim_device_state st;
+	int r = 0;
+
+	if (out == NULL)
+		return -EINVAL;
+	gmtsim__lock();
+	/* Under the lock: cuInit, the fork handler and the teardown change the
+	 * state while holding it. */
+	if (gmtsim__initialised() != CUDA_SUCCESS) {
+		r = -ESRCH;
+	} else if (device < 0 || device >= gmtsim__device_count()) {
+		r = -EINVAL;
+	} else {
+		gmtsim__device_state(device, &st);
+		*out = (struct gmtsim_usage){
+			.total_bytes = st.total_bytes,
+			.free_bytes = st.free_bytes,
+			/* Every page is free, other processes', or this process's. */
+			.self_bytes = (st.pages_total - st.pages_free - st.pages_other) * SIM_PAGE_SIZE,
+			.other_bytes = st.pages_other * SIM_PAGE_SIZE,
+		};
+	}
 	gmtsim__unlock();
 	return r;
 }

@@ -197,9 +197,7 @@ CUresult gmtsim__memory_init(const struct sim_config *cfg)
 		struct sim_dev *d = &gmtsim__model.dev[i];
 
 		d->pages_total = cfg->memory[i] / SIM_PAGE_SIZE;
-		d->pages_other = gmtsim__pages_for(cfg->other[i]);
-		if (d->pages_other > d->pages_total)
-			d->pages_other = d->pages_total;
+		d->pages_other = cfg->other[i] / SIM_PAGE_SIZE; /* whole pages, at most the capacity */
 		/* NOTE: twice the capacity of addresses, so that holes left by frees
 		 * never make a request fail that the pages could satisfy. */
 		if (arena_init(&d->arena, 2 * cfg->memory[i] + ((uint64_t)1 << 30), 0) < 0 ||

@@ -4,6 +4,8 @@
 #ifndef GMTSIM_SIM_H
 #define GMTSIM_SIM_H
 
+#include "config.h"
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -38,10 +40,7 @@
 
 #define GMTSIM_EXPORT __attribute__((visibility("default")))
 
-#define SIM_PAGE_SIZE ((uint64_t)2 << 20)
 #define SIM_ALIGN 256u
-#define SIM_MAX_DEVICES 16
-#define SIM_DEFAULT_VERSION 13000
 
 /* Every exported entry point: X(symbol, base name, version, ptsz).
  * One list, three uses: the call counters, the cuGetProcAddress table and the
@@ -57,6 +56,7 @@
 	X(cuDeviceGet, cuDeviceGet, 2000, 0)                                   \
 	X(cuDeviceGetCount, cuDeviceGetCount, 2000, 0)                         \
 	X(cuDeviceGetName, cuDeviceGetName, 2000, 0)                           \
+	X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010, 0)                   \
 	X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0)                           \
 	X(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, 0)                       \
 	X(cuDeviceTotalMem, cuDeviceTotalMem, 2000, 0)                         \
@@ -179,7 +179,7 @@ uint64_t gmtsim__calls(enum sim_call call);
 /* Zero every call counter (the child of a fork starts afresh). */
 void gmtsim__reset_calls(void);
 
-/* --- driver.c: configuration, devices, contexts, lifecycle ---------------- */
+/* --- driver.c: devices, contexts, lifecycle (configuration: config.h) ----- */
 
 struct CUctx_st {
 	int device;
@@ -187,19 +187,6 @@ struct CUctx_st {
 	bool alive;
 	unsigned int flags;
 };
-
-struct sim_config {
-	int ndevices;
-	uint64_t memory[SIM_MAX_DEVICES];
-	uint64_t other[SIM_MAX_DEVICES];
-	uint64_t context_bytes;
-	int driver_version;
-	const char *ledger_dir; /* NULL: no ledger files */
-	int error;              /* CUresult: nonzero when a variable was invalid */
-};
-
-/* The parsed configuration (parsed once, on first use; thread-safe). */
-const struct sim_config *gmtsim__config(void);
 
 /* The global lock over every piece of simulated state. */
 void gmtsim__lock(void);

@@ -143,10 +143,14 @@ static const struct config_case config_cases[] = {
 	{ { "GMTSIM_OTHER_PROCESSES=lots" }, "GMTSIM_OTHER_PROCESSES", "lots" },
 	{ { "GMTSIM_CONTEXT_BYTES=1X" }, "GMTSIM_CONTEXT_BYTES", "1X" },
 	{ { "GMTSIM_DRIVER_VERSION=13.0" }, "GMTSIM_DRIVER_VERSION", "13.0" },
+	{ { "GMTSIM_OTHER_PID=0" }, "GMTSIM_OTHER_PID", "0" },
+	{ { "GMTSIM_OTHER_PID=4294967296" }, "GMTSIM_OTHER_PID", "4294967296" },
+	{ { "GMTSIM_OTHER_PID=12x" }, "GMTSIM_OTHER_PID", "12x" },
 	/* valid ones, so that the checks below are seen to tell them apart */
 	{ { "GMTSIM_MEMORY=12G" }, NULL, NULL },
 	{ { "GMTSIM_DEVICES=2", "GMTSIM_MEMORY=1G,3GiB" }, NULL, NULL },
 	{ { "GMTSIM_DEVICES=16", "GMTSIM_OTHER_PROCESSES=1M" }, NULL, NULL },
+	{ { "GMTSIM_OTHER_PID=4294967295" }, NULL, NULL },
 };
 
 /* Reads all of `fd` from its start into buf (NUL-terminated). */

@@ -127,6 +127,22 @@ def capture_cost(build: str, iterations: int, repeat: int) -> dict[str, Any]:
     return med
 
 
+def snapshot_write_cost(build: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    """bench/snapshot: an oom snapshot of N live allocations (every section,
+    the diagnosis, 1,024 stacks), beside writing as many bytes to a plain
+    file in the same process; medians."""
+    rows = []
+    for n in sizes:
+        runs = [numbers(subprocess.run([os.path.join(build, "bench", "snapshot"), str(n)],
+                                       env=bench_env(build), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       text=True, check=True, timeout=600).stdout) for _ in range(repeat)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        rows.append({"live": n, "seconds": round(med["snapshot_s"], 4), "bytes": int(med["snapshot_bytes"]),
+                     "plain_write_seconds": round(med["plain_write_s"], 4),
+                     "ratio_to_plain_write": round(med["snapshot_s"] / max(med["plain_write_s"], 1e-6), 2)})
+    return rows
+
+
 def python_cost(build: str, pairs: int, repeat: int) -> dict[str, Any]:
     """bench/python_alloc.py: pairs through ctypes from 20 Python frames,
     untraced, traced without Python frames and with them; medians."""
@@ -174,7 +190,8 @@ def main() -> int:
     stacks = snapshot_cost(build, 10 if args.quick else 14, repeat)
     capture = capture_cost(build, 2000 if args.quick else 200000, repeat)
     python = python_cost(build, 2000 if args.quick else 100000, repeat)
-    result = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss,
+    writes = snapshot_write_cost(build, [10000] if args.quick else [10000, 100000, 1000000], repeat)
+    result = {"snapshot_write": writes, "machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss,
               "symbolised_snapshot": stacks, "capture": capture, "python_frames": python}
     print("ns per allocation+free pair (cuMemAlloc_v2 + cuMemFree_v2 of 1 KiB, simulated driver, "
           "call chain 70 deep; median of", repeat, "runs)")
@@ -195,6 +212,11 @@ def main() -> int:
     print(f"Python frames (20, through ctypes): pair untraced {python['untraced_ns']:.1f} ns, traced "
           f"{python['traced_native_ns']:.1f} ns native frames only, {python['traced_python_ns']:.1f} ns with "
           f"Python frames: {python['added_by_python_ns']:.1f} ns added by them")
+    print("oom snapshot of N live allocations (all sections, diagnosis, 1,024 stacks), beside writing "
+          "as many bytes to a plain file:")
+    for w in writes:
+        print(f"  {w['live']:>9,} live: {w['seconds']:.3f} s, {w['bytes'] / 2**20:.1f} MiB "
+              f"(plain write {w['plain_write_seconds']:.3f} s, ratio {w['ratio_to_plain_write']:.2f})")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

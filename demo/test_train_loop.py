@@ -2,7 +2,13 @@
 """Test of the demo: run train_loop on a simulated 4 GiB GPU, as scripts/demo does,
 and check what it reports against the simulator's out-of-memory ledger.
 
-Usage: test_train_loop.py TRAIN_LOOP GMTSIM_LEDGER_TOOL (meson passes both).
+Usage: test_train_loop.py TRAIN_LOOP GMTSIM_LEDGER_TOOL [--lib LIBGPUMEMTRACE]
+(meson passes them). With --lib the program runs traced, as scripts/demo runs
+it, and the tracer's out-of-memory report on stderr and its snapshot are
+checked too: the report names the request, the growth verdict and the leaking
+site, and the snapshot it points to holds the ledger's live set and the same
+diagnosis; every snapshot is valid against docs/snapshot.schema.json.
+GMT_TEST_ASAN_RUNTIME (a sanitizer build) is preloaded first.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import subprocess
 import sys
 import tempfile
 from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "schema"))
+import schema_check  # noqa: E402  (every snapshot against docs/snapshot.schema.json)
 
 MIB = 1 << 20
 PAGE = 2 * MIB
@@ -40,14 +49,61 @@ def expect(ok: bool, what: str, got: Any, want: Any) -> None:
         failures.append(f"{what}: got {got!r}, expected {want!r}")
 
 
+REPORT = [
+    re.compile(r"gpumemtrace: out of memory: cuMemAllocAsync of ([\d.]+) MiB on device 0 failed "
+               r"with ([\d.]+) MiB free of 4\.00 GiB"),
+    re.compile(r"gpumemtrace:   verdict: growth: 1 allocation site kept growing and added "
+               r"[\d.]+ GiB \(a leak suspect\); the request fell [\d.]+ MiB short"),
+    re.compile(r"gpumemtrace:   top sites: [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\); .*"),
+    re.compile(r"gpumemtrace:   snapshot: (\S+)"),
+]
+
+
+def check_traced(stderr: str, ledger: Dict[str, Any], tried_mib: float) -> None:
+    """The tracer's report, in order before the program's own message, and
+    the snapshot it names."""
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("gpumemtrace:")]
+    expect(len(lines) == len(REPORT), "the tracer's stderr lines", lines, f"{len(REPORT)} report lines")
+    matches = [p.fullmatch(ln) for p, ln in zip(REPORT, lines)]
+    for m, p, ln in zip(matches, REPORT, lines):
+        expect(m is not None, "report line", ln, p.pattern)
+    if len(matches) != len(REPORT) or None in matches:
+        return
+    expect(float(matches[0].group(1)) == tried_mib, "report: requested MiB",
+           matches[0].group(1), tried_mib)
+    with open(matches[3].group(1)) as f:
+        snap: Dict[str, Any] = json.load(f)
+    mine = sorted((int(a["address"], 16), a["size"]) for a in snap["allocations"])
+    truth = sorted((int(e["address"], 16), e["size"]) for e in ledger["live"])
+    expect(mine == truth, "snapshot live set against the ledger", len(mine), len(truth))
+    diagnosis = snap.get("diagnosis") or {}
+    expect(diagnosis.get("verdict") == "growth", "diagnosis.verdict", diagnosis.get("verdict"), "growth")
+    numbers = diagnosis.get("numbers") or {}
+    expect(numbers.get("free_bytes") == ledger["devices"][0]["free_bytes"], "diagnosis free_bytes",
+           numbers.get("free_bytes"), ledger["devices"][0]["free_bytes"])
+    expect(numbers.get("untracked_bytes") == CONTEXT, "diagnosis untracked_bytes (the context)",
+           numbers.get("untracked_bytes"), CONTEXT)
+    grown = numbers.get("growth_stacks") or []
+    sites = {s["stack"]: s for s in snap.get("sites", [])}
+    expect(len(grown) == 1 and sites.get(grown[0], {}).get("growing") is True,
+           "the growing site", grown, "one site, marked growing")
+
+
 def main() -> int:
     train_loop, ledger_tool = sys.argv[1], sys.argv[2]
+    lib = sys.argv[4] if len(sys.argv) == 5 and sys.argv[3] == "--lib" else None
     with tempfile.TemporaryDirectory(prefix="gmt-demo-test.") as out:
         # NOTE: drop every inherited GMTSIM_* so the user's shell cannot change
         # the simulated GPU under the test (meson 1.0 cannot unset variables).
         env = {k: v for k, v in os.environ.items() if not k.startswith("GMTSIM_")}
         env.update(GMTSIM_MEMORY="4G", GMTSIM_CONTEXT_BYTES="300M",
                    GMTSIM_LEDGER_DIR=out)
+        if lib is not None:
+            asan = os.environ.get("GMT_TEST_ASAN_RUNTIME", "")
+            env["LD_PRELOAD"] = f"{asan} {lib}" if asan else lib
+            env["GPUMEMTRACE_DIR"] = out
+            if asan:
+                env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
         # Popen, not run(): the ledger files are named by the child's pid.
         with subprocess.Popen([train_loop], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -80,6 +136,9 @@ def main() -> int:
         with open(oom[0]) as f:
             ledger: Dict[str, Any] = json.load(f)
         check_ledger(ledger, step, tried_mib, free_mib)
+        if lib is not None:
+            check_traced(stderr, ledger, tried_mib)
+            failures.extend(schema_check.validate(schema_check.snapshot_files(out)))
 
         tool = subprocess.run([sys.executable, ledger_tool, oom[0]],
                               capture_output=True, text=True, timeout=60)
@@ -90,7 +149,8 @@ def main() -> int:
     for f in failures:
         print(f"FAIL: {f}")
     if not failures:
-        print(f"ok: out of memory at step {step}, ledger agrees")
+        print(f"ok: out of memory at step {step}, ledger agrees" +
+              (", the tracer's report and snapshot too" if lib else ""))
     return 1 if failures else 0
 
 

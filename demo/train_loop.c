@@ -14,12 +14,18 @@
  * each step until an allocation fails after ~40-50 steps. No kernel runs: this is
  * the allocation pattern of a training job, nothing more.
  *
+ * A step "computes" for 20 ms (a sleep standing in for its kernels), so that
+ * the run spans time as a real one does and the tracer's series and growth
+ * detection (10 ms windows) see the leak grow step by step.
+ *
  * Exit status: 2 on CUDA out-of-memory (with a framework-like message on
  * stderr), 1 on any other CUDA error, 0 if MAX_STEPS pass without failing.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -114,6 +120,7 @@ static void *stream_alloc(size_t bytes, cudaStream_t stream)
 /* Forward, backward and the optimizer step's allocations for one batch. */
 static void train_step(cudaStream_t stream, unsigned char *staging, size_t batch_bytes)
 {
+	static const struct timespec compute = { 0, 20 * 1000 * 1000 };
 	void *act[N_LAYERS], *grad;
 	int i;
 
@@ -135,6 +142,7 @@ static void train_step(cudaStream_t stream, unsigned char *staging, size_t batch
 		check("cudaFreeAsync", cudaFreeAsync(act[i], stream));
 	}
 	check("cudaStreamSynchronize", cudaStreamSynchronize(stream));
+	nanosleep(&compute, NULL);
 }
 
 int main(void)

@@ -28,6 +28,20 @@ gmt_cd_root() {
 
 gmt__have() { command -v "$1" >/dev/null 2>&1; }
 
+# jsonschema (4.0 or newer: draft 2020-12), importable by an interpreter the tests
+# use to check snapshots against docs/snapshot.schema.json: python3 on PATH, or
+# Debian's own. NOTE: a python3 first on PATH (pyenv) does not see Debian's
+# dist-packages; apt-get's python3-jsonschema is for /usr/bin/python3, and
+# tests/schema/schema_check.py tries both, as this does.
+gmt__have_jsonschema() {
+	local py
+	for py in python3 /usr/bin/python3; do
+		gmt__have "$py" && "$py" -c 'from jsonschema import Draft202012Validator' \
+			>/dev/null 2>&1 && return 0
+	done
+	return 1
+}
+
 # A library's development files: pkg-config is what meson asks; without pkg-config
 # (itself about to be installed) ask dpkg, the only place apt-get can fix it.
 gmt__have_lib() {
@@ -54,12 +68,13 @@ gmt__probe() {
 	libdw-dev)      gmt__have_lib libdw libdw-dev ;;
 	python3)        gmt__have python3 ;;
 	binutils)       gmt__have readelf && gmt__have nm ;;
+	python3-jsonschema) gmt__have_jsonschema ;;
 	*)              return 1 ;;
 	esac
 }
 
 GMT_PACKAGES=(meson ninja-build pkg-config gcc g++ libc6-dev libunwind-dev
-	      libjansson-dev libdw-dev python3 binutils)
+	      libjansson-dev libdw-dev python3 binutils python3-jsonschema)
 
 gmt__missing() {
 	local p

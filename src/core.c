@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "core.h"
 
+#include "device.h"
+#include "history.h"
 #include "log.h"
 #include "options.h"
 #include "pystack.h"
@@ -112,6 +114,9 @@ static struct {
 	_Alignas(64) pthread_mutex_t lock;
 	uint64_t expected; /* the next seq to apply */
 	struct gmt__table *table;
+	struct gmt__history hist;
+	struct gmt__hist_cause cause; /* of the changes being applied */
+	bool have_hist;
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
 	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
 	uint64_t snapshot_seq;
@@ -125,6 +130,7 @@ static struct {
 	bool peak_armed, peak_due, stop_at_peak;
 	uint64_t peak_next_bytes, peak_next_ns;
 	struct gmt__undo undo[GMT_UNDO_SLOTS];
+	struct gmt__snapshot_process process; /* rank and friends from init; host and ppid per snapshot */
 } core = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.next_seq = 1,
@@ -179,6 +185,8 @@ static void account(const struct gmt__entry *e, bool add)
 	if (!counts_as_memory(e->space))
 		return;
 	slot = device_slot(e->device);
+	if (core.have_hist)
+		gmt__history_change(&core.hist, e, add, &core.cause);
 	if (add) {
 		core.live_bytes += e->size;
 		core.live_count++;
@@ -397,6 +405,12 @@ static void apply(const struct gmt__event *ev)
 	struct gmt__entry *found;
 	struct gmt__undo *u;
 
+	core.cause = (struct gmt__hist_cause){
+		.seq = ev->seq, .time_ns = ev->time_ns, .tid = ev->tid, .api = ev->api,
+		.undo = ev->op == GMT_OP_FREE_FAILED,
+	};
+	if (core.have_hist)
+		gmt__history_tick(&core.hist, ev->time_ns);
 	switch ((enum gmt__op)ev->op) {
 	case GMT_OP_ALLOC:
 		if (ev->kind == GMT_KIND_VMM)
@@ -551,8 +565,8 @@ static uint64_t drain_visible(void)
 	}
 }
 
-static int snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info,
-		    char *out, size_t outlen);
+static int snapshot(const char *reason, const struct gmt__snapshot_request *failed,
+		    const struct gmt__device_state *state, char *out, size_t outlen);
 
 static void *consumer_main(void *arg)
 {
@@ -582,11 +596,11 @@ static void *consumer_main(void *arg)
 			core.peak_due = core.peak_armed = false;
 			core.peak_next_bytes = core.peak_bytes + core.peak_bytes / 100 * (uint64_t)core.opt->peak_step;
 			core.peak_next_ns = now_ns(CLOCK_MONOTONIC) + GMT_PEAK_INTERVAL_NS;
-			snapshot("peak", NULL, -1, NULL, 0); /* releases the lock */
+			snapshot("peak", NULL, NULL, NULL, 0); /* releases the lock */
 		} else if (atomic_exchange_explicit(&core.signal_pending, false, memory_order_relaxed)) {
 			/* Everything completed before the signal has its number. */
 			drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
-			snapshot("signal", NULL, -1, NULL, 0); /* releases the lock */
+			snapshot("signal", NULL, NULL, NULL, 0); /* releases the lock */
 			n = 1;
 		} else {
 			pthread_mutex_unlock(&core.lock);
@@ -650,18 +664,52 @@ static void unlock_core(void *arg)
 	pthread_mutex_unlock(&core.lock);
 }
 
+/* One warning per cause of a failed write: a full disk or a read-only
+ * directory stays so, and every later snapshot would say it again. Called
+ * without the core's lock (the writer released it), from any thread. */
+static void warn_write_error(int r)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static int warned[8];
+	bool seen = false;
+	int k;
+
+	pthread_mutex_lock(&lock);
+	for (k = 0; k < 8 && warned[k] != 0 && !seen; k++)
+		seen = warned[k] == r;
+	if (!seen && k < 8)
+		warned[k] = r;
+	pthread_mutex_unlock(&lock);
+	if (!seen)
+		gmt__warn("cannot write a snapshot into %s: %s (snapshots that fail the same way are counted, not reported)",
+			  core.opt->dir, strerror(-r));
+}
+
+/* The oom report, a line at a time, and where the snapshot is. */
+static void warn_report(char *report, const char *path)
+{
+	char *line = report, *next;
+
+	for (; line != NULL && *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		if (next != NULL)
+			*next++ = '\0';
+		gmt__warn("%s%s", line == report ? "" : "  ", line);
+	}
+	gmt__warn("  snapshot: %s", path);
+}
+
 /* Writes one snapshot. Called with the lock held and everything before it
  * applied; returns with the lock RELEASED: the writer lets go of it as soon as
- * it has read the table, before it resolves frames under the loader's lock.
- * `device_info` names the device whose total and free may be asked of the
- * driver (-1: none: never from a destructor or a signal). */
-/* Writes a snapshot of the table as it is (lock held; released on every
- * path). device_info: the device whose cuMemGetInfo_v2 to ask, -1 for none.
- * Returns 0 and the file's path in out (when not NULL), or a negative errno. */
-static int snapshot(const char *reason, const struct gmt__snapshot_request *failed, int device_info,
-		    char *out, size_t outlen)
+ * it has read the table and the history, before it resolves frames under the
+ * loader's lock. `state`: what the driver said of the device the caller could
+ * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
+ * NULL), or a negative errno. */
+static int snapshot(const char *reason, const struct gmt__snapshot_request *failed,
+		    const struct gmt__device_state *state, char *out, size_t outlen)
 {
-	struct gmt__snapshot_device devs[GMT_MAX_DEVICES];
+	char path[PATH_MAX], host[256], report[1024];
+	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];
 	struct gmt__snapshot_stat stats[] = {
 		{ "events", atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq },
 #define GMT_X_SNAP(name, help) { #name, 0 },
@@ -685,8 +733,11 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 		.stats = stats,
 		.nstats = (int)(sizeof(stats) / sizeof(stats[0])),
 		.table_done = unlock_core,
+		.process = &core.process,
+		.history = core.have_hist ? &core.hist : NULL,
+		.report = failed != NULL ? report : NULL,
+		.report_len = sizeof(report),
 	};
-	char path[PATH_MAX];
 	char **argv = NULL;
 	int r, i = 1;
 
@@ -695,32 +746,38 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 #define GMT_X_READ(name, help) stats[i++].value = atomic_load_explicit(&core.stats.name, memory_order_relaxed);
 	GMT_STATS(GMT_X_READ)
 #undef GMT_X_READ
-	for (int d = 0; d < GMT_MAX_DEVICES; d++) {
-		size_t free_b, total_b;
+	for (int d = 0; d < GMT_MAX_DEVICES && s.ndevices < GMT_SNAPSHOT_MAX_DEVICES; d++) {
+		bool asked = state != NULL && state->index == d;
 
-		if (core.device_live[d + 1] == 0 && d != device_info && (failed == NULL || failed->device != d))
+		if (core.device_live[d + 1] == 0 && !asked && (failed == NULL || failed->device != d))
 			continue;
-		devs[s.ndevices] = (struct gmt__snapshot_device){ .index = d, .live_bytes = core.device_live[d + 1] };
-		if (d == device_info && gmt__driver_mem_info(&free_b, &total_b) == CUDA_SUCCESS) {
-			devs[s.ndevices].have_info = true;
-			devs[s.ndevices].free_bytes = free_b;
-			devs[s.ndevices].total_bytes = total_b;
-		}
-		s.ndevices++;
+		devs[s.ndevices++] = (struct gmt__snapshot_device){
+			.index = d, .live_bytes = core.device_live[d + 1], .state = asked ? state : NULL,
+		};
 	}
-	s.seq = ++core.snapshot_seq;
-	r = gmt__snapshot_write(&s, core.opt->dir, path, sizeof(path));
+	if (gethostname(host, sizeof(host)) == 0) {
+		host[sizeof(host) - 1] = '\0';
+		core.process.host = host;
+	} else {
+		core.process.host = NULL;
+	}
+	core.process.ppid = getppid();
+	/* A name already taken (a file of another run with a recycled pid, or
+	 * one planted there) is never replaced: the writer takes the next
+	 * number, and says which into snapshot_seq while the lock is held. */
+	s.seq = core.snapshot_seq + 1;
+	s.seq_out = &core.snapshot_seq;
+	r = gmt__snapshot_write(&s, core.opt->dir, path, sizeof(path)); /* the lock is released */
 	if (r < 0) {
 		STAT_ADD(snapshot_errors, 1);
-		gmt__warn("cannot write a snapshot into %s: %s", core.opt->dir, strerror(-r));
+		warn_write_error(r);
 		return r;
 	}
 	STAT_ADD(snapshots, 1);
 	if (out != NULL && outlen > 0)
 		snprintf(out, outlen, "%s", path);
 	if (failed != NULL)
-		gmt__warn("out of memory: %s of %llu bytes on device %d failed; snapshot %s",
-			  failed->api, (unsigned long long)failed->size, failed->device, path);
+		warn_report(report, path);
 	else
 		gmt__info("%s snapshot %s", reason, path);
 	return 0;
@@ -759,6 +816,8 @@ static void fork_child(void)
 	gmt__rings_after_fork(tls.ring);
 	tls.tid = (uint32_t)syscall(SYS_gettid);
 	gmt__table_clear(core.table);
+	if (core.have_hist)
+		gmt__history_clear(&core.hist);
 	core.live_bytes = core.live_count = core.peak_bytes = 0;
 	core.total_allocs = core.total_frees = core.snapshot_seq = 0;
 	core.oom_written = core.peak_armed = core.peak_due = false;
@@ -824,6 +883,41 @@ static void install_signal(void)
 		start_consumer();
 }
 
+/* A rank variable's value: a non-negative integer, else -1. */
+static int64_t env_rank(const char *name)
+{
+	const char *v = getenv(name);
+	char *end;
+	long long n;
+
+	if (v == NULL || *v < '0' || *v > '9')
+		return -1;
+	errno = 0;
+	n = strtoll(v, &end, 10);
+	return errno == 0 && *end == '\0' && n <= INT32_MAX ? n : -1;
+}
+
+/* Who this process is in a distributed job: the launchers' variables
+ * (torchrun, Open MPI, Slurm), first found wins. Read once, at start-up. */
+static void read_ranks(struct gmt__snapshot_process *p)
+{
+	static const char *const ranks[] = { "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK" };
+	static const char *const local[] = { "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID" };
+	static const char *const sizes[] = { "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE" };
+
+	p->rank = p->local_rank = p->world_size = -1;
+	p->rank_variable = NULL;
+	for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]) && p->rank < 0; i++) {
+		p->rank = env_rank(ranks[i]);
+		if (p->rank >= 0)
+			p->rank_variable = ranks[i];
+	}
+	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]) && p->local_rank < 0; i++)
+		p->local_rank = env_rank(local[i]);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && p->world_size < 0; i++)
+		p->world_size = env_rank(sizes[i]);
+}
+
 static int init(void)
 {
 	Dl_info self;
@@ -831,11 +925,16 @@ static int init(void)
 
 	core.opt = gmt__options();
 	gmt__log_set_verbose(core.opt->verbose);
+	read_ranks(&core.process);
 	core.table = gmt__table_new();
 	if (core.table == NULL) {
 		gmt__warn("cannot allocate the live table; not tracing");
 		return -ENOMEM;
 	}
+	r = gmt__history_init(&core.hist, (size_t)core.opt->history);
+	if (r < 0)
+		gmt__warn("cannot allocate the event history (%s); snapshots will have none", strerror(-r));
+	core.have_hist = r == 0;
 	core.depth = (int)core.opt->stack_depth;
 	if (dladdr((void *)&find_text, &self) != 0)
 		dl_iterate_phdr(find_text, self.dli_fbase);
@@ -910,7 +1009,7 @@ __attribute__((destructor)) static void core_exit(void)
 		  (unsigned long long)(atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq));
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
 	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
-		snapshot("exit", NULL, -1, NULL, 0); /* releases the lock */
+		snapshot("exit", NULL, NULL, NULL, 0); /* releases the lock */
 	else
 		pthread_mutex_unlock(&core.lock);
 #define GMT_X_REPORT(name, help)                                                              \
@@ -957,6 +1056,35 @@ static void make_room(struct gmt__ring *r)
 	}
 }
 
+/* The calling thread's stack, interned: its native frames without the
+ * tracer's own, its Python frames, its open region tags. 0 when nothing is
+ * recorded. */
+static uint32_t capture(void)
+{
+	uintptr_t ips[GMT_STACK_MAX_FRAMES];
+	int want = core.depth + 8 < GMT_STACK_MAX_DEPTH ? core.depth + 8 : GMT_STACK_MAX_DEPTH;
+	int n, first = 0, py;
+
+	if (core.depth == 0 && tls.ntags == 0)
+		return 0;
+	n = core.depth > 0 ? gmt__stack_capture(ips, want, 0) : 0;
+	/* The innermost frames are the tracer's own (this function, record,
+	 * the gmt__on_* caller, the hook): drop them by address, which no
+	 * inlining or sibling call can make wrong. */
+	while (first < n && ips[first] >= core.text_start && ips[first] < core.text_end)
+		first++;
+	if (n - first > core.depth)
+		n = first + core.depth;
+	/* The Python frames follow the native ones (pystack.h). */
+	py = core.python ? gmt__py_capture(ips + n, core.depth) : 0;
+	if (py > 0)
+		STAT_ADD(python_stacks, 1);
+	/* Then the open region tags (stacks.h). */
+	for (int t = 0; t < tls.ntags && t < GMT_STACK_MAX_TAGS; t++)
+		ips[n + py++] = GMT_WORD_TAG | tls.tags[t];
+	return gmt__stack_intern(ips + first, n + py - first);
+}
+
 /* Stamps and pushes one event; returns its sequence number, 0 when not
  * recorded. */
 static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
@@ -974,28 +1102,8 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 	if (!atomic_load_explicit(&core.consumer_running, memory_order_relaxed) &&
 	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
 		start_consumer();
-	if ((core.depth > 0 || tls.ntags > 0) &&
-	    (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)) {
-		uintptr_t ips[GMT_STACK_MAX_FRAMES];
-		int want = core.depth + 8 < GMT_STACK_MAX_DEPTH ? core.depth + 8 : GMT_STACK_MAX_DEPTH;
-		int n = core.depth > 0 ? gmt__stack_capture(ips, want, 0) : 0, first = 0, py;
-
-		/* The innermost frames are the tracer's own (this function, the
-		 * gmt__on_* caller, the hook): drop them by address, which no
-		 * inlining or sibling call can make wrong. */
-		while (first < n && ips[first] >= core.text_start && ips[first] < core.text_end)
-			first++;
-		if (n - first > core.depth)
-			n = first + core.depth;
-		/* The Python frames follow the native ones (pystack.h). */
-		py = core.python ? gmt__py_capture(ips + n, core.depth) : 0;
-		if (py > 0)
-			STAT_ADD(python_stacks, 1);
-		/* Then the open region tags (stacks.h). */
-		for (int t = 0; t < tls.ntags && t < GMT_STACK_MAX_TAGS; t++)
-			ips[n + py++] = GMT_WORD_TAG | tls.tags[t];
-		ev->stack = gmt__stack_intern(ips + first, n + py - first);
-	}
+	if (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)
+		ev->stack = capture();
 	ev->time_ns = now_ns(CLOCK_REALTIME);
 	ev->tid = tls.tid;
 	ev->api = (uint16_t)c->api;
@@ -1162,13 +1270,16 @@ void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 	record_op(c, GMT_OP_FREE_FAILED, GMT_KIND_DEVICE, 0, 0, token, 0);
 }
 
-void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int device)
+void gmt__on_failure(const struct gmt__call *c, CUresult r, enum gmt__kind kind, uint64_t size, int device)
 {
 	struct gmt__snapshot_request req;
+	struct gmt__device_state state;
 	uint64_t now;
+	uint32_t stack;
 	int saved = errno, d;
+	bool asked;
 
-	if (!c->record || r != CUDA_ERROR_OUT_OF_MEMORY || !(core.opt->snapshot_on & GMT_TRIGGER_OOM))
+	if (!c->record || r != CUDA_ERROR_OUT_OF_MEMORY)
 		return;
 	if (device == GMT_DEVICE_CURRENT) {
 		uintptr_t ctx;
@@ -1177,30 +1288,47 @@ void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int d
 	} else {
 		d = device;
 	}
+	stack = capture();
+	/* The device's state now, before the lock: loading NVML takes the
+	 * loader's lock (device.h). Not during teardown: the driver may be gone. */
+	asked = (core.opt->snapshot_on & GMT_TRIGGER_OOM) && device != GMT_DEVICE_HOST &&
+		!atomic_load_explicit(&core.stopping, memory_order_relaxed);
+	if (asked)
+		gmt__device_query(d, &state);
 	req = (struct gmt__snapshot_request){
 		.api = gmt__api_names[c->api], .size = size, .device = d, .result = (int)r,
+		.kind = kind, .stack = stack,
 	};
 	/* Everything this thread or any other completed before the failing call
 	 * has its number already: apply up to the current one, then write. */
 	pthread_mutex_lock(&core.lock);
 	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+	req.failure = ++core.oom_failures;
+	if (core.have_hist) {
+		struct gmt__hist_cause cause = {
+			.seq = req.failure, .time_ns = now_ns(CLOCK_REALTIME), .tid = tls.tid, .api = (uint16_t)c->api,
+		};
+
+		gmt__history_oom(&core.hist, &cause, size, (uint8_t)kind, d, stack);
+	}
 	/* NOTE: frameworks retry after an out-of-memory result (PyTorch frees
 	 * its cache and asks again, cuDNN tries smaller workspaces): a failure
 	 * with no successful allocation since the last snapshot, or within
 	 * GMT_OOM_EPISODE_NS of it, belongs to the same episode. */
-	req.failure = ++core.oom_failures;
 	now = now_ns(CLOCK_MONOTONIC);
-	if (core.oom_written &&
-	    (core.total_allocs == core.oom_last_allocs || now - core.oom_last_ns < GMT_OOM_EPISODE_NS)) {
+	if (!(core.opt->snapshot_on & GMT_TRIGGER_OOM) ||
+	    (core.oom_written &&
+	     (core.total_allocs == core.oom_last_allocs || now - core.oom_last_ns < GMT_OOM_EPISODE_NS))) {
 		pthread_mutex_unlock(&core.lock);
-		STAT_ADD(oom_suppressed, 1);
+		if (core.opt->snapshot_on & GMT_TRIGGER_OOM)
+			STAT_ADD(oom_suppressed, 1);
 		errno = saved;
 		return;
 	}
 	core.oom_written = true;
 	core.oom_last_ns = now;
 	core.oom_last_allocs = core.total_allocs;
-	snapshot("oom", &req, device == GMT_DEVICE_HOST ? -1 : d, NULL, 0); /* releases the lock */
+	snapshot("oom", &req, asked ? &state : NULL, NULL, 0); /* releases the lock */
 	errno = saved;
 }
 
@@ -1214,15 +1342,18 @@ static bool api_ready(void)
 
 int gmt__api_dump(char *path, size_t len)
 {
+	struct gmt__device_state state;
 	uintptr_t ctx;
 	int saved = errno, device, r;
 
 	if (!api_ready())
 		return -ENOSYS;
 	device = current_device(&ctx);
+	if (ctx != 0)
+		gmt__device_query(device, &state);
 	pthread_mutex_lock(&core.lock);
 	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
-	r = snapshot("api", NULL, ctx != 0 ? device : -1, path, len); /* releases the lock */
+	r = snapshot("api", NULL, ctx != 0 ? &state : NULL, path, len); /* releases the lock */
 	errno = saved;
 	return r;
 }

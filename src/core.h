@@ -62,9 +62,10 @@ void gmt__on_primary_retained(const struct gmt__call *c, int device, CUcontext c
 void gmt__on_context_destroyed(const struct gmt__call *c, CUcontext ctx);
 void gmt__on_primary_gone(const struct gmt__call *c, int device);
 
-/* After a failed allocation: on CUDA_ERROR_OUT_OF_MEMORY, an "oom" snapshot
- * holding everything completed before the call, and the failed request. */
-void gmt__on_failure(const struct gmt__call *c, CUresult r, uint64_t size, int device);
+/* After a failed allocation of `kind`: on CUDA_ERROR_OUT_OF_MEMORY, an entry
+ * in the history and an "oom" snapshot holding everything completed before the
+ * call, and the failed request with its stack. */
+void gmt__on_failure(const struct gmt__call *c, CUresult r, enum gmt__kind kind, uint64_t size, int device);
 
 /* The public API behind gmt_api_v1 (api.c, gpumemtrace.h documents them):
  * each returns -ENOSYS when tracing is off or from inside a hook. */

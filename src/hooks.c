@@ -24,7 +24,7 @@ static CUresult alloc_done(struct gmt__call *c, CUresult r, enum gmt__kind kind,
 	if (r == CUDA_SUCCESS)
 		gmt__on_alloc(c, kind, addr, size, device);
 	else
-		gmt__on_failure(c, r, size, device);
+		gmt__on_failure(c, r, kind, size, device);
 	gmt__call_leave(c);
 	return r;
 }

@@ -70,7 +70,12 @@
 	X(cuCtxGetDevice, cuCtxGetDevice, 2000)                     \
 	X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                   \
 	X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000) \
-	X(cuMemGetInfo_v2, cuMemGetInfo, 3020)
+	X(cuMemGetInfo_v2, cuMemGetInfo, 3020)                     \
+	X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020) \
+	X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020) \
+	X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020)           \
+	X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020)     \
+	X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010)
 
 enum gmt__api {
 #define GMT_X_ENUM(sym, base, ver, ptsz) GMT_API_##sym,
@@ -135,5 +140,13 @@ CUresult gmt__driver_ctx_device(int *device);
 CUresult gmt__driver_ctx_current(CUcontext *ctx);
 CUresult gmt__driver_primary_active(int device, bool *active);
 CUresult gmt__driver_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* The device memory allocation granularity (the minimum, as the driver
+ * reports it for pinned device memory on `device`). */
+CUresult gmt__driver_granularity(int device, size_t *bytes);
+/* The device's default and current stream-ordered pools. */
+CUresult gmt__driver_pools(int device, CUmemoryPool *default_pool, CUmemoryPool *current_pool);
+/* A pool's reserved and used bytes now. */
+CUresult gmt__driver_pool_usage(CUmemoryPool pool, uint64_t *reserved, uint64_t *used);
+CUresult gmt__driver_pci_bus_id(int device, char *id, int len);
 
 #endif /* GMT_HOOKS_H */

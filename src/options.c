@@ -33,6 +33,9 @@ static const struct opt_range range_stack_depth = {
 static const struct opt_range range_peak_step = {
 	1, 1000, false, "an integer from 1 to 1000 (percent)",
 };
+static const struct opt_range range_history = {
+	0, 10000000, false, "an integer from 0 to 10000000 (events)",
+};
 static const struct opt_range range_ring_events = {
 	64, 1u << 20, true, "a power of two from 64 to 1048576",
 };

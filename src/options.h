@@ -29,6 +29,8 @@ enum gmt__trigger {
 	  "native frames recorded per allocation, 0 to 256 (0: no stacks)")                   \
 	X(python_stacks, "GPUMEMTRACE_PYTHON_STACKS", BOOL, true,                             \
 	  "also record the Python frames of a thread holding the GIL (with stacks on)")        \
+	X(history, "GPUMEMTRACE_HISTORY", INT, 10000,                                         \
+	  "allocations and frees a snapshot's history keeps, 0 to 10000000 (0: none)")        \
 	X(ring_events, "GPUMEMTRACE_RING_EVENTS", INT, 4096,                                  \
 	  "events each thread's ring holds, a power of two from 64 to 1048576")               \
 	X(verbose, "GPUMEMTRACE_VERBOSE", BOOL, false, "print the options and progress")

@@ -268,3 +268,51 @@ CUresult gmt__driver_mem_info(size_t *free_bytes, size_t *total_bytes)
 
 	return fn != NULL ? fn(free_bytes, total_bytes) : CUDA_ERROR_NOT_INITIALIZED;
 }
+
+CUresult gmt__driver_granularity(int device, size_t *bytes)
+{
+	PFN_cuMemGetAllocationGranularity_v10020 fn =
+		GMT_DRIVER_FN(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020);
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device },
+	};
+
+	return fn != NULL ? fn(bytes, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult gmt__driver_pools(int device, CUmemoryPool *default_pool, CUmemoryPool *current_pool)
+{
+	PFN_cuDeviceGetDefaultMemPool_v11020 def =
+		GMT_DRIVER_FN(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020);
+	PFN_cuDeviceGetMemPool_v11020 cur = GMT_DRIVER_FN(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020);
+	CUresult r;
+
+	if (def == NULL || cur == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = def(default_pool, device);
+	return r == CUDA_SUCCESS ? cur(current_pool, device) : r;
+}
+
+CUresult gmt__driver_pool_usage(CUmemoryPool pool, uint64_t *reserved, uint64_t *used)
+{
+	PFN_cuMemPoolGetAttribute_v11020 fn = GMT_DRIVER_FN(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020);
+	cuuint64_t r = 0, u = 0;
+	CUresult res;
+
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	res = fn(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r);
+	if (res == CUDA_SUCCESS)
+		res = fn(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u);
+	*reserved = r;
+	*used = u;
+	return res;
+}
+
+CUresult gmt__driver_pci_bus_id(int device, char *id, int len)
+{
+	PFN_cuDeviceGetPCIBusId_v4010 fn = GMT_DRIVER_FN(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010);
+
+	return fn != NULL ? fn(id, len, device) : CUDA_ERROR_NOT_INITIALIZED;
+}

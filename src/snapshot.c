@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "snapshot.h"
 
+#include "diagnose.h"
 #include "event.h"
 #include "pystack.h"
 #include "stacks.h"
@@ -771,9 +772,78 @@ static const char *runtime_call(struct frame_cache *cache, const uintptr_t *ips,
 	return name;
 }
 
+/* The oom report's top sites: the sites with the most live bytes (ids,
+ * UINT32_MAX: none), their bytes and counts, and where each is, in words,
+ * from its stack. Sites with the same words (different callers further out)
+ * are shown as one: REPORT_SITES are labelled for REPORT_SHOWN lines. */
+#define REPORT_SITES 16
+#define REPORT_SHOWN 3
+struct report {
+	int ntop;
+	uint32_t top[REPORT_SITES];
+	uint64_t bytes[REPORT_SITES], count[REPORT_SITES];
+	char where[REPORT_SITES][192];
+};
+
+static const char *base_name(const char *path)
+{
+	const char *slash = path != NULL ? strrchr(path, '/') : NULL;
+
+	return slash != NULL ? slash + 1 : path;
+}
+
+/* cudaMalloc, cuMemAlloc_v2: a name of CUDA's own API. */
+static bool is_cuda_name(const char *name)
+{
+	if (name == NULL)
+		return false;
+	return strncmp(name, "cuda", 4) == 0 || (strncmp(name, "cu", 2) == 0 && name[2] >= 'A' && name[2] <= 'Z');
+}
+
+/* Where a stack allocates, for a human: its innermost Python frame, else its
+ * innermost native frame outside the CUDA libraries and the tracer. */
+static void site_label(struct frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len)
+{
+	int nn = 0;
+
+	snprintf(buf, len, "an unknown place");
+	while (nn < n && gmt__word_is_native(ips[nn]))
+		nn++;
+	if (nn < n && gmt__word_is_python(ips[nn])) {
+		const char *function = NULL, *file = NULL;
+		int line = 0;
+
+		(void)gmt__py_frame(ips[nn], &function, &file, &line);
+		snprintf(buf, len, "%s (%s:%d)", function != NULL ? function : "?",
+			 file != NULL ? base_name(file) : "?", line);
+		return;
+	}
+	for (int i = 0; i < nn; i++) {
+		struct frame_info spare;
+		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
+		const char *mod = base_name(f->module);
+		const struct gmt__frame_sym *sym = f->nsym > 0 ? &cache->syms[f->sym] : NULL;
+		const char *function = sym != NULL && sym->function != NULL ? sym->function : f->function;
+
+		/* A shared CUDA library, or a static runtime's entry point. */
+		if ((mod != NULL && (strncmp(mod, "libcuda", 7) == 0 || strncmp(mod, "libgpumemtrace", 14) == 0)) ||
+		    is_cuda_name(function) || is_cuda_name(f->function))
+			continue;
+		if (sym != NULL && sym->file != NULL && sym->line > 0)
+			snprintf(buf, len, "%s (%s:%d)", function != NULL ? function : "?", base_name(sym->file),
+				 sym->line);
+		else if (function != NULL)
+			snprintf(buf, len, "%s (%s)", function, mod != NULL ? mod : "?");
+		else
+			snprintf(buf, len, "%s+0x%llx", mod != NULL ? mod : "?",
+				 (unsigned long long)(f->ip - f->base));
+		return;
+	}
+}
+
 /* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
  * loader's lock (dladdr) and opens files (libdw): only after table_done. */
-static void out_stacks(struct out *o, struct idset *ids)
+static void out_stacks(struct out *o, struct idset *ids, struct report *rep)
 {
 	struct frame_cache cache = { 0 };
 	size_t i, n = idset_sorted(ids);
@@ -815,6 +885,10 @@ static void out_stacks(struct out *o, struct idset *ids)
 		if (ips != NULL)
 			out_frames(o, &cache, ips, depth - ntags);
 		out_str(o, "]}");
+		for (int k = 0; ips != NULL && k < rep->ntop; k++) {
+			if (rep->top[k] == ids->v[i])
+				site_label(&cache, ips, depth - ntags, rep->where[k], sizeof(rep->where[k]));
+		}
 	}
 	out_str(o, n > 0 ? "\n ],\n" : "],\n");
 	out_modules(o, &cache);
@@ -957,7 +1031,544 @@ static int out_section(struct out *o, const struct gmt__entry *const *v, size_t 
 	return 0;
 }
 
-static void out_header(struct out *o, const struct gmt__snapshot *s)
+/* ---- what the snapshot derives from the live set --------------------------------- */
+
+/* Per device of the snapshot: page occupancy and live bytes by kind; for an
+ * oom snapshot, the diagnosis of the failing device. */
+struct view {
+	struct gmt__pages pages[GMT_SNAPSHOT_MAX_DEVICES];
+	uint64_t kinds[GMT_SNAPSHOT_MAX_DEVICES][GMT_KIND_COUNT];
+	bool have_diagnosis;
+	struct gmt__diag_input diag_in;
+	struct gmt__diagnosis diag;
+	uint32_t growth_ids[8]; /* the largest growing sites on the failing device */
+	int ngrowth_ids;
+};
+
+/* Page occupancy of one device, built from its allocations in address order. */
+struct page_walk {
+	uint64_t page; /* the page being filled, valid when open */
+	uint64_t used; /* its bytes covered so far */
+	bool open;
+};
+
+static void page_close(struct gmt__pages *pg, struct page_walk *w)
+{
+	if (!w->open)
+		return;
+	pg->pages++;
+	if (w->used < pg->granularity) {
+		pg->partial++;
+		pg->stranded_bytes += pg->granularity - w->used;
+		pg->histogram[w->used * 4 / pg->granularity]++;
+	} else {
+		pg->histogram[4]++;
+	}
+	w->open = false;
+}
+
+/* Adds [addr, addr + size) to the walk. Allocations do not overlap and come
+ * in address order. */
+static void page_add(struct gmt__pages *pg, struct page_walk *w, uint64_t addr, uint64_t size)
+{
+	uint64_t g = pg->granularity, end = addr + size, first = addr / g, last = (end - 1) / g;
+
+	if (size == 0 || end < addr)
+		return;
+	if (w->open && w->page != first)
+		page_close(pg, w);
+	if (!w->open) {
+		w->page = first;
+		w->used = 0;
+		w->open = true;
+	}
+	if (first == last) {
+		w->used += size;
+		return;
+	}
+	w->used += (first + 1) * g - addr;
+	page_close(pg, w);
+	/* The pages wholly inside, then the last one, open. */
+	pg->pages += last - first - 1;
+	pg->histogram[4] += last - first - 1;
+	w->page = last;
+	w->used = end - last * g;
+	w->open = true;
+}
+
+static int device_slot_of(const struct gmt__snapshot *s, int device)
+{
+	for (int i = 0; i < s->ndevices; i++) {
+		if (s->devices[i].index == device)
+			return i;
+	}
+	return -1;
+}
+
+/* The growing sites with live memory on device `slot`, for the diagnosis:
+ * their growth summed, the largest kept by id. */
+static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
+			     int device, struct view *view)
+{
+	const struct gmt__history *h = s->history;
+	uint64_t best[8] = { 0 };
+	uint8_t *seen;
+
+	if (h == NULL || h->nsites == 0)
+		return;
+	seen = calloc(h->nsites / 8 + 1, 1);
+	if (seen == NULL)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const struct gmt__site *site;
+		uint32_t id = v[i]->stack, rises, falls;
+		uint64_t growth;
+		int at;
+
+		if (v[i]->device != device || id >= h->nsites || (seen[id / 8] & (1u << (id % 8))))
+			continue;
+		seen[id / 8] |= (uint8_t)(1u << (id % 8));
+		site = gmt__history_site(h, id);
+		if (site == NULL || !gmt__site_growing(site, &rises, &falls, &growth))
+			continue;
+		view->diag_in.growth_bytes += growth;
+		view->diag_in.growth_sites++;
+		/* Insertion into the 8 largest, largest first. */
+		for (at = view->ngrowth_ids; at > 0 && best[at - 1] < growth; at--)
+			;
+		if (at < 8) {
+			int last = view->ngrowth_ids < 8 ? view->ngrowth_ids : 7;
+
+			for (int k = last; k > at; k--) {
+				best[k] = best[k - 1];
+				view->growth_ids[k] = view->growth_ids[k - 1];
+			}
+			best[at] = growth;
+			view->growth_ids[at] = id;
+			if (view->ngrowth_ids < 8)
+				view->ngrowth_ids++;
+		}
+	}
+	free(seen);
+}
+
+/* Fills the view from the live allocations v[0..n) (sorted by address). */
+static void view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
+		       struct view *view)
+{
+	struct page_walk walks[GMT_SNAPSHOT_MAX_DEVICES] = { 0 };
+	int ndev = s->ndevices < GMT_SNAPSHOT_MAX_DEVICES ? s->ndevices : GMT_SNAPSHOT_MAX_DEVICES;
+
+	memset(view, 0, sizeof(*view));
+	for (int i = 0; i < ndev; i++) {
+		const struct gmt__device_state *st = s->devices[i].state;
+
+		view->pages[i].granularity_known = st != NULL && st->have_granularity;
+		view->pages[i].granularity = view->pages[i].granularity_known ? st->granularity : GMT_DEFAULT_GRANULARITY;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int d = device_slot_of(s, v[i]->device);
+
+		if (d < 0 || d >= ndev)
+			continue;
+		view->kinds[d][v[i]->kind < GMT_KIND_COUNT ? v[i]->kind : 0] += v[i]->size;
+		if (v[i]->kind == GMT_KIND_DEVICE && v[i]->space == GMT_SPACE_MEMORY)
+			page_add(&view->pages[d], &walks[d], v[i]->addr, v[i]->size);
+	}
+	for (int i = 0; i < ndev; i++)
+		page_close(&view->pages[i], &walks[i]);
+
+	if (s->failed != NULL) {
+		int d = device_slot_of(s, s->failed->device);
+
+		if (d < 0 || d >= ndev)
+			return;
+		view->diag_in.requested = s->failed->size;
+		view->diag_in.device = s->failed->device;
+		view->diag_in.state = s->devices[d].state;
+		memcpy(view->diag_in.tracked, view->kinds[d], sizeof(view->diag_in.tracked));
+		view->diag_in.pages = view->pages[d];
+		growth_on_device(s, v, n, s->failed->device, view);
+		gmt__diagnose(&view->diag_in, &view->diag);
+		view->have_diagnosis = true;
+	}
+}
+
+static char *put_u64_or_null(char *p, bool have, uint64_t v)
+{
+	return have ? put_u64(p, v) : put_lit(p, "null");
+}
+
+static void out_process(struct out *o, const struct gmt__snapshot *s)
+{
+	const struct gmt__snapshot_process *pr = s->process;
+	char *p;
+
+	if (pr == NULL)
+		return;
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, " \"process\": {\"pid\": ");
+	p = put_i64(p, s->pid);
+	p = put_lit(p, ", \"ppid\": ");
+	p = put_i64(p, pr->ppid);
+	p = put_lit(p, ", \"host\": ");
+	o->n = (size_t)(p - o->buf);
+	out_json_string_or_null(o, pr->host);
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, ", \"rank\": ");
+	p = pr->rank >= 0 ? put_i64(p, pr->rank) : put_lit(p, "null");
+	p = put_lit(p, ", \"local_rank\": ");
+	p = pr->local_rank >= 0 ? put_i64(p, pr->local_rank) : put_lit(p, "null");
+	p = put_lit(p, ", \"world_size\": ");
+	p = pr->world_size >= 0 ? put_i64(p, pr->world_size) : put_lit(p, "null");
+	p = put_lit(p, ", \"rank_variable\": ");
+	o->n = (size_t)(p - o->buf);
+	out_json_string_or_null(o, pr->rank_variable);
+	out_str(o, "},\n");
+}
+
+static void out_device(struct out *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
+		       const uint64_t *kinds, bool first)
+{
+	const struct gmt__device_state *st = d->state;
+	bool mem = st != NULL && st->have_mem;
+	char *p = out_room(o, 2 * OUT_RECORD_BYTES);
+
+	p = put_lit(p, first ? "\n  {\"index\": " : ",\n  {\"index\": ");
+	p = put_i64(p, d->index);
+	p = put_lit(p, ", \"total_bytes\": ");
+	p = put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
+	p = put_lit(p, ", \"free_bytes\": ");
+	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
+	p = put_lit(p, ", \"live_bytes\": ");
+	p = put_u64(p, d->live_bytes);
+	p = put_lit(p, ", \"kinds\": {");
+	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
+		if (kinds[k] == 0)
+			continue;
+		p = put_lit(p, any++ ? ", \"" : "\"");
+		p = put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = put_lit(p, "\": ");
+		p = put_u64(p, kinds[k]);
+	}
+	p = put_lit(p, "}, \"pools\": ");
+	if (st != NULL && st->have_pools) {
+		p = put_lit(p, "{\"count\": ");
+		p = put_i64(p, st->npools);
+		p = put_lit(p, ", \"reserved_bytes\": ");
+		p = put_u64(p, st->pool_reserved);
+		p = put_lit(p, ", \"used_bytes\": ");
+		p = put_u64(p, st->pool_used);
+		p = put_lit(p, "}");
+	} else {
+		p = put_lit(p, "null");
+	}
+	p = put_lit(p, ", \"pages\": {\"granularity\": ");
+	p = put_u64(p, pg->granularity);
+	p = put_lit(p, pg->granularity_known ? ", \"granularity_known\": true" : ", \"granularity_known\": false");
+	p = put_lit(p, ", \"pages\": ");
+	p = put_u64(p, pg->pages);
+	p = put_lit(p, ", \"partial\": ");
+	p = put_u64(p, pg->partial);
+	p = put_lit(p, ", \"stranded_bytes\": ");
+	p = put_u64(p, pg->stranded_bytes);
+	p = put_lit(p, ", \"occupancy\": [");
+	for (int k = 0; k < 5; k++) {
+		p = put_lit(p, k ? ", " : "");
+		p = put_u64(p, pg->histogram[k]);
+	}
+	p = put_lit(p, "]}, \"other_processes\": ");
+	o->n = (size_t)(p - o->buf);
+	if (st == NULL) {
+		out_str(o, "null}");
+		return;
+	}
+	if (!st->have_others) {
+		out_str(o, "{\"known\": false, \"why\": ");
+		out_json_string_or_null(o, st->others_why);
+		out_str(o, "}}");
+		return;
+	}
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, "{\"known\": true, \"bytes\": ");
+	p = put_u64(p, st->others_bytes);
+	p = put_lit(p, ", \"count\": ");
+	p = put_i64(p, st->nothers);
+	p = put_lit(p, ", \"processes\": [");
+	o->n = (size_t)(p - o->buf);
+	for (int i = 0; i < st->nothers && i < GMT_DEVICE_MAX_OTHERS; i++) {
+		p = out_room(o, 96);
+		p = put_lit(p, i ? ", {\"pid\": " : "{\"pid\": ");
+		p = put_u64(p, st->others[i].pid);
+		p = put_lit(p, ", \"bytes\": ");
+		p = put_u64(p, st->others[i].bytes);
+		p = put_lit(p, "}");
+		o->n = (size_t)(p - o->buf);
+	}
+	out_str(o, "]}}");
+}
+
+static void out_diagnosis(struct out *o, const struct view *view)
+{
+	const struct gmt__diagnosis *d = &view->diag;
+	const struct gmt__diag_input *in = &view->diag_in;
+	const struct gmt__device_state *st = in->state;
+	bool mem = d->have_mem, others = st != NULL && st->have_others;
+	char *p;
+
+	out_str(o, " \"diagnosis\": {\"verdict\": \"");
+	out_str(o, gmt__verdict_name(d->primary));
+	out_str(o, "\", \"summary\": ");
+	out_json_string(o, d->summary);
+	out_str(o, ",\n  \"verdicts\": [");
+	for (int i = 0; i < d->nverdicts; i++) {
+		const struct gmt__diag_verdict *v = &d->v[i];
+
+		p = out_room(o, OUT_RECORD_BYTES);
+		p = put_lit(p, i ? ",\n   {\"name\": \"" : "\n   {\"name\": \"");
+		p = put_lit(p, gmt__verdict_name(v->verdict));
+		p = put_lit(p, i == 0 ? "\", \"primary\": true, \"bytes\": " : "\", \"primary\": false, \"bytes\": ");
+		p = put_u64(p, v->bytes);
+		p = put_lit(p, ", \"rests_on\": [");
+		for (int k = 0; v->rests_on[k] != NULL; k++) {
+			p = put_lit(p, k ? ", \"" : "\"");
+			p = put_lit(p, v->rests_on[k]);
+			p = put_lit(p, "\"");
+		}
+		p = put_lit(p, "], \"detail\": ");
+		o->n = (size_t)(p - o->buf);
+		out_json_string(o, v->detail);
+		out_str(o, "}");
+	}
+	p = out_room(o, 4 * OUT_RECORD_BYTES);
+	p = put_lit(p, "],\n  \"numbers\": {\"device\": ");
+	p = put_i64(p, in->device);
+	p = put_lit(p, ", \"requested_bytes\": ");
+	p = put_u64(p, in->requested);
+	p = put_lit(p, ", \"needed_bytes\": ");
+	p = put_u64(p, d->needed);
+	p = put_lit(p, ", \"granularity\": ");
+	p = put_u64(p, in->pages.granularity);
+	p = put_lit(p, ", \"total_bytes\": ");
+	p = put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
+	p = put_lit(p, ", \"free_bytes\": ");
+	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
+	p = put_lit(p, ", \"used_bytes\": ");
+	p = put_u64_or_null(p, mem, d->used);
+	p = put_lit(p, ", \"shortfall_bytes\": ");
+	p = put_u64_or_null(p, mem, d->shortfall);
+	p = put_lit(p, ",\n   \"tracked_bytes\": {");
+	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
+		if (k == GMT_KIND_HOST || k == GMT_KIND_REGISTERED)
+			continue;
+		p = put_lit(p, any++ ? ", \"" : "\"");
+		p = put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = put_lit(p, "\": ");
+		p = put_u64(p, in->tracked[k]);
+	}
+	p = put_lit(p, "}, \"tracked_total_bytes\": ");
+	p = put_u64(p, d->tracked_total);
+	p = put_lit(p, ", \"footprint_bytes\": ");
+	p = put_u64(p, d->footprint);
+	p = put_lit(p, ",\n   \"pool_reserved_bytes\": ");
+	p = put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_reserved : 0);
+	p = put_lit(p, ", \"pool_used_bytes\": ");
+	p = put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_used : 0);
+	p = put_lit(p, ", \"pool_unused_bytes\": ");
+	p = put_u64_or_null(p, d->have_pools, d->pool_unused);
+	p = put_lit(p, ", \"other_processes_bytes\": ");
+	p = put_u64_or_null(p, others, others ? st->others_bytes : 0);
+	p = put_lit(p, ", \"untracked_bytes\": ");
+	p = put_u64_or_null(p, d->have_untracked, d->untracked);
+	p = put_lit(p, ",\n   \"pages\": ");
+	p = put_u64(p, in->pages.pages);
+	p = put_lit(p, ", \"pages_partial\": ");
+	p = put_u64(p, in->pages.partial);
+	p = put_lit(p, ", \"stranded_bytes\": ");
+	p = put_u64(p, in->pages.stranded_bytes);
+	p = put_lit(p, ", \"growth_bytes\": ");
+	p = put_u64(p, in->growth_bytes);
+	p = put_lit(p, ", \"growth_sites\": ");
+	p = put_i64(p, in->growth_sites);
+	p = put_lit(p, ", \"growth_stacks\": [");
+	for (int i = 0; i < view->ngrowth_ids; i++) {
+		p = put_lit(p, i ? ", " : "");
+		p = put_u64(p, view->growth_ids[i]);
+	}
+	p = put_lit(p, "]}},\n");
+	o->n = (size_t)(p - o->buf);
+}
+
+/* ---- the history: sites, series, events ------------------------------------------ */
+
+static const char *const hist_op_names[] = { "alloc", "free", "oom" };
+
+/* "sites": every site that allocated, most live bytes first. */
+struct site_ref {
+	uint32_t id;
+	uint64_t live;
+};
+
+static int by_live_desc(const void *x, const void *y)
+{
+	const struct site_ref *a = x, *b = y;
+
+	if (a->live != b->live)
+		return a->live < b->live ? 1 : -1;
+	return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int out_sites(struct out *o, const struct gmt__history *h, struct idset *ids, uint32_t *top, int ntop)
+{
+	struct site_ref *v;
+	size_t n = 0;
+	int r = 0;
+
+	for (int i = 0; i < ntop; i++)
+		top[i] = UINT32_MAX;
+	out_str(o, " \"sites\": [");
+	v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
+	if (v == NULL)
+		return -ENOMEM;
+	for (size_t id = 0; id < h->nsites; id++) {
+		const struct gmt__site *s = gmt__history_site(h, (uint32_t)id);
+
+		if (s != NULL)
+			v[n++] = (struct site_ref){ (uint32_t)id, s->live_bytes };
+	}
+	qsort(v, n, sizeof(*v), by_live_desc);
+	for (size_t i = 0; i < n && o->err == 0; i++) {
+		const struct gmt__site *s = gmt__history_site(h, v[i].id);
+		uint32_t rises, falls;
+		uint64_t growth;
+		bool growing = gmt__site_growing(s, &rises, &falls, &growth);
+		char *p = out_room(o, OUT_RECORD_BYTES);
+
+		if ((int)i < ntop && s->live_bytes > 0)
+			top[i] = v[i].id;
+		p = put_lit(p, i ? ",\n  {\"stack\": " : "\n  {\"stack\": ");
+		p = put_u64(p, v[i].id);
+		p = put_lit(p, ", \"live_bytes\": ");
+		p = put_u64(p, s->live_bytes);
+		p = put_lit(p, ", \"live_count\": ");
+		p = put_u64(p, s->live_count);
+		p = put_lit(p, ", \"allocs\": ");
+		p = put_u64(p, s->allocs);
+		p = put_lit(p, ", \"alloc_bytes\": ");
+		p = put_u64(p, s->alloc_bytes);
+		p = put_lit(p, ", \"peak_bytes\": ");
+		p = put_u64(p, s->peak_bytes);
+		p = put_lit(p, ", \"rising_windows\": ");
+		p = put_u64(p, rises);
+		p = put_lit(p, ", \"falling_windows\": ");
+		p = put_u64(p, falls);
+		p = put_lit(p, ", \"growth_bytes\": ");
+		p = put_u64(p, growth);
+		p = put_lit(p, growing ? ", \"growing\": true}" : ", \"growing\": false}");
+		o->n = (size_t)(p - o->buf);
+		r = idset_add(ids, v[i].id);
+		if (r < 0)
+			break;
+	}
+	out_str(o, n > 0 ? "\n ],\n" : "],\n");
+	free(v);
+	return r;
+}
+
+static void out_u64_array(struct out *o, const uint64_t *v, size_t n, uint64_t last)
+{
+	out_str(o, "[");
+	for (size_t i = 0; i <= n; i++) {
+		char *p = out_room(o, 32);
+
+		p = put_lit(p, i ? ", " : "");
+		p = put_u64(p, i < n ? v[i] : last);
+		o->n = (size_t)(p - o->buf);
+	}
+	out_str(o, "]");
+}
+
+/* "series": the stored points, then one for the open window at `now`. */
+static void out_series(struct out *o, const struct gmt__history *h, uint64_t now)
+{
+	char *p = out_room(o, OUT_RECORD_BYTES);
+
+	if (now < h->next_ns - h->interval_ns)
+		now = h->next_ns - h->interval_ns;
+	p = put_lit(p, " \"series\": {\"interval_ns\": ");
+	p = put_u64(p, h->interval_ns);
+	p = put_lit(p, ", \"start_ns\": ");
+	p = put_u64(p, h->start_ns);
+	p = put_lit(p, ", \"columns_dropped\": ");
+	p = put_u64(p, h->overflow);
+	p = put_lit(p, ",\n  \"time_ns\": ");
+	o->n = (size_t)(p - o->buf);
+	out_u64_array(o, h->pt_time, h->npoints, now);
+	out_str(o, ",\n  \"columns\": [");
+	for (int c = 0; c < h->ncols; c++) {
+		p = out_room(o, OUT_RECORD_BYTES);
+		p = put_lit(p, c ? ",\n   {\"device\": " : "\n   {\"device\": ");
+		p = put_i64(p, h->col_device[c]);
+		p = put_lit(p, ", \"kind\": \"");
+		p = put_lit(p, gmt__kind_name((enum gmt__kind)h->col_kind[c]));
+		p = put_lit(p, "\", \"live_bytes\": ");
+		o->n = (size_t)(p - o->buf);
+		out_u64_array(o, h->pt_val + (size_t)c * GMT_SERIES_POINTS, h->npoints, h->cur[c]);
+		out_str(o, ", \"max_bytes\": ");
+		out_u64_array(o, h->pt_max + (size_t)c * GMT_SERIES_POINTS, h->npoints, h->max[c]);
+		out_str(o, "}");
+	}
+	out_str(o, h->ncols > 0 ? "\n  ]},\n" : "]},\n");
+}
+
+/* "history": the last events, oldest first. */
+static int out_history(struct out *o, const struct gmt__history *h, const struct api_table *apis,
+		       struct idset *ids)
+{
+	char *p = out_room(o, OUT_RECORD_BYTES);
+	int r = 0;
+
+	p = put_lit(p, " \"history\": {\"capacity\": ");
+	p = put_u64(p, h->cap);
+	p = put_lit(p, ", \"dropped\": ");
+	p = put_u64(p, h->dropped);
+	p = put_lit(p, ", \"events\": [");
+	o->n = (size_t)(p - o->buf);
+	for (size_t i = 0; i < h->count && o->err == 0; i++) {
+		const struct gmt__hist_event *ev = gmt__history_event(h, i);
+
+		p = out_room(o, OUT_RECORD_BYTES + apis->longest);
+		p = put_lit(p, i ? ",\n  {\"op\": \"" : "\n  {\"op\": \"");
+		p = put_lit(p, hist_op_names[ev->op < 3 ? ev->op : 0]);
+		p = put_lit(p, "\", \"seq\": ");
+		p = put_u64(p, ev->seq);
+		p = put_lit(p, ", \"time_ns\": ");
+		p = put_u64(p, ev->time_ns);
+		p = put_lit(p, ", \"address\": ");
+		p = ev->op == GMT_HIST_OOM ? put_lit(p, "null") : put_hex(p, ev->addr);
+		p = put_lit(p, ", \"size\": ");
+		p = put_u64(p, ev->size);
+		p = put_lit(p, ", \"kind\": \"");
+		p = put_lit(p, gmt__kind_name((enum gmt__kind)ev->kind));
+		p = put_lit(p, "\", \"device\": ");
+		p = put_i64(p, ev->device);
+		p = put_lit(p, ", \"api\": ");
+		p = put_lit(p, api_name(apis, ev->api));
+		p = put_lit(p, ", \"thread\": ");
+		p = put_u64(p, ev->tid);
+		p = put_lit(p, ", \"stack\": ");
+		p = put_u64(p, ev->stack);
+		*p++ = '}';
+		o->n = (size_t)(p - o->buf);
+		r = idset_add(ids, ev->stack);
+		if (r < 0)
+			break;
+	}
+	out_str(o, h->count > 0 ? "\n ]},\n" : "]},\n");
+	return r;
+}
+
+static void out_header(struct out *o, const struct gmt__snapshot *s, const struct view *view)
 {
 	char *p = out_room(o, OUT_RECORD_BYTES);
 	int i;
@@ -989,23 +1600,12 @@ static void out_header(struct out *o, const struct gmt__snapshot *s)
 	p = put_u64(p, s->total_allocs);
 	p = put_lit(p, ", \"total_frees\": ");
 	p = put_u64(p, s->total_frees);
-	p = put_lit(p, "},\n \"devices\": [");
+	p = put_lit(p, "},\n");
 	o->n = (size_t)(p - o->buf);
-	for (i = 0; i < s->ndevices; i++) {
-		const struct gmt__snapshot_device *d = &s->devices[i];
-
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, i ? ",\n  {\"index\": " : "\n  {\"index\": ");
-		p = put_i64(p, d->index);
-		p = put_lit(p, ", \"total_bytes\": ");
-		p = d->have_info ? put_u64(p, d->total_bytes) : put_lit(p, "null");
-		p = put_lit(p, ", \"free_bytes\": ");
-		p = d->have_info ? put_u64(p, d->free_bytes) : put_lit(p, "null");
-		p = put_lit(p, ", \"live_bytes\": ");
-		p = put_u64(p, d->live_bytes);
-		*p++ = '}';
-		o->n = (size_t)(p - o->buf);
-	}
+	out_process(o, s);
+	out_str(o, " \"devices\": [");
+	for (i = 0; i < s->ndevices; i++)
+		out_device(o, &s->devices[i], &view->pages[i], view->kinds[i], i == 0);
 	out_str(o, s->ndevices > 0 ? "\n ],\n" : "],\n");
 
 	if (s->failed != NULL) {
@@ -1016,14 +1616,20 @@ static void out_header(struct out *o, const struct gmt__snapshot *s)
 		p = out_room(o, OUT_RECORD_BYTES);
 		p = put_lit(p, ", \"size\": ");
 		p = put_u64(p, f->size);
-		p = put_lit(p, ", \"device\": ");
+		p = put_lit(p, ", \"kind\": \"");
+		p = put_lit(p, gmt__kind_name((enum gmt__kind)f->kind));
+		p = put_lit(p, "\", \"device\": ");
 		p = put_i64(p, f->device);
 		p = put_lit(p, ", \"result\": ");
 		p = put_i64(p, f->result);
 		p = put_lit(p, ", \"failure\": ");
 		p = put_u64(p, f->failure);
+		p = put_lit(p, ", \"stack\": ");
+		p = put_u64(p, f->stack);
 		p = put_lit(p, "},\n");
 		o->n = (size_t)(p - o->buf);
+		if (view->have_diagnosis)
+			out_diagnosis(o, view);
 	}
 
 	out_str(o, " \"stats\": {");
@@ -1036,6 +1642,48 @@ static void out_header(struct out *o, const struct gmt__snapshot *s)
 		o->n = (size_t)(p - o->buf);
 	}
 	out_str(o, "},\n");
+}
+
+/* The oom report: a few lines for the program's stderr. */
+static void report_write(const struct gmt__snapshot *s, const struct view *view, const struct report *rep)
+{
+	const struct gmt__device_state *st = view->diag_in.state;
+	char a[32], b[32], c[32];
+	size_t at;
+	int n;
+
+	n = snprintf(s->report, s->report_len, "out of memory: %s of %s on device %d failed",
+		     s->failed->api != NULL ? s->failed->api : "an allocation",
+		     gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
+	at = n > 0 ? (size_t)n : 0;
+	if (at < s->report_len && st != NULL && st->have_mem)
+		at += (size_t)snprintf(s->report + at, s->report_len - at, " with %s free of %s",
+				       gmt__human_bytes(b, sizeof(b), st->free_bytes),
+				       gmt__human_bytes(c, sizeof(c), st->total_bytes));
+	if (at < s->report_len)
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nverdict: %s: %s",
+				       gmt__verdict_name(view->diag.primary), view->diag.v[0].detail);
+	for (int i = 0, shown = 0; i < rep->ntop && shown < REPORT_SHOWN && at < s->report_len; i++) {
+		uint64_t bytes = rep->bytes[i], count = rep->count[i];
+		bool seen = false;
+
+		if (rep->top[i] == UINT32_MAX)
+			break;
+		for (int k = 0; k < i; k++)
+			seen |= strcmp(rep->where[k], rep->where[i]) == 0;
+		if (seen)
+			continue;
+		for (int k = i + 1; k < rep->ntop && rep->top[k] != UINT32_MAX; k++) {
+			if (strcmp(rep->where[k], rep->where[i]) == 0) {
+				bytes += rep->bytes[k];
+				count += rep->count[k];
+			}
+		}
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in %llu allocation%s at %s",
+				       shown++ == 0 ? "\ntop sites: " : "; ", gmt__human_bytes(a, sizeof(a), bytes),
+				       (unsigned long long)count, count == 1 ? "" : "s",
+				       rep->where[i][0] != '\0' ? rep->where[i] : "an unknown place");
+	}
 }
 
 /* Streams the whole document to o. Returns 0 or a negative errno (the
@@ -1053,12 +1701,19 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	struct collect c = { 0 };
 	struct idset ids = { 0 };
 	struct api_table apis = { 0 };
+	struct view *view = NULL;
+	struct report rep = { .ntop = 0 };
 	size_t lo, hi;
 	int r;
 
 	r = api_table_init(&apis, s);
 	if (r < 0)
 		goto out;
+	view = malloc(sizeof(*view));
+	if (view == NULL) {
+		r = -ENOMEM;
+		goto out;
+	}
 	if (s->table != NULL) {
 		c.cap = gmt__table_count(s->table);
 		c.v = malloc((c.cap ? c.cap : 1) * sizeof(*c.v));
@@ -1072,12 +1727,13 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 		if (c.n > 1)
 			qsort(c.v, c.n, sizeof(*c.v), by_section_address);
 	}
-
-	out_header(o, s);
 	/* c.v is sorted by section: three runs, one per array. */
-	out_str(o, " \"allocations\": [");
 	for (hi = 0; hi < c.n && section_of(c.v[hi]) == 0; hi++)
 		;
+	view_build(s, c.v, hi, view);
+
+	out_header(o, s, view);
+	out_str(o, " \"allocations\": [");
 	r = out_section(o, c.v, hi, &apis, &ids);
 	if (r < 0)
 		goto out;
@@ -1093,14 +1749,39 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	if (r < 0)
 		goto out;
 	out_str(o, "]},\n");
-	/* The table is not read again: the caller may let go of it. */
+	if (s->failed != NULL && s->failed->stack != 0) {
+		r = idset_add(&ids, s->failed->stack);
+		if (r < 0)
+			goto out;
+	}
+	if (s->history != NULL) {
+		rep.ntop = REPORT_SITES;
+		r = out_sites(o, s->history, &ids, rep.top, rep.ntop);
+		if (r == 0) {
+			out_series(o, s->history, s->time_ns);
+			r = out_history(o, s->history, &apis, &ids);
+		}
+		if (r < 0)
+			goto out;
+		for (int i = 0; i < rep.ntop; i++) {
+			const struct gmt__site *site = rep.top[i] != UINT32_MAX ? gmt__history_site(s->history, rep.top[i]) : NULL;
+
+			rep.bytes[i] = site != NULL ? site->live_bytes : 0;
+			rep.count[i] = site != NULL ? site->live_count : 0;
+		}
+	}
+	/* The table and the history are not read again: the caller may let go
+	 * of them. */
 	table_done(s, done);
-	out_stacks(o, &ids);
+	out_stacks(o, &ids, &rep);
 	out_str(o, "}\n");
 	out_flush(o);
 	r = o->err;
+	if (r == 0 && s->report != NULL && s->report_len > 0 && view->have_diagnosis)
+		report_write(s, view, &rep);
 out:
 	api_table_free(&apis);
+	free(view);
 	free(ids.v);
 	free(c.v);
 	return r;
@@ -1166,13 +1847,26 @@ static int publish(int dirfd, const char *tmp, const char *name)
 	return 0;
 }
 
+/* The file name of snapshot s with number seq. */
+static void snapshot_name(const struct gmt__snapshot *s, uint64_t seq, char *name, size_t len)
+{
+	if (s->process != NULL && (s->process->rank >= 0 || s->process->local_rank >= 0))
+		snprintf(name, len, "gpumemtrace.%d.%s.%llu.rank%lld.json", s->pid, s->reason,
+			 (unsigned long long)seq,
+			 (long long)(s->process->rank >= 0 ? s->process->rank : s->process->local_rank));
+	else
+		snprintf(name, len, "gpumemtrace.%d.%s.%llu.json", s->pid, s->reason, (unsigned long long)seq);
+}
+
 int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len)
 {
 	int saved = errno;
 	char name[128], tmp[192];
 	struct out o = { .fd = -1 };
+	struct gmt__snapshot numbered = *s;
+	struct stat st;
 	bool have_tmp = false, done = false;
-	int dirfd = -1, r;
+	int dirfd = -1, r, tries = 0;
 
 	if (dir == NULL || dir[0] == '\0')
 		dir = ".";
@@ -1180,8 +1874,27 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		r = -EINVAL;
 		goto out;
 	}
-	snprintf(name, sizeof(name), "gpumemtrace.%d.%s.%llu.json", s->pid, s->reason,
-		 (unsigned long long)s->seq);
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
+		r = -errno;
+		goto out;
+	}
+	/* A name already taken (by anything, a symlink included) is left alone:
+	 * the next number is tried, before anything is written, so that the
+	 * document says the number its name has. */
+	for (;;) {
+		snapshot_name(s, numbered.seq, name, sizeof(name));
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+			break;
+		if (++tries == GMT_SNAPSHOT_NAME_TRIES) {
+			r = -EEXIST;
+			goto out;
+		}
+		numbered.seq++;
+	}
+	if (s->seq_out != NULL)
+		*s->seq_out = numbered.seq;
+	s = &numbered;
 	if (path != NULL && len > 0 &&
 	    snprintf(path, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name) >= (int)len) {
 		r = -ENAMETOOLONG;
@@ -1191,11 +1904,6 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	o.buf = malloc(o.cap);
 	if (o.buf == NULL) {
 		r = -ENOMEM;
-		goto out;
-	}
-	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0) {
-		r = -errno;
 		goto out;
 	}
 	o.fd = open_temp(dirfd, name, tmp, sizeof(tmp));

@@ -6,18 +6,29 @@
 #ifndef GMT_SNAPSHOT_H
 #define GMT_SNAPSHOT_H
 
+#include "device.h"
+#include "history.h"
 #include "table.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+/* Devices one snapshot describes at most. */
+#define GMT_SNAPSHOT_MAX_DEVICES 64
+
 struct gmt__snapshot_device {
 	int index;
-	bool have_info;        /* total/free known (cuMemGetInfo_v2 answered) */
-	uint64_t total_bytes;
-	uint64_t free_bytes;
 	uint64_t live_bytes;   /* tracked, this process */
+	const struct gmt__device_state *state; /* what the driver said; NULL: not asked */
+};
+
+/* Who the process is: its host and, in a distributed job, its rank. */
+struct gmt__snapshot_process {
+	int ppid;
+	const char *host;
+	int64_t rank, local_rank, world_size; /* -1: not set */
+	const char *rank_variable;           /* the variable rank came from, or NULL */
 };
 
 struct gmt__snapshot_request {
@@ -25,6 +36,8 @@ struct gmt__snapshot_request {
 	uint64_t size;
 	int device;
 	int result;            /* the CUresult it returned */
+	int kind;              /* enum gmt__kind it asked for */
+	uint32_t stack;        /* the asking thread's stack (0: none) */
 	uint64_t failure;      /* its ordinal among the process's out-of-memory results, from 1 */
 };
 
@@ -49,6 +62,17 @@ struct gmt__snapshot {
 	int napi;
 	const struct gmt__snapshot_stat *stats; /* the tracer's own counters */
 	int nstats;
+	const struct gmt__snapshot_process *process; /* may be NULL */
+	/* The history (events, series, sites), read before table_done like the
+	 * table; may be NULL. */
+	const struct gmt__history *history;
+	/* Out, may be NULL: the number the snapshot got (seq, or a later one
+	 * when names were taken), stored before table_done. */
+	uint64_t *seq_out;
+	/* Out: for an "oom" snapshot, a few lines for a human (requested, free,
+	 * verdict, top sites; no path), NUL-terminated; may be NULL. */
+	char *report;
+	size_t report_len;
 	/* Called exactly once, on every path, as soon as the writer no longer reads
 	 * `table` — before it resolves stack frames, which takes the dynamic
 	 * loader's lock: the caller releases its own lock here, so that a thread
@@ -58,15 +82,22 @@ struct gmt__snapshot {
 	void *table_done_arg;
 };
 
+/* Names tried, from s->seq on, when a snapshot's name is taken. */
+#define GMT_SNAPSHOT_NAME_TRIES 100
+
 /* Writes the snapshot into `dir`, atomically (a temporary file in the same
  * directory, then a rename that never replaces an existing file), mode 0600,
- * never through a symlink. On success stores the final path in path[0..len)
- * (path may be NULL) and returns 0; otherwise returns a negative errno, sets
- * path to "" and leaves no file behind: -EEXIST when the name is taken (by
- * anything, a symlink included: the caller may try the next seq), -EINVAL for
+ * never through a symlink. When the name for s->seq is taken (by anything, a
+ * symlink included) the following numbers are tried first, and the document
+ * carries the one used (*s->seq_out). On success stores the final path in
+ * path[0..len) (path may be NULL) and returns 0; otherwise returns a negative
+ * errno, sets path to "" and leaves no file behind: -EEXIST when
+ * GMT_SNAPSHOT_NAME_TRIES names are taken or the name was taken while the
+ * file was being written, -EINVAL for
  * a reason that is not one lowercase word, -ENAMETOOLONG when the path does not
  * fit in len, else the errno of the failing call (-ENOSPC, -EACCES, ...).
- * errno is left as it was. dir NULL or "" means ".".
+ * errno is left as it was. dir NULL or "" means ".". With a rank the name is
+ * gpumemtrace.<pid>.<reason>.<seq>.rank<rank>.json.
  * Live entries of GMT_SPACE_MEMORY, _ARRAY and _HANDLE are the "allocations";
  * reservations and mappings go under "vmm". Frames are resolved after
  * table_done, at dump time: function, file, line and inlined frames from the

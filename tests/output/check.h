@@ -1,11 +1,15 @@
 /* Assertions for the output tests: each failure prints both values and the
- * line, counts, and lets the test go on; main returns check_failed != 0. */
+ * line, counts, and lets the test go on; main returns check_failed != 0. And
+ * check_keep(), which keeps a copy of a snapshot a test wrote. */
 #ifndef GMT_TEST_CHECK_H
 #define GMT_TEST_CHECK_H
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_failed;
 
@@ -47,5 +51,30 @@ static int check_failed;
 			check_failed++;                                                     \
 		}                                                                           \
 	} while (0)
+
+/* With GMT_TEST_KEEP_DIR set, a copy of the snapshot at path goes there under
+ * its own name, for tests/schema to check against docs/snapshot.schema.json
+ * (the tests delete what they write). */
+static inline void check_keep(const char *path)
+{
+	const char *dir = getenv("GMT_TEST_KEEP_DIR"), *name = strrchr(path, '/');
+	char to[512], buf[1 << 16];
+	int in, out;
+	ssize_t n;
+
+	if (dir == NULL || dir[0] == '\0')
+		return;
+	snprintf(to, sizeof(to), "%s/%s", dir, name != NULL ? name + 1 : path);
+	in = open(path, O_RDONLY);
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(in >= 0);
+	CHECK(out >= 0);
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		CHECK(write(out, buf, (size_t)n) == n);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+}
 
 #endif /* GMT_TEST_CHECK_H */

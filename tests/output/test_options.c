@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 7
+#define NOPTIONS 8
 #define MAX_ENV 4
 #define MAX_WANT 3
 
@@ -30,7 +30,7 @@ struct option_case {
 	const char *never;            /* must not appear in the log */
 };
 
-enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32 };
+enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32, F_HISTORY = 64 };
 
 #define BAD(var, value, shown)                                                          \
 	{ .env = { var "=" value }, .lines = 1,                                         \
@@ -57,6 +57,8 @@ static const struct option_case cases[] = {
 	{ .env = { "GPUMEMTRACE_STACK_DEPTH=0" }, .want.stack_depth = 0, .set = F_DEPTH },
 	{ .env = { "GPUMEMTRACE_STACK_DEPTH=12" }, .want.stack_depth = 12, .set = F_DEPTH },
 	{ .env = { "GPUMEMTRACE_STACK_DEPTH=256" }, .want.stack_depth = 256, .set = F_DEPTH },
+	{ .env = { "GPUMEMTRACE_HISTORY=0" }, .want.history = 0, .set = F_HISTORY },
+	{ .env = { "GPUMEMTRACE_HISTORY=10000000" }, .want.history = 10000000, .set = F_HISTORY },
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=64" }, .want.ring_events = 64, .set = F_RING },
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=1048576" }, .want.ring_events = 1048576, .set = F_RING },
 	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=0" }, .want.python_stacks = false, .set = F_PYTHON },
@@ -100,6 +102,9 @@ static const struct option_case cases[] = {
 	BAD("GPUMEMTRACE_STACK_DEPTH", " 12", " 12"),
 	BAD("GPUMEMTRACE_STACK_DEPTH", "99999999999999999999999", "99999999999999999999999"),
 	BAD("GPUMEMTRACE_STACK_DEPTH", "1\n2", "1\\x0a2"),
+	BAD("GPUMEMTRACE_HISTORY", "-1", "-1"),
+	BAD("GPUMEMTRACE_HISTORY", "10000001", "10000001"),
+	BAD("GPUMEMTRACE_HISTORY", "lots", "lots"),
 	BAD("GPUMEMTRACE_RING_EVENTS", "63", "63"),
 	BAD("GPUMEMTRACE_RING_EVENTS", "100", "100"),
 	BAD("GPUMEMTRACE_RING_EVENTS", "0", "0"),
@@ -212,6 +217,8 @@ static int run_case(const struct option_case *c, int log_rd)
 		want.verbose = c->want.verbose;
 	if (c->set & F_PYTHON)
 		want.python_stacks = c->want.python_stacks;
+	if (c->set & F_HISTORY)
+		want.history = c->want.history;
 
 	gmt__options_parse(&got, (char *const *)c->env);
 	bad += compare(&got, &want);

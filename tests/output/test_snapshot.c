@@ -2,7 +2,9 @@
  * by hand are written, read back with jansson and compared key by key with
  * what went in (DESIGN.md §5); then the file safety rules: mode 0600, never
  * replace a file, never follow a symlink, no file left behind on failure; and
- * a timing print for a large live set (argv[1] entries, not asserted). */
+ * a timing print for a large live set (argv[1] entries, not asserted). With
+ * GMT_TEST_KEEP_DIR set, a copy of every snapshot written goes there, for
+ * tests/schema to check against docs/snapshot.schema.json. */
 #define _GNU_SOURCE
 #include "snapshot.h"
 
@@ -111,10 +113,14 @@ static void fixture_init(struct fixture *f)
 	add(f, GMT_SPACE_MAPPING, GMT_KIND_VMM, 0x7e0000000000ull, 2 << 20, 0, 4, 0);
 }
 
+static const struct gmt__device_state device0 = {
+	.index = 0, .have_mem = true, .total_bytes = 16ull << 30, .free_bytes = 1 << 20,
+	.others_why = "NVML is not available",
+};
+
 static const struct gmt__snapshot_device devices[] = {
-	{ .index = 0, .have_info = true, .total_bytes = 16ull << 30, .free_bytes = 1 << 20,
-	  .live_bytes = 5 << 20 },
-	{ .index = 1, .have_info = false, .live_bytes = 4096 },
+	{ .index = 0, .state = &device0, .live_bytes = 5 << 20 },
+	{ .index = 1, .state = NULL, .live_bytes = 4096 },
 };
 
 static const struct gmt__snapshot_stat stats[] = {
@@ -343,6 +349,7 @@ static void test_document(void)
 	errno = EXDEV;
 	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
 	CHECK_INT(errno, EXDEV);
+	check_keep(path);
 	snprintf(want_path, sizeof(want_path), "%s/gpumemtrace.%d.oom.1.json", tmpdir, (int)getpid());
 	CHECK_STR(path, want_path);
 	CHECK(lstat(path, &st) == 0);
@@ -390,6 +397,21 @@ static void test_document(void)
 	CHECK_U64(jint(v, "total_bytes"), 16ull << 30);
 	CHECK_INT(jint(v, "free_bytes"), 1 << 20);
 	CHECK_INT(jint(v, "live_bytes"), 5 << 20);
+	/* by kind, from the live entries of device 0 */
+	CHECK_INT(jint(json_object_get(v, "kinds"), "device"), 1 << 20);
+	CHECK_INT(jint(json_object_get(v, "kinds"), "managed"), 8192);
+	CHECK_INT(jint(json_object_get(v, "kinds"), "array"), 65536);
+	CHECK_INT(jint(json_object_get(v, "kinds"), "vmm"), 2 << 20);
+	CHECK(json_object_get(json_object_get(v, "kinds"), "async") == NULL);
+	/* one 2 MiB page (the default granularity) half used by the 1 MiB block */
+	CHECK_INT(jint(json_object_get(v, "pages"), "granularity"), 2 << 20);
+	CHECK(json_is_false(json_object_get(json_object_get(v, "pages"), "granularity_known")));
+	CHECK_INT(jint(json_object_get(v, "pages"), "pages"), 1);
+	CHECK_INT(jint(json_object_get(v, "pages"), "partial"), 1);
+	CHECK_INT(jint(json_object_get(v, "pages"), "stranded_bytes"), 1 << 20);
+	CHECK(json_is_null(json_object_get(v, "pools")));
+	CHECK(json_is_false(json_object_get(json_object_get(v, "other_processes"), "known")));
+	CHECK_STR(jstr(json_object_get(v, "other_processes"), "why"), "NVML is not available");
 	v = json_array_get(a, 1);
 	CHECK_INT(jint(v, "index"), 1);
 	CHECK(json_is_null(json_object_get(v, "total_bytes")));
@@ -398,11 +420,23 @@ static void test_document(void)
 
 	v = json_object_get(doc, "failed_request");
 	CHECK_STR(jstr(v, "api"), "cuMemAlloc_v2");
-	CHECK_INT(json_object_size(v), 5);
+	CHECK_INT(json_object_size(v), 7);
 	CHECK_INT(jint(v, "failure"), 3);
+	CHECK_STR(jstr(v, "kind"), "device");
+	CHECK_INT(jint(v, "stack"), 0);
 	CHECK_U64(jint(v, "size"), 1ull << 34);
 	CHECK_INT(jint(v, "device"), 0);
 	CHECK_INT(jint(v, "result"), 2);
+
+	/* 16 GiB asked of a 16 GiB device with 1 MiB free: this process's own
+	 * memory is all the tracer knows of; the rest is untracked but does not
+	 * cover the shortfall. */
+	v = json_object_get(doc, "diagnosis");
+	CHECK_STR(jstr(v, "verdict"), "exhaustion");
+	CHECK_INT(json_array_size(json_object_get(v, "verdicts")), 1);
+	CHECK_U64(jint(json_object_get(v, "numbers"), "shortfall_bytes"), (1ull << 34) - (1 << 20));
+	CHECK_U64(jint(json_object_get(v, "numbers"), "footprint_bytes"), (2 << 20) + (2 << 20) + 65536);
+	CHECK(json_is_null(json_object_get(json_object_get(v, "numbers"), "other_processes_bytes")));
 
 	v = json_object_get(doc, "stats");
 	CHECK_INT(json_object_size(v), 2);
@@ -470,13 +504,24 @@ static void test_document(void)
 	}
 	json_decref(doc);
 
-	/* the same name again: never replaced */
+	/* the same name again: never replaced; the next number is taken, and
+	 * the document says so */
 	{
 		struct stat st2;
+		char next[512];
+		uint64_t used = 0;
 
-		CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
-		CHECK_STR(path, "");
+		s.seq_out = &used;
+		CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+		s.seq_out = NULL;
 		CHECK(stat(want_path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_size == st.st_size);
+		snprintf(next, sizeof(next), "%s/gpumemtrace.%d.oom.2.json", tmpdir, (int)getpid());
+		CHECK_STR(path, next);
+		CHECK_INT(used, 2);
+		doc = json_load_file(path, 0, &err);
+		CHECK(doc != NULL && jint(doc, "seq") == 2);
+		json_decref(doc);
+		unlink(path);
 	}
 
 	/* an empty table, no failed request, umask 077 or 0: still 0600 */
@@ -494,10 +539,12 @@ static void test_document(void)
 		e.ndevices = 0;
 		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path)), 0);
 		CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
+		check_keep(path);
 		umask(077);
 		e.seq = 8;
 		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path)), 0);
 		CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
+		check_keep(path);
 		umask(old);
 		doc = json_load_file(path, 0, &err);
 		CHECK(doc != NULL);
@@ -549,6 +596,7 @@ static void test_many_stacks(void)
 	s.table = t;
 	s.seq = 50;
 	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	check_keep(path);
 	doc = json_load_file(path, 0, &err);
 	CHECK(doc != NULL);
 	stacks = json_object_get(doc, "stacks");
@@ -587,19 +635,32 @@ static void test_symlink(void)
 	snprintf(target, sizeof(target), "%s/gpumemtrace.%d.oom.1.json", tmpdir, (int)getpid());
 	CHECK(symlink(victim, target) == 0);
 
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+	/* written under the next number; the link and its target untouched */
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK(strstr(path, ".oom.2.json") != NULL);
 	CHECK(lstat(target, &st) == 0 && S_ISLNK(st.st_mode));
 	n = readlink(target, link_to, sizeof(link_to) - 1);
 	link_to[n > 0 ? n : 0] = '\0';
 	CHECK_STR(link_to, victim);
 	CHECK(stat(victim, &st) == 0 && st.st_size == 9 && (st.st_mode & 0777) == 0644);
-	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 1);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 2);
+	unlink(path);
 
 	/* a dangling one: its target must not come into being */
 	unlink(victim);
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
 	CHECK(access(victim, F_OK) != 0);
-	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 1);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 2);
+	empty_dir(tmpdir);
+
+	/* every name of GMT_SNAPSHOT_NAME_TRIES taken: -EEXIST, nothing written */
+	for (int i = 1; i <= GMT_SNAPSHOT_NAME_TRIES; i++) {
+		snprintf(target, sizeof(target), "%s/gpumemtrace.%d.oom.%d.json", tmpdir, (int)getpid(), i);
+		CHECK(symlink(victim, target) == 0);
+	}
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+	CHECK_STR(path, "");
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), GMT_SNAPSHOT_NAME_TRIES);
 	empty_dir(tmpdir);
 }
 
@@ -741,6 +802,7 @@ static void test_large(long n)
 	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
 	t1 = now();
 	CHECK(stat(path, &st) == 0);
+	check_keep(path);
 	printf("snapshot of %zu live allocations: %.3f s, %.1f MB (%.0f ns per allocation)\n",
 	       gmt__table_count(t), t1 - t0, (double)st.st_size / 1e6,
 	       (t1 - t0) * 1e9 / (double)gmt__table_count(t));

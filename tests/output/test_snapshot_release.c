@@ -50,6 +50,7 @@ int main(void)
 	f = fopen(path, "r");
 	CHECK(f != NULL && getdelim(&doc, &n, '\0', f) > 0);
 	CHECK(doc != NULL && strstr(doc, "\"frames\"") != NULL && strstr(doc, "\n}\n") != NULL);
+	check_keep(path);
 	if (f)
 		fclose(f);
 
@@ -57,8 +58,9 @@ int main(void)
 	CHECK_INT(calls, 1);
 	CHECK(write_one(t, "Not a reason", dir, path, sizeof(path)) < 0);
 	CHECK_INT(calls, 1);
-	CHECK(write_one(t, "exit", dir, path, sizeof(path)) == -EEXIST); /* name taken */
+	CHECK_INT(write_one(t, "exit", dir, path, sizeof(path)), 0); /* name taken: the next one */
 	CHECK_INT(calls, 1);
+	CHECK(strstr(path, ".exit.2.json") != NULL);
 
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	CHECK_INT(system(cmd), 0);

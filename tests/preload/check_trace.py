@@ -13,6 +13,8 @@ moments (ground truth, docs/simulator.md):
   after gmt_dump (or once its signal snapshot exists) holds exactly the live
   set of the api (or signal) snapshot;
 - VMM reservations and mappings match;
+- every snapshot the run wrote is valid against docs/snapshot.schema.json
+  (tests/schema/schema_check.py says which interpreter checks it);
 - the program behaves as without the tracer: its exit code is the one its
   expectation file gives (the program checks every CUDA result itself);
 - an allocation the program prints as "RELEASED <address>" was freed after the
@@ -53,6 +55,9 @@ import subprocess
 import sys
 import tempfile
 from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "schema"))
+import schema_check  # noqa: E402  (tests/schema: every snapshot against docs/snapshot.schema.json)
 
 
 def run(program: str, expect: dict[str, Any], lib: str | None, python: str, workdir: str,
@@ -151,6 +156,38 @@ def compare(ledger: dict[str, Any], snap: dict[str, Any], name: str,
         for k in ("api", "size", "device"):
             if got.get(k) != want[k]:
                 problems.append(f"{name}: failed_request.{k} is {got.get(k)!r}, the ledger says {want[k]!r}")
+        problems += diagnosis_problems(ledger, snap, name)
+    return problems
+
+
+def diagnosis_problems(ledger: dict[str, Any], snap: dict[str, Any], name: str) -> list[str]:
+    """The numbers an oom snapshot's diagnosis rests on, against the
+    simulator's own account of the device at the same instant."""
+    device = ledger["failed_request"]["device"]
+    truth = next((d for d in ledger["devices"] if d["index"] == device), None)
+    numbers = (snap.get("diagnosis") or {}).get("numbers")
+    if truth is None or numbers is None:
+        return [f"{name}: no diagnosis numbers for device {device}"]
+    page = truth["page_size"]
+    others_known = numbers["other_processes_bytes"] is not None
+    # Used memory the tracer cannot see: the context, and other processes
+    # when NVML does not say what they hold.
+    unseen = truth["pages_context"] + (0 if others_known else truth["pages_other_processes"])
+    want = {
+        "total_bytes": truth["total_bytes"],
+        "free_bytes": truth["free_bytes"],
+        "used_bytes": truth["total_bytes"] - truth["free_bytes"],
+        "pool_reserved_bytes": truth["pool_reserved_bytes"],
+        "pool_used_bytes": truth["pool_used_bytes"],
+        "untracked_bytes": unseen * page,
+        "granularity": page,
+    }
+    if others_known:
+        want["other_processes_bytes"] = truth["pages_other_processes"] * page
+    problems = []
+    for key, value in want.items():
+        if numbers.get(key) != value:
+            problems.append(f"{name}: diagnosis.numbers.{key} is {numbers.get(key)!r}, the ledger says {value!r}")
     return problems
 
 
@@ -158,7 +195,8 @@ def snapshots_of(workdir: str, pid: str, reason: str) -> list[str]:
     """The snapshots of one process and reason, in the order they were written
     (the number in the name counts every snapshot of the process)."""
     paths = glob.glob(os.path.join(workdir, "snapshots", f"gpumemtrace.{pid}.{reason}.*.json"))
-    return sorted(paths, key=lambda p: int(p.rsplit(".", 2)[1]))
+    # gpumemtrace.<pid>.<reason>.<seq>[.rank<R>].json
+    return sorted(paths, key=lambda p: int(os.path.basename(p).split(".")[3]))
 
 
 def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], int]:
@@ -298,6 +336,12 @@ def main() -> int:
                     help="the allocation of SIZE bytes carries exactly these tags")
     ap.add_argument("--live", action="append", default=[], metavar="REASON=SIZES;...",
                     help="the snapshots of REASON hold exactly these sizes")
+    ap.add_argument("--verdict", metavar="NAME[,NAME...]",
+                    help="every oom snapshot's verdicts, the primary first, are exactly these")
+    ap.add_argument("--others-known", choices=["yes", "no"],
+                    help="whether the oom snapshots know other processes' memory (NVML)")
+    ap.add_argument("--rank", type=int, metavar="R",
+                    help="every snapshot is named ...rank<R>.json and says process.rank R")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
                     help="the main process's exit snapshot must count at least N in stats.NAME")
     argv = sys.argv[1:]
@@ -316,8 +360,18 @@ def main() -> int:
     for pattern in args.stderr_has:
         if not any(re.search(pattern, line) for line in errors.splitlines()):
             problems.append(f"no line of stderr matches {pattern!r}")
-    bad = [line for line in errors.splitlines() if line.startswith("gpumemtrace:") and
-           not any(re.search(p, line) for p in args.stderr_has) and "out of memory" not in line]
+    bad = []
+    in_report = False
+    for line in errors.splitlines():
+        # An out-of-memory report: its first line, then indented ones.
+        if line.startswith("gpumemtrace: out of memory:"):
+            in_report = True
+            continue
+        if in_report and line.startswith("gpumemtrace:   "):
+            continue
+        in_report = False
+        if line.startswith("gpumemtrace:") and not any(re.search(p, line) for p in args.stderr_has):
+            bad.append(line)
     if bad:
         problems.append(f"unexpected messages from the tracer: {bad[:3]}")
     if args.compare_untraced:
@@ -363,12 +417,39 @@ def main() -> int:
         got_live = [sorted(a["size"] for a in load(p)["allocations"]) for p in snapshots_of(workdir, pid, reason)]
         if got_live != want_live:
             problems.append(f"--live {item}: the {reason} snapshots hold {got_live}")
+    ooms = [load(p) for p in snapshots_of(workdir, pid, "oom")]
+    if (args.verdict or args.others_known) and not ooms:
+        problems.append("no oom snapshot to read a verdict from")
+    for snap in ooms:
+        diagnosis = snap.get("diagnosis") or {}
+        got = [v["name"] for v in diagnosis.get("verdicts", [])]
+        if args.verdict and got != args.verdict.split(","):
+            problems.append(f"--verdict {args.verdict}: the oom snapshot says {got} ({diagnosis.get('summary')})")
+        if got and diagnosis.get("verdict") != got[0]:
+            problems.append(f"diagnosis.verdict {diagnosis.get('verdict')!r} is not the first of {got}")
+        known = (diagnosis.get("numbers") or {}).get("other_processes_bytes") is not None
+        if args.others_known and known != (args.others_known == "yes"):
+            problems.append(f"--others-known {args.others_known}: other_processes_bytes is "
+                            f"{(diagnosis.get('numbers') or {}).get('other_processes_bytes')!r}")
+    everything = glob.glob(os.path.join(workdir, "snapshots", "gpumemtrace.*.json"))
+    if args.rank is not None:
+        if not everything:
+            problems.append("--rank: no snapshot")
+        for path in everything:
+            name, process = os.path.basename(path), load(path).get("process") or {}
+            if not name.endswith(f".rank{args.rank}.json") or process.get("rank") != args.rank:
+                problems.append(f"--rank {args.rank}: {name} says process {process}")
+    elif any(".rank" in os.path.basename(p) for p in everything):
+        problems.append("a snapshot name carries a rank, but none was set")
     for item in args.stat_min:
         name, least = item.split("=", 1)
         exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))
         counted = max((load(p)["stats"].get(name, 0) for p in exits), default=0)
         if counted < int(least):
             problems.append(f"stats.{name} is {counted}, at least {least} expected")
+    # Every snapshot the run wrote, whatever the checks above looked at.
+    written = schema_check.snapshot_files(os.path.join(workdir, "snapshots"))
+    problems += schema_check.validate(written)
     print(output, end="")
     print(errors, end="", file=sys.stderr)
     if problems:
@@ -376,7 +457,7 @@ def main() -> int:
             print("FAIL:", p)
         print(f"work directory kept: {workdir}")
         return 1
-    print(f"ok: {compared} snapshots equal their ledgers")
+    print(f"ok: {compared} snapshots equal their ledgers; schema: {len(written)} snapshots valid")
     if not args.keep:
         subprocess.run(["rm", "-rf", workdir], check=False)
     return 0

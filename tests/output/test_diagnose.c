@@ -1,0 +1,227 @@
+/* Unit test of the out-of-memory diagnosis rules (diagnose.h) on made-up
+ * device states: each verdict where it should be primary, the order of the
+ * others that apply, the derived numbers, and what the verdicts rest on. */
+#define _GNU_SOURCE
+#include "check.h"
+#include "diagnose.h"
+
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+
+/* A 16 GiB device with `free` bytes free, nothing else known. */
+static struct gmt__device_state device(uint64_t free)
+{
+	struct gmt__device_state st = {
+		.index = 0, .have_mem = true, .total_bytes = 16 * GIB, .free_bytes = free,
+		.have_granularity = true, .granularity = 2 * MIB, .have_pools = true,
+		.npools = 1, .others_why = "NVML is not available",
+	};
+	return st;
+}
+
+static struct gmt__diag_input input(const struct gmt__device_state *st, uint64_t requested, uint64_t device_live)
+{
+	struct gmt__diag_input in = {
+		.requested = requested, .device = 0, .state = st,
+		.pages = { .granularity = 2 * MIB, .granularity_known = true, .pages = device_live / (2 * MIB) },
+	};
+	in.tracked[GMT_KIND_DEVICE] = device_live;
+	return in;
+}
+
+/* The verdict names of d, primary first, joined by commas. */
+static const char *names(const struct gmt__diagnosis *d)
+{
+	static char buf[256];
+
+	buf[0] = '\0';
+	for (int i = 0; i < d->nverdicts; i++) {
+		if (i > 0)
+			strcat(buf, ",");
+		strcat(buf, gmt__verdict_name(d->v[i].verdict));
+	}
+	return buf;
+}
+
+static bool rests_on(const struct gmt__diag_verdict *v, const char *number)
+{
+	for (int k = 0; v->rests_on[k] != NULL; k++) {
+		if (strcmp(v->rests_on[k], number) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void test_exhaustion(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 2 * GIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion");
+	CHECK_U64(d.shortfall, 1 * GIB);
+	CHECK_U64(d.used, 15 * GIB);
+	CHECK_U64(d.footprint, 15 * GIB);
+	CHECK_U64(d.untracked, 0);
+	CHECK(rests_on(&d.v[0], "free_bytes"));
+	CHECK(strstr(d.summary, "exhaustion: 2.00 GiB requested with 1.00 GiB free of 16.0 GiB") == d.summary);
+
+	/* Larger than the device: exhaustion whatever else holds memory. */
+	st = device(16 * GIB);
+	in = input(&st, 17 * GIB, 0);
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion");
+	CHECK(rests_on(&d.v[0], "total_bytes"));
+	CHECK(strstr(d.v[0].detail, "larger than the device") != NULL);
+}
+
+static void test_fragmentation(void)
+{
+	struct gmt__device_state st = device(0);
+	struct gmt__diag_input in = input(&st, 4 * MIB, 8 * GIB);
+	struct gmt__diagnosis d;
+
+	/* Half of every page used: 8 GiB live in 16 GiB of pages. */
+	in.pages.pages = 8192;
+	in.pages.partial = 8192;
+	in.pages.stranded_bytes = 8 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "fragmentation,exhaustion");
+	CHECK_U64(d.v[0].bytes, 8 * GIB);
+	CHECK(rests_on(&d.v[0], "stranded_bytes"));
+
+	/* The driver says enough is free: fragmentation by the first rule. */
+	st = device(1 * GIB);
+	in = input(&st, 512 * MIB, 15 * GIB);
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "fragmentation");
+	CHECK_U64(d.shortfall, 0);
+
+	/* A few stranded pages beside a device full of live memory: they would
+	 * cover the shortfall, but are too small a part to blame. */
+	st = device(0);
+	in = input(&st, 2 * MIB, 15 * GIB);
+	in.pages.pages = 8192;
+	in.pages.partial = 4;
+	in.pages.stranded_bytes = 4 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion,fragmentation");
+}
+
+static void test_pool(void)
+{
+	struct gmt__device_state st = device(4 * GIB);
+	struct gmt__diag_input in = input(&st, 6 * GIB, 2 * GIB);
+	struct gmt__diagnosis d;
+
+	st.pool_reserved = 10 * GIB;
+	st.pool_used = 1 * GIB;
+	in.tracked[GMT_KIND_ASYNC] = 1 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "pool_reservation,exhaustion");
+	CHECK_U64(d.pool_unused, 9 * GIB);
+	CHECK_U64(d.v[0].bytes, 9 * GIB);
+	CHECK_U64(d.footprint, 12 * GIB);
+	CHECK(rests_on(&d.v[0], "pool_reserved_bytes"));
+	CHECK(rests_on(&d.v[0], "pool_used_bytes"));
+
+	/* Pools not known: the async memory counts at its live size. */
+	st.have_pools = false;
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.footprint, 3 * GIB);
+	CHECK(!d.have_pools);
+}
+
+static void test_others(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 3 * GIB, 3 * GIB);
+	struct gmt__diagnosis d;
+
+	/* 12 GiB used by another process: with NVML the verdict names it. */
+	st.have_others = true;
+	st.others_why = NULL;
+	st.others_bytes = 12 * GIB;
+	st.nothers = 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "other_processes,exhaustion");
+	CHECK_U64(d.untracked, 0);
+	CHECK(rests_on(&d.v[0], "other_processes_bytes"));
+
+	/* Without NVML the same memory is untracked, and the detail says that
+	 * other processes are in it. */
+	st.have_others = false;
+	st.others_bytes = 0;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "untracked,exhaustion");
+	CHECK_U64(d.untracked, 12 * GIB);
+	CHECK(strstr(d.v[0].detail, "other processes' memory included") != NULL);
+}
+
+static void test_growth(void)
+{
+	struct gmt__device_state st = device(0);
+	struct gmt__diag_input in = input(&st, 1 * GIB, 16 * GIB);
+	struct gmt__diagnosis d;
+
+	in.growth_bytes = 12 * GIB;
+	in.growth_sites = 2;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "growth,exhaustion");
+	CHECK(strstr(d.v[0].detail, "2 allocation sites kept growing") != NULL);
+
+	/* Growth too small to matter beside the rest. */
+	in.growth_bytes = 1 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion,growth");
+
+	/* No device numbers: growth is all that can be judged. */
+	in.state = NULL;
+	in.growth_bytes = 12 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "growth,exhaustion");
+	CHECK(!d.have_mem);
+	CHECK(strstr(d.summary, "free memory not known") != NULL);
+}
+
+static void test_granularity(void)
+{
+	struct gmt__device_state st = device(2 * MIB);
+	struct gmt__diag_input in = input(&st, 1, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	/* One byte needs a whole page; a page is free: not an exhaustion. */
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.needed, 2 * MIB);
+	CHECK_STR(names(&d), "fragmentation");
+	in.requested = 2 * MIB + 1;
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.needed, 4 * MIB);
+	CHECK_U64(d.shortfall, 2 * MIB);
+}
+
+static void test_human(void)
+{
+	char buf[32];
+
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 0), "0 B");
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 1023), "1023 B");
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 1536), "1.50 KiB");
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 64 * MIB), "64.0 MiB");
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 256 * MIB), "256 MiB");
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), ~0ull), "16384 PiB");
+}
+
+int main(void)
+{
+	test_exhaustion();
+	test_fragmentation();
+	test_pool();
+	test_others();
+	test_growth();
+	test_granularity();
+	test_human();
+	printf("diagnose: %d failed\n", check_failed);
+	return check_failed != 0;
+}

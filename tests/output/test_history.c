@@ -1,0 +1,201 @@
+/* Unit test of the history (history.h): the event ring keeps the last N in
+ * order and counts what fell out; the series closes windows at the right times,
+ * stands for quiet stretches with one flat point, merges when full and keeps
+ * the maxima; sites count allocations, peaks, and rises and falls per window,
+ * and growth is called only on steady rises. */
+#define _GNU_SOURCE
+#include "check.h"
+#include "history.h"
+
+#include <stdio.h>
+
+#define MS 1000000ull
+#define T0 1700000000000000000ull
+
+static struct gmt__entry entry(uint64_t addr, uint64_t size, uint32_t stack, int kind, int device)
+{
+	struct gmt__entry e = {
+		.addr = addr, .size = size, .stack = stack, .kind = (uint8_t)kind, .device = (int16_t)device,
+	};
+	return e;
+}
+
+static struct gmt__hist_cause at(uint64_t t, uint64_t seq)
+{
+	struct gmt__hist_cause c = { .seq = seq, .time_ns = t, .tid = 7, .api = 3 };
+	return c;
+}
+
+/* Applies one change at time t, as the core does: tick, then change. */
+static void change(struct gmt__history *h, uint64_t t, const struct gmt__entry *e, bool add)
+{
+	static uint64_t seq;
+	struct gmt__hist_cause c = at(t, ++seq);
+
+	gmt__history_tick(h, t);
+	gmt__history_change(h, e, add, &c);
+}
+
+static void test_events(void)
+{
+	struct gmt__history h;
+	struct gmt__hist_cause c = at(T0, 99);
+
+	CHECK(gmt__history_init(&h, 3) == 0);
+	for (int i = 0; i < 5; i++) {
+		struct gmt__entry e = entry(0x1000 * (uint64_t)(i + 1), 100, 1, GMT_KIND_DEVICE, 0);
+
+		change(&h, T0, &e, true);
+	}
+	gmt__history_oom(&h, &c, 4096, GMT_KIND_ASYNC, 1, 2);
+	CHECK_INT(h.count, 3);
+	CHECK_INT(h.dropped, 3);
+	CHECK_INT(gmt__history_event(&h, 0)->addr, 0x4000);
+	CHECK_INT(gmt__history_event(&h, 1)->addr, 0x5000);
+	CHECK_INT(gmt__history_event(&h, 2)->op, GMT_HIST_OOM);
+	CHECK_INT(gmt__history_event(&h, 2)->size, 4096);
+	CHECK_INT(gmt__history_event(&h, 2)->device, 1);
+	CHECK_INT(gmt__history_event(&h, 2)->seq, 99);
+
+	/* No ring: nothing kept, the rest still works. */
+	CHECK(gmt__history_init(&h, 0) == 0);
+	{
+		struct gmt__entry e = entry(0x1000, 100, 1, GMT_KIND_DEVICE, 0);
+
+		change(&h, T0, &e, true);
+	}
+	CHECK_INT(h.count, 0);
+	CHECK_U64(gmt__history_live(&h, 0, GMT_KIND_DEVICE), 100);
+}
+
+static void test_series(void)
+{
+	struct gmt__history h;
+	struct gmt__entry a = entry(0x1000, 1000, 1, GMT_KIND_DEVICE, 0);
+	struct gmt__entry b = entry(0x2000, 500, 2, GMT_KIND_HOST, -1);
+	const uint64_t *dev0;
+
+	CHECK(gmt__history_init(&h, 16) == 0);
+	change(&h, T0, &a, true);               /* window [T0, T0+10ms) */
+	change(&h, T0 + 2 * MS, &a, false);     /* max 1000, ends at 0 */
+	change(&h, T0 + 3 * MS, &b, true);
+	change(&h, T0 + 12 * MS, &a, true);     /* closes the first window */
+	CHECK_INT(h.npoints, 1);
+	CHECK_INT(h.ncols, 2);
+	CHECK_U64(h.pt_time[0], T0 + 10 * MS);
+	dev0 = h.pt_val; /* column 0: device 0, kind device */
+	CHECK_U64(dev0[0], 0);
+	CHECK_U64(h.pt_max[0], 1000);
+	CHECK_U64(h.pt_val[GMT_SERIES_POINTS], 500); /* column 1: host */
+	/* A quiet second: one point closing the window the quiet began in, one
+	 * flat point at the last boundary before the next event. */
+	change(&h, T0 + 1012 * MS, &a, false);
+	CHECK_INT(h.npoints, 3);
+	CHECK_U64(h.pt_time[1], T0 + 20 * MS);
+	CHECK_U64(h.pt_time[2], T0 + 1010 * MS);
+	CHECK_U64(dev0[1], 1000);
+	CHECK_U64(dev0[2], 1000);
+	CHECK_U64(h.window, 3);
+
+	/* Full: neighbours merge, the interval doubles, maxima survive. */
+	CHECK(gmt__history_init(&h, 0) == 0);
+	for (uint64_t i = 0; i <= GMT_SERIES_POINTS + 1; i++) {
+		struct gmt__entry e = entry(0x1000 + i, 10, 1, GMT_KIND_DEVICE, 0);
+
+		change(&h, T0 + i * 10 * MS, &e, true);
+		if (i == 5) {
+			struct gmt__entry spike = entry(0x900000, 1000000, 1, GMT_KIND_DEVICE, 0);
+
+			change(&h, T0 + i * 10 * MS + 1, &spike, true);
+			change(&h, T0 + i * 10 * MS + 2, &spike, false);
+		}
+	}
+	CHECK_INT(h.npoints, GMT_SERIES_POINTS / 2 + 1);
+	CHECK_U64(h.interval_ns, 20 * MS);
+	CHECK_U64(h.pt_time[0], T0 + 20 * MS);
+	CHECK_U64(h.pt_val[0], 20);
+	/* The spike in window 5 (points 4 and 5 merged into point 2). */
+	CHECK_U64(h.pt_max[2], 60 + 1000000);
+	CHECK_U64(h.pt_val[2], 60);
+}
+
+static void test_sites(void)
+{
+	struct gmt__history h;
+	struct gmt__entry keep = entry(0, 100, 5, GMT_KIND_DEVICE, 0);
+	struct gmt__entry tmp = entry(0x900000, 50, 6, GMT_KIND_DEVICE, 0);
+	const struct gmt__site *s;
+	uint32_t rises, falls;
+	uint64_t growth;
+
+	CHECK(gmt__history_init(&h, 0) == 0);
+	/* Site 5 keeps 100 bytes per 25 ms; site 6 allocates and frees. */
+	for (int i = 0; i < 6; i++) {
+		keep.addr = 0x1000 * (uint64_t)(i + 1);
+		change(&h, T0 + (uint64_t)i * 25 * MS, &keep, true);
+		change(&h, T0 + (uint64_t)i * 25 * MS + 1, &tmp, true);
+		change(&h, T0 + (uint64_t)i * 25 * MS + 2, &tmp, false);
+	}
+	s = gmt__history_site(&h, 5);
+	CHECK(s != NULL);
+	CHECK_U64(s->live_bytes, 600);
+	CHECK_U64(s->live_count, 6);
+	CHECK_U64(s->allocs, 6);
+	CHECK_U64(s->peak_bytes, 600);
+	CHECK(gmt__site_growing(s, &rises, &falls, &growth));
+	CHECK_INT(rises, 6);
+	CHECK_INT(falls, 0);
+	CHECK_U64(growth, 500); /* above the first window's 100 */
+
+	s = gmt__history_site(&h, 6);
+	CHECK(s != NULL);
+	CHECK_U64(s->allocs, 6);
+	CHECK_U64(s->live_bytes, 0);
+	CHECK_U64(s->peak_bytes, 50);
+	CHECK(!gmt__site_growing(s, &rises, &falls, &growth));
+	CHECK_INT(rises, 0);
+
+	/* Freeing all of site 5 at the end: one fall against six rises still
+	 * counts as growth in the counters, but nothing is left to have grown. */
+	for (int i = 0; i < 6; i++) {
+		keep.addr = 0x1000 * (uint64_t)(i + 1);
+		change(&h, T0 + 200 * MS, &keep, false);
+	}
+	s = gmt__history_site(&h, 5);
+	CHECK(!gmt__site_growing(s, &rises, &falls, &growth));
+	CHECK_INT(falls, 1);
+	CHECK_U64(growth, 0);
+	CHECK(gmt__history_site(&h, 77) == NULL);
+
+	/* An undone free's allocation comes back without counting anew. */
+	{
+		struct gmt__hist_cause undo = at(T0 + 300 * MS, 1000);
+
+		undo.undo = true;
+		gmt__history_change(&h, &keep, true, &undo);
+		s = gmt__history_site(&h, 5);
+		CHECK_U64(s->allocs, 6);
+		CHECK_U64(s->live_bytes, 100);
+	}
+
+	/* Sites far beyond the first mapping. */
+	{
+		struct gmt__entry far = entry(0x5000, 1, 100000, GMT_KIND_DEVICE, 0);
+
+		change(&h, T0 + 400 * MS, &far, true);
+		CHECK(gmt__history_site(&h, 100000) != NULL);
+		CHECK(!h.sites_failed);
+	}
+	gmt__history_clear(&h);
+	CHECK(gmt__history_site(&h, 5) == NULL);
+	CHECK_INT(h.npoints, 0);
+}
+
+int main(void)
+{
+	test_events();
+	test_series();
+	test_sites();
+	printf("history: %d failed\n", check_failed);
+	return check_failed != 0;
+}

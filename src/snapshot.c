@@ -1847,6 +1847,21 @@ static int publish(int dirfd, const char *tmp, const char *name)
 	return 0;
 }
 
+/* 0 when nothing, not even a dangling symlink, has this name in dirfd; 1 when
+ * something has; else a negative errno (a directory that cannot be searched).
+ * NOTE: an O_PATH open rather than fstatat, whose symbol glibc 2.33 versioned
+ * anew (the library must load on glibc 2.17: glibc_compat.h). */
+static int name_taken(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0) {
+		close(fd);
+		return 1;
+	}
+	return errno == ENOENT ? 0 : -errno;
+}
+
 /* The file name of snapshot s with number seq. */
 static void snapshot_name(const struct gmt__snapshot *s, uint64_t seq, char *name, size_t len)
 {
@@ -1864,7 +1879,6 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	char name[128], tmp[192];
 	struct out o = { .fd = -1 };
 	struct gmt__snapshot numbered = *s;
-	struct stat st;
 	bool have_tmp = false, done = false;
 	int dirfd = -1, r, tries = 0;
 
@@ -1884,7 +1898,10 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	 * document says the number its name has. */
 	for (;;) {
 		snapshot_name(s, numbered.seq, name, sizeof(name));
-		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+		r = name_taken(dirfd, name);
+		if (r < 0)
+			goto out;
+		if (r == 0)
 			break;
 		if (++tries == GMT_SNAPSHOT_NAME_TRIES) {
 			r = -EEXIST;

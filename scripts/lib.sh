@@ -69,12 +69,14 @@ gmt__probe() {
 	python3)        gmt__have python3 ;;
 	binutils)       gmt__have readelf && gmt__have nm ;;
 	python3-jsonschema) gmt__have_jsonschema ;;
+	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
+			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	*)              return 1 ;;
 	esac
 }
 
 GMT_PACKAGES=(meson ninja-build pkg-config gcc g++ libc6-dev libunwind-dev
-	      libjansson-dev libdw-dev python3 binutils python3-jsonschema)
+	      libjansson-dev libdw-dev python3 binutils python3-jsonschema python3-pytest)
 
 gmt__missing() {
 	local p

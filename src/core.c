@@ -13,10 +13,13 @@
 #include "ring.h"
 #include "snapshot.h"
 #include "stacks.h"
+#include "suppress.h"
 #include "table.h"
 #include "tags.h"
 
 #include <dlfcn.h>
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 #include <errno.h>
 #include <link.h>
 #include <fcntl.h>
@@ -131,7 +134,14 @@ static struct {
 	uint64_t peak_next_bytes, peak_next_ns;
 	struct gmt__undo undo[GMT_UNDO_SLOTS];
 	struct gmt__snapshot_process process; /* rank and friends from init; host and ppid per snapshot */
+	/* The leak check: the status the program passed to exit() (on_exit;
+	 * -1 until then), the suppression rules, and why the file's were refused. */
+	_Atomic int exit_status;
+	_Atomic uintptr_t consumer_stack_lo, consumer_stack_hi; /* its locals hold addresses */
+	struct gmt__supp supp;
+	char supp_error[512];
 } core = {
+	.exit_status = -1,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.next_seq = 1,
 	.first_seq = 1,
@@ -571,8 +581,18 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 static void *consumer_main(void *arg)
 {
 	uint64_t next_probe = 0;
+	pthread_attr_t attr;
+	void *stack;
+	size_t size;
 
 	(void)arg;
+	if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+		if (pthread_attr_getstack(&attr, &stack, &size) == 0) {
+			atomic_store_explicit(&core.consumer_stack_lo, (uintptr_t)stack, memory_order_relaxed);
+			atomic_store_explicit(&core.consumer_stack_hi, (uintptr_t)stack + size, memory_order_relaxed);
+		}
+		pthread_attr_destroy(&attr);
+	}
 	while (!atomic_load_explicit(&core.stopping, memory_order_relaxed)) {
 		uint64_t n;
 
@@ -705,8 +725,9 @@ static void warn_report(char *report, const char *path)
  * loader's lock. `state`: what the driver said of the device the caller could
  * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
  * NULL), or a negative errno. */
-static int snapshot(const char *reason, const struct gmt__snapshot_request *failed,
-		    const struct gmt__device_state *state, char *out, size_t outlen)
+static int snapshot_leaks(const char *reason, const struct gmt__snapshot_request *failed,
+			  const struct gmt__device_state *state, char *out, size_t outlen,
+			  struct gmt__snapshot_leaks *leaks, bool no_file)
 {
 	char path[PATH_MAX], host[256], report[1024];
 	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];
@@ -737,6 +758,8 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 		.history = core.have_hist ? &core.hist : NULL,
 		.report = failed != NULL ? report : NULL,
 		.report_len = sizeof(report),
+		.leaks = leaks,
+		.no_file = no_file,
 	};
 	char **argv = NULL;
 	int r, i = 1;
@@ -773,6 +796,8 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 		warn_write_error(r);
 		return r;
 	}
+	if (no_file)
+		return 0;
 	STAT_ADD(snapshots, 1);
 	if (out != NULL && outlen > 0)
 		snprintf(out, outlen, "%s", path);
@@ -781,6 +806,12 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 	else
 		gmt__info("%s snapshot %s", reason, path);
 	return 0;
+}
+
+static int snapshot(const char *reason, const struct gmt__snapshot_request *failed,
+		    const struct gmt__device_state *state, char *out, size_t outlen)
+{
+	return snapshot_leaks(reason, failed, state, out, outlen, NULL, false);
 }
 
 /* --- lifecycle ------------------------------------------------------------------------ */
@@ -918,6 +949,25 @@ static void read_ranks(struct gmt__snapshot_process *p)
 		p->world_size = env_rank(sizes[i]);
 }
 
+static void note_exit_status(int status, void *arg)
+{
+	(void)arg;
+	atomic_store_explicit(&core.exit_status, status & 0xff, memory_order_relaxed);
+}
+
+/* The leak check's rules: the file's first (they win), then the built-in. A
+ * file that cannot be used is reported now and named again in the report. */
+static void load_rules(void)
+{
+	const char *path = core.opt->suppressions;
+
+	if (path != NULL && path[0] != '\0' &&
+	    gmt__supp_load(&core.supp, path, core.supp_error, sizeof(core.supp_error)) < 0)
+		gmt__warn("GPUMEMTRACE_SUPPRESSIONS: %s; the leak check applies none of its rules", core.supp_error);
+	if (core.opt->leak_builtins && gmt__supp_add_builtins(&core.supp) < 0)
+		gmt__warn("out of memory for the built-in leak rules; the leak check applies none");
+}
+
 static int init(void)
 {
 	Dl_info self;
@@ -951,6 +1001,11 @@ static int init(void)
 		return -r;
 	}
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	/* NOTE: on_exit, not atexit: its handler gets the status, which the leak
+	 * check keeps when it is not 0 (the program's failure wins). */
+	if (on_exit(note_exit_status, NULL) != 0)
+		gmt__info("cannot register an exit handler: the leak check will not know the exit status");
+	load_rules();
 	if (core.opt->snapshot_on & GMT_TRIGGER_SIGNAL)
 		install_signal();
 	gmt__info("tracing pid %d: stacks %d frames, rings of %lld events, snapshots into %s",
@@ -994,12 +1049,115 @@ static bool ready(void)
 	return s == GMT_READY;
 }
 
+/* The tracer's own memory that holds the program's addresses, for the leak
+ * check's scan to leave alone. */
+struct own_regions {
+	struct gmt__range *v;
+	size_t n, cap;
+};
+
+static void own_region(void *ctx, const void *addr, size_t len)
+{
+	struct own_regions *o = ctx;
+
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		struct gmt__range *v = realloc(o->v, cap * sizeof(*v));
+
+		if (v == NULL)
+			return;
+		o->v = v;
+		o->cap = cap;
+	}
+	o->v[o->n++] = (struct gmt__range){ (uintptr_t)addr, (uintptr_t)addr + len };
+}
+
+static void own_regions_collect(struct own_regions *o)
+{
+	uintptr_t lo, hi;
+
+	gmt__table_regions(core.table, own_region, o);
+	if (core.have_hist)
+		gmt__history_regions(&core.hist, own_region, o);
+	for (struct gmt__ring *r = gmt__rings_first(); r != NULL; r = gmt__ring_next(r))
+		own_region(o, r, gmt__ring_bytes(r));
+	lo = atomic_load_explicit(&core.consumer_stack_lo, memory_order_relaxed);
+	hi = atomic_load_explicit(&core.consumer_stack_hi, memory_order_relaxed);
+	if (hi > lo)
+		own_region(o, (const void *)lo, hi - lo);
+}
+
+/* Where the live frames of the exiting thread begin: the stack pointer of
+ * exit()'s caller. Below it lie exit()'s own frames and, in their gaps, dead
+ * words of functions that returned (main's, when it returned) — stale copies
+ * of pointers the program no longer has. 0 when exit() is not on the stack
+ * (a destructor run otherwise): then the caller scans from its own frame. */
+static uintptr_t exit_caller_sp(void)
+{
+	uintptr_t exit_fn = (uintptr_t)dlsym(RTLD_DEFAULT, "exit");
+	unw_context_t uc;
+	unw_cursor_t cur;
+
+	if (exit_fn == 0 || unw_getcontext(&uc) != 0 || unw_init_local(&cur, &uc) != 0)
+		return 0;
+	for (int i = 0; i < 64 && unw_step(&cur) > 0; i++) {
+		unw_proc_info_t pi;
+		unw_word_t sp;
+
+		if (unw_get_proc_info(&cur, &pi) != 0 || pi.start_ip != exit_fn)
+			continue;
+		if (unw_step(&cur) <= 0 || unw_get_reg(&cur, UNW_REG_SP, &sp) != 0)
+			return 0;
+		return (uintptr_t)sp;
+	}
+	return 0;
+}
+
+/* The leak report (lines), and the status to exit with: the leak exit code
+ * when leaks count and the program was about to exit with 0, else -1. */
+static int leak_verdict(struct gmt__snapshot_leaks *lk)
+{
+	int status = atomic_load_explicit(&core.exit_status, memory_order_relaxed);
+	char *line = lk->report, *next;
+
+	if (line == NULL) {
+		gmt__warn("leak check: no report (out of memory)");
+		return -1;
+	}
+	if (lk->counted_count == 0 && lk->suspects == 0 && lk->supp_error == NULL) {
+		gmt__info("leak check: no leaks, no suspects"); /* silent unless verbose */
+		return -1;
+	}
+	for (; line != NULL && *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		if (next != NULL)
+			*next++ = '\0';
+		gmt__report("%s", line);
+	}
+	if (lk->counted_count == 0)
+		return -1;
+	if (status > 0) {
+		gmt__report("leak check: the program's exit status %d is kept", status);
+		return -1;
+	}
+	gmt__report("leak check: exiting with status %d (GPUMEMTRACE_LEAK_EXITCODE)", (int)core.opt->leak_exitcode);
+	return (int)core.opt->leak_exitcode;
+}
+
 __attribute__((destructor)) static void core_exit(void)
 {
-	int saved = errno;
+	int saved = errno, exit_with = -1;
+	bool write, check;
 
+	/* A process that never reached a hook still owes its exit snapshot and
+	 * leak check (nothing live: a clean result, which a gate must see). */
+	if (atomic_load_explicit(&core.state, memory_order_acquire) == GMT_UNINIT &&
+	    ((gmt__options()->snapshot_on & GMT_TRIGGER_EXIT) || gmt__options()->leak_check))
+		(void)ready();
 	if (atomic_load_explicit(&core.state, memory_order_acquire) != GMT_READY)
 		return;
+	write = core.opt->snapshot_on & GMT_TRIGGER_EXIT;
+	check = core.opt->leak_check;
 	atomic_store_explicit(&core.stopping, true, memory_order_relaxed);
 	pthread_mutex_lock(&core.lock);
 	drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
@@ -1008,16 +1166,43 @@ __attribute__((destructor)) static void core_exit(void)
 		  (unsigned long long)core.peak_bytes,
 		  (unsigned long long)(atomic_load_explicit(&core.next_seq, memory_order_relaxed) - core.first_seq));
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
-	if (core.opt->snapshot_on & GMT_TRIGGER_EXIT)
-		snapshot("exit", NULL, NULL, NULL, 0); /* releases the lock */
-	else
+	if (write || check) {
+		struct own_regions own = { 0 };
+		struct gmt__snapshot_leaks lk = {
+			.supp = &core.supp,
+			.supp_error = core.supp_error[0] != '\0' ? core.supp_error : NULL,
+			.classes = core.opt->leak_classes,
+			.scan = core.opt->leak_scan,
+			.stack_from = exit_caller_sp(),
+			.exit_status = atomic_load_explicit(&core.exit_status, memory_order_relaxed),
+			.want_report = check,
+		};
+
+		/* else the frames below this one are the tracer's */
+		if (lk.stack_from == 0)
+			lk.stack_from = (uintptr_t)__builtin_frame_address(0);
+		own_regions_collect(&own);
+		lk.skip = own.v;
+		lk.nskip = own.n;
+		/* Without the exit trigger the document goes nowhere: only the report. */
+		if (snapshot_leaks("exit", NULL, NULL, NULL, 0, &lk, !write) == 0 && check) /* releases the lock */
+			exit_with = leak_verdict(&lk);
+		free(lk.report);
+		free(own.v);
+	} else {
 		pthread_mutex_unlock(&core.lock);
+	}
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \
 		  (unsigned long long)atomic_load_explicit(&core.stats.name, memory_order_relaxed), help);
 	GMT_STATS(GMT_X_REPORT)
 #undef GMT_X_REPORT
 	errno = saved;
+	if (exit_with >= 0) {
+		/* NOTE: _exit skips stdio's flush at the end of exit(): flush first. */
+		fflush(NULL);
+		_exit(exit_with);
+	}
 }
 
 /* --- the record path ------------------------------------------------------------------- */

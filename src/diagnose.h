@@ -33,6 +33,7 @@ struct gmt__pages {
 	bool granularity_known;  /* from the driver, else GMT_DEFAULT_GRANULARITY */
 	uint64_t pages, partial, stranded_bytes;
 	uint64_t histogram[5];   /* pages by occupancy: <25%, <50%, <75%, <100%, full */
+	uint64_t largest_hole;   /* the largest free run inside a partly used page */
 };
 
 struct gmt__diag_input {

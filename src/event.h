@@ -4,6 +4,7 @@
 #ifndef GMT_EVENT_H
 #define GMT_EVENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* What memory an allocation is: the snapshot's "kind" (DESIGN.md §5). */
@@ -65,6 +66,10 @@ struct gmt__event {
 _Static_assert(sizeof(struct gmt__event) == 64, "an event is one cache line");
 
 const char *gmt__kind_name(enum gmt__kind kind);
+
+/* Called once per region of memory a structure of the tracer owns (the leak
+ * check's scan must not take the addresses kept there for the program's). */
+typedef void gmt__region_fn(void *ctx, const void *addr, size_t len);
 
 /* The key space of an allocation of `kind`. */
 enum gmt__space gmt__kind_space(enum gmt__kind kind);

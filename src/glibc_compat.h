@@ -29,6 +29,8 @@ GMT_GLIBC_PIN(dladdr, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dladdr1, GMT_GLIBC_DLADDR1);
 GMT_GLIBC_PIN(pthread_create, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(pthread_detach, GMT_GLIBC_BASE);
+GMT_GLIBC_PIN(pthread_getattr_np, GMT_GLIBC_BASE);
+GMT_GLIBC_PIN(pthread_attr_getstack, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(pthread_key_create, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(pthread_mutex_trylock, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(pthread_once, GMT_GLIBC_BASE);

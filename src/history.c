@@ -206,6 +206,15 @@ bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *fal
 	return *rises >= GMT_GROWTH_MIN_RISES && *falls * 4 <= *rises && *growth > 0;
 }
 
+bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth)
+{
+	uint64_t base = s->based ? s->base_bytes : 0;
+
+	(void)gmt__site_growing(s, rises, falls, growth);
+	*growth = s->peak_bytes > base ? s->peak_bytes - base : 0;
+	return *rises >= GMT_GROWTH_MIN_RISES && *falls * 4 <= *rises && *growth > 0;
+}
+
 /* --- the events ------------------------------------------------------------ */
 
 static void remember(struct gmt__history *h, const struct gmt__hist_event *ev)
@@ -280,4 +289,10 @@ void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *caus
 	};
 
 	remember(h, &ev);
+}
+
+void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx)
+{
+	if (h->events != NULL)
+		fn(ctx, h->events, h->cap * sizeof(*h->events));
 }

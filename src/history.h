@@ -123,6 +123,15 @@ const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t
  * *growth gets the bytes it rose by after its first window. */
 bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
 
+/* Whether the site kept growing during the run even if it fell back since
+ * (a loop that leaks per iteration and frees everything at the end): the
+ * same rises and falls as above, with *growth its peak above its first
+ * window. The exit report's "leak suspects". */
+bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
+
+/* Every region of memory the history owns that holds addresses, to fn. */
+void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx);
+
 /* The i-th event of the ring, oldest first (i < h->count). */
 const struct gmt__hist_event *gmt__history_event(const struct gmt__history *h, size_t i);
 

@@ -113,6 +113,17 @@ out:
 	errno = saved;
 }
 
+void gmt__report(const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	emit(fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
 void gmt__info(const char *fmt, ...)
 {
 	int saved = errno;

@@ -15,6 +15,10 @@ void gmt__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * flag (`static bool once; gmt__warn_once(&once, ...)`). */
 void gmt__warn_once(bool *once, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A line of a report the user asked for (the leak check's): printed always,
+ * not counted against the warnings' cap. */
+void gmt__report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Progress for GPUMEMTRACE_VERBOSE=1. */
 void gmt__info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -17,7 +17,7 @@
 
 #define GMT_OPTION_PREFIX "GPUMEMTRACE_"
 
-enum opt_type { OPT_BOOL, OPT_INT, OPT_SIZE, OPT_STRING, OPT_TRIGGERS };
+enum opt_type { OPT_BOOL, OPT_INT, OPT_SIZE, OPT_STRING, OPT_TRIGGERS, OPT_CLASSES };
 
 /* What an INT or SIZE option accepts. Every INT and SIZE option of the table
  * needs one, named range_<field>: a missing one does not compile. */
@@ -35,6 +35,9 @@ static const struct opt_range range_peak_step = {
 };
 static const struct opt_range range_history = {
 	0, 10000000, false, "an integer from 0 to 10000000 (events)",
+};
+static const struct opt_range range_leak_exitcode = {
+	1, 255, false, "an integer from 1 to 255",
 };
 static const struct opt_range range_ring_events = {
 	64, 1u << 20, true, "a power of two from 64 to 1048576",
@@ -54,6 +57,7 @@ struct opt_desc {
 #define OPT_RANGE_SIZE(field) (&range_##field)
 #define OPT_RANGE_STRING(field) NULL
 #define OPT_RANGE_TRIGGERS(field) NULL
+#define OPT_RANGE_CLASSES(field) NULL
 
 #define OPT_X_DESC(field, var, type, def, help) \
 	{ var, OPT_##type, offsetof(struct gmt__options, field), OPT_RANGE_##type(field), help },
@@ -62,17 +66,26 @@ static const struct opt_desc descs[] = { GMT_OPTIONS(OPT_X_DESC) };
 
 #define NDESCS (sizeof(descs) / sizeof(descs[0]))
 
-static const struct {
+/* The words of a TRIGGERS or CLASSES option. */
+struct word_bit {
 	const char *name;
 	unsigned bit;
-} trigger_names[] = {
+};
+
+static const struct word_bit trigger_names[] = {
 	{ "oom", GMT_TRIGGER_OOM },
 	{ "exit", GMT_TRIGGER_EXIT },
 	{ "peak", GMT_TRIGGER_PEAK },
 	{ "signal", GMT_TRIGGER_SIGNAL },
+	{ NULL, 0 },
 };
 
-#define NTRIGGERS (sizeof(trigger_names) / sizeof(trigger_names[0]))
+static const struct word_bit class_names[] = {
+	{ "leaked", GMT_CLASS_LEAKED },
+	{ "referenced", GMT_CLASS_REFERENCED },
+	{ "cached", GMT_CLASS_CACHED },
+	{ NULL, 0 },
+};
 
 /* Where a value came from, for the verbose listing. */
 enum opt_source { FROM_DEFAULT, FROM_ENVIRONMENT, FROM_DEFAULT_INVALID };
@@ -114,9 +127,9 @@ static int parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
-/* A comma list of trigger words, each possibly surrounded by blanks, or the
- * single word "none". Empty items and unknown words are errors. */
-static int parse_triggers(const char *s, unsigned *out)
+/* A comma list of the words of `names`, each possibly surrounded by blanks,
+ * or the single word "none". Empty items and unknown words are errors. */
+static int parse_words(const char *s, const struct word_bit *names, unsigned *out)
 {
 	unsigned bits = 0;
 	const char *p = s;
@@ -141,13 +154,13 @@ static int parse_triggers(const char *s, unsigned *out)
 			*out = 0;
 			return 0;
 		}
-		for (i = 0; i < NTRIGGERS; i++) {
-			if (word_is(p, n, trigger_names[i].name))
+		for (i = 0; names[i].name != NULL; i++) {
+			if (word_is(p, n, names[i].name))
 				break;
 		}
-		if (i == NTRIGGERS)
+		if (names[i].name == NULL)
 			return -EINVAL;
-		bits |= trigger_names[i].bit;
+		bits |= names[i].bit;
 		if (end == NULL)
 			break;
 		p = end + 1;
@@ -173,6 +186,8 @@ static const char *expected_of(const struct opt_desc *d)
 		return "a non-empty string";
 	case OPT_TRIGGERS:
 		return "a comma list of oom, exit, peak, signal, or none";
+	case OPT_CLASSES:
+		return "a comma list of leaked, referenced, cached, or none";
 	}
 	return "?";
 }
@@ -212,7 +227,8 @@ static int parse_value(struct gmt__options *o, const struct opt_desc *d, const c
 		*(const char **)field = value;
 		return 0;
 	case OPT_TRIGGERS:
-		r = parse_triggers(value, &t);
+	case OPT_CLASSES:
+		r = parse_words(value, d->type == OPT_TRIGGERS ? trigger_names : class_names, &t);
 		if (r == 0)
 			*(unsigned *)field = t;
 		return r;
@@ -331,6 +347,7 @@ static int format_value(const struct gmt__options *o, const struct opt_desc *d, 
 			size_t len)
 {
 	const void *field = field_of(o, d);
+	const struct word_bit *names;
 	unsigned bits;
 	size_t i, n = 0;
 
@@ -351,13 +368,14 @@ static int format_value(const struct gmt__options *o, const struct opt_desc *d, 
 		snprintf(buf, len, "%s", *(const char *const *)field);
 		break;
 	case OPT_TRIGGERS:
+	case OPT_CLASSES:
+		names = d->type == OPT_TRIGGERS ? trigger_names : class_names;
 		bits = *(const unsigned *)field;
 		if (bits == 0)
 			snprintf(buf, len, "none");
-		for (i = 0; i < NTRIGGERS && n < len; i++) {
-			if (bits & trigger_names[i].bit)
-				n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "",
-						      trigger_names[i].name);
+		for (i = 0; names[i].name != NULL && n < len; i++) {
+			if (bits & names[i].bit)
+				n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", names[i].name);
 		}
 		break;
 	}

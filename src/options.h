@@ -16,8 +16,16 @@ enum gmt__trigger {
 	GMT_TRIGGER_SIGNAL = 1u << 3,
 };
 
+/* Leak classes (GPUMEMTRACE_LEAK_CLASSES: which count as leaks), a bit each. */
+enum gmt__leak_class_bit {
+	GMT_CLASS_LEAKED = 1u << 0,
+	GMT_CLASS_REFERENCED = 1u << 1,
+	GMT_CLASS_CACHED = 1u << 2,
+};
+
 /* X(field, variable, type, default, help). Types: BOOL, INT (a range in the
- * parser table of options.c), SIZE (K/M/G suffixes), STRING, TRIGGERS. One list,
+ * parser table of options.c), SIZE (K/M/G suffixes), STRING, TRIGGERS,
+ * CLASSES (comma lists of the words above). One list,
  * three uses: the struct, the parser, the verbose listing. */
 #define GMT_OPTIONS(X)                                                                        \
 	X(dir, "GPUMEMTRACE_DIR", STRING, ".", "directory for snapshot files")                \
@@ -33,6 +41,18 @@ enum gmt__trigger {
 	  "allocations and frees a snapshot's history keeps, 0 to 10000000 (0: none)")        \
 	X(ring_events, "GPUMEMTRACE_RING_EVENTS", INT, 4096,                                  \
 	  "events each thread's ring holds, a power of two from 64 to 1048576")               \
+	X(leak_check, "GPUMEMTRACE_LEAK_CHECK", BOOL, false,                                  \
+	  "at exit, print the leak report; exit with GPUMEMTRACE_LEAK_EXITCODE if leaks count") \
+	X(leak_exitcode, "GPUMEMTRACE_LEAK_EXITCODE", INT, 23,                                \
+	  "the exit status when the leak check finds leaks, 1 to 255")                        \
+	X(leak_classes, "GPUMEMTRACE_LEAK_CLASSES", CLASSES, GMT_CLASS_LEAKED | GMT_CLASS_REFERENCED, \
+	  "which live memory at exit counts as a leak: comma list of leaked, referenced, cached") \
+	X(suppressions, "GPUMEMTRACE_SUPPRESSIONS", STRING, "",                               \
+	  "file of leak suppressions, leak:PATTERN or cached:PATTERN per line")               \
+	X(leak_builtins, "GPUMEMTRACE_LEAK_BUILTINS", BOOL, true,                             \
+	  "apply the built-in rules (framework caches, NVIDIA libraries' workspaces)")        \
+	X(leak_scan, "GPUMEMTRACE_LEAK_SCAN", BOOL, true,                                     \
+	  "at exit, scan host memory for references to live allocations")                    \
 	X(verbose, "GPUMEMTRACE_VERBOSE", BOOL, false, "print the options and progress")
 
 #define GMT_OPTION_TYPE_BOOL bool
@@ -40,6 +60,7 @@ enum gmt__trigger {
 #define GMT_OPTION_TYPE_SIZE uint64_t
 #define GMT_OPTION_TYPE_STRING const char *
 #define GMT_OPTION_TYPE_TRIGGERS unsigned
+#define GMT_OPTION_TYPE_CLASSES unsigned
 
 struct gmt__options {
 #define GMT_X_FIELD(field, var, type, def, help) GMT_OPTION_TYPE_##type field;

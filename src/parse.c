@@ -63,8 +63,10 @@ static int suffix_shift(const char *sfx)
 	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		if (lower(sfx[0]) != units[i].letter)
 			continue;
-		/* K, KB, KiB (any case) */
+		/* K, KB, Ki, KiB (any case) */
 		if (sfx[1] == '\0')
+			return units[i].shift;
+		if (lower(sfx[1]) == 'i' && sfx[2] == '\0')
 			return units[i].shift;
 		if (lower(sfx[1]) == 'b' && sfx[2] == '\0')
 			return units[i].shift;

@@ -12,7 +12,7 @@
 int gmt__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* Parse a byte size: a decimal integer with an optional suffix K, M, G, T (or
- * KB/KiB, MB/MiB...; all powers of 1024, case-insensitive), in [min, max].
+ * KB/Ki/KiB, MB/Mi/MiB...; all powers of 1024, case-insensitive), in [min, max].
  * Returns 0, -EINVAL or -ERANGE; *out is written only on success. */
 int gmt__parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 

@@ -262,3 +262,8 @@ void gmt__rings_after_fork(struct gmt__ring *keep)
 	}
 	atomic_store_explicit(&rings_head, kept ? keep : NULL, memory_order_relaxed);
 }
+
+size_t gmt__ring_bytes(const struct gmt__ring *r)
+{
+	return r->map_bytes;
+}

@@ -44,6 +44,9 @@ uint32_t gmt__ring_count(const struct gmt__ring *r);
 uint32_t gmt__ring_capacity(const struct gmt__ring *r);
 uint32_t gmt__ring_tid(const struct gmt__ring *r);
 
+/* The bytes the ring's mapping spans, from r. */
+size_t gmt__ring_bytes(const struct gmt__ring *r);
+
 /* For tests: moves both counters of a new, unshared ring to `pos` (to cross
  * the 2^32 and 2^64 boundaries), discarding what it holds. */
 void gmt__ring_test_seek(struct gmt__ring *r, uint64_t pos);

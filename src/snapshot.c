@@ -6,6 +6,7 @@
 #include "snapshot.h"
 
 #include "diagnose.h"
+#include "options.h"
 #include "event.h"
 #include "pystack.h"
 #include "stacks.h"
@@ -13,10 +14,13 @@
 #include "symbols.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +46,7 @@
  * negative errno) and makes every later write a no-op. */
 struct out {
 	int fd;
+	bool discard; /* writes go nowhere (a leak report without a file) */
 	int err;
 	char *buf;
 	size_t n, cap;
@@ -49,6 +54,8 @@ struct out {
 
 static void write_all(struct out *o, const char *p, size_t n)
 {
+	if (o->discard)
+		return;
 	while (o->err == 0 && n > 0) {
 		ssize_t w = write(o->fd, p, n);
 
@@ -561,28 +568,59 @@ static void out_py_frame(struct out *o, uintptr_t word, bool first)
 	o->n = (size_t)(p - o->buf);
 }
 
+/* Where a stack's frames go, one at a time, innermost first: a native frame
+ * (the loader's facts, one source frame or NULL, the function name to show)
+ * or a Python frame (pystack.h's word). */
+struct frame_sink {
+	void (*native)(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+		       const char *function);
+	void (*python)(void *ctx, uintptr_t word);
+	void *ctx;
+};
+
 /* One address as its source frames, innermost first (several where code was
  * inlined), or as one frame the loader names. */
-static void out_native(struct out *o, struct frame_cache *cache, uintptr_t ip, bool *first)
+static void sink_native(const struct frame_sink *k, struct frame_cache *cache, uintptr_t ip)
 {
 	struct frame_info spare;
 	const struct frame_info *f = frame_lookup(cache, ip, &spare);
 
 	if (f->nsym == 0) {
-		out_frame(o, f, NULL, f->function, *first);
-		*first = false;
+		k->native(k->ctx, f, NULL, f->function);
 		return;
 	}
-	for (int k = 0; k < f->nsym; k++) {
-		const struct gmt__frame_sym *sym = &cache->syms[f->sym + (size_t)k];
+	for (int i = 0; i < f->nsym; i++) {
+		const struct gmt__frame_sym *sym = &cache->syms[f->sym + (size_t)i];
 		const char *function = sym->function;
 
 		/* The real function (the last) is what the loader names too. */
 		if (function == NULL && !sym->inlined)
 			function = f->function;
-		out_frame(o, f, sym, function, *first);
-		*first = false;
+		k->native(k->ctx, f, sym, function);
 	}
+}
+
+/* The JSON frames array's sink. */
+struct json_frames {
+	struct out *o;
+	bool first;
+};
+
+static void json_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+			const char *function)
+{
+	struct json_frames *j = ctx;
+
+	out_frame(j->o, f, sym, function, j->first);
+	j->first = false;
+}
+
+static void json_python(void *ctx, uintptr_t word)
+{
+	struct json_frames *j = ctx;
+
+	out_py_frame(j->o, word, j->first);
+	j->first = false;
 }
 
 /* Whether the native frame at ip is the interpreter's evaluation loop, by
@@ -666,51 +704,56 @@ static int python_insertion(struct frame_cache *cache, const uintptr_t *ips, int
 	return nn;
 }
 
-static void out_py_frames(struct out *o, const uintptr_t *words, int n, bool *first)
+static void sink_python(const struct frame_sink *k, const uintptr_t *words, int n)
 {
-	for (int i = 0; i < n; i++) {
-		out_py_frame(o, words[i], *first);
-		*first = false;
-	}
+	for (int i = 0; i < n; i++)
+		k->python(k->ctx, words[i]);
 }
 
 /* A stack's frames, innermost first: its native frames, with its Python
  * frames (stored after them) in place of the interpreter's evaluation loop
  * and the interpreter frames between loop frames. */
-static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t *ips, int n)
+static void sink_frames(const struct frame_sink *k, struct frame_cache *cache, const uintptr_t *ips, int n)
 {
 	struct py_span spans[GMT_STACK_MAX_DEPTH]; /* at most one per native frame */
-	int nn = 0, np, k, at, j = 0, py = 0;
-	bool first = true;
+	int nn = 0, np, nspans, at, j = 0, py = 0;
 
 	while (nn < n && gmt__word_is_native(ips[nn]))
 		nn++;
 	np = n - nn;
-	k = np > 0 ? python_spans(cache, ips, nn, spans) : 0;
-	if (np > 0 && k == 0) {
+	nspans = np > 0 ? python_spans(cache, ips, nn, spans) : 0;
+	if (np > 0 && nspans == 0) {
 		at = python_insertion(cache, ips, nn);
 		for (int i = 0; i < nn; i++) {
 			if (i == at)
-				out_py_frames(o, ips + nn, np, &first);
-			out_native(o, cache, ips[i], &first);
+				sink_python(k, ips + nn, np);
+			sink_native(k, cache, ips[i]);
 		}
 		if (at == nn)
-			out_py_frames(o, ips + nn, np, &first);
+			sink_python(k, ips + nn, np);
 		return;
 	}
-	python_share(spans, k, np);
+	python_share(spans, nspans, np);
 	for (int i = 0; i < nn; i++) {
-		while (j < k && spans[j].last < i)
+		while (j < nspans && spans[j].last < i)
 			j++;
-		if (j < k && i >= spans[j].first && spans[j].take > 0) {
+		if (j < nspans && i >= spans[j].first && spans[j].take > 0) {
 			if (i == spans[j].first) {
-				out_py_frames(o, ips + nn + py, spans[j].take, &first);
+				sink_python(k, ips + nn + py, spans[j].take);
 				py += spans[j].take;
 			}
 			continue;
 		}
-		out_native(o, cache, ips[i], &first);
+		sink_native(k, cache, ips[i]);
 	}
+}
+
+static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t *ips, int n)
+{
+	struct json_frames j = { o, true };
+	struct frame_sink k = { json_native, json_python, &j };
+
+	sink_frames(&k, cache, ips, n);
 }
 
 /* The "modules" map: each module a frame lies in, with its load base and GNU
@@ -841,23 +884,42 @@ static void site_label(struct frame_cache *cache, const uintptr_t *ips, int n, c
 	}
 }
 
-/* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
- * loader's lock (dladdr) and opens files (libdw): only after table_done. */
-static void out_stacks(struct out *o, struct idset *ids, struct report *rep)
+static void cache_open(struct frame_cache *cache)
 {
-	struct frame_cache cache = { 0 };
-	size_t i, n = idset_sorted(ids);
 	ssize_t len;
 
-	cache.exe = malloc(PATH_MAX);
-	len = cache.exe != NULL ? readlink("/proc/self/exe", cache.exe, PATH_MAX - 1) : -1;
+	memset(cache, 0, sizeof(*cache));
+	cache->exe = malloc(PATH_MAX);
+	len = cache->exe != NULL ? readlink("/proc/self/exe", cache->exe, PATH_MAX - 1) : -1;
 	if (len > 0) {
-		cache.exe[len] = '\0';
+		cache->exe[len] = '\0';
 	} else {
-		free(cache.exe);
-		cache.exe = NULL;
+		free(cache->exe);
+		cache->exe = NULL;
 	}
-	cache.symbols = gmt__symbols_new();
+	cache->symbols = gmt__symbols_new();
+}
+
+static void cache_close(struct frame_cache *cache)
+{
+	gmt__symbols_free(cache->symbols);
+	free(cache->syms);
+	free(cache->mods);
+	free(cache->v);
+	free(cache->exe);
+}
+
+struct leak_work;
+static void leak_stack_seen(struct leak_work *lw, struct frame_cache *cache, uint32_t id, const uintptr_t *ips,
+			    int n);
+
+/* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
+ * loader's lock (dladdr) and opens files (libdw): only after table_done. The
+ * leak check (lw, may be NULL) matches its rules on the frames on the way. */
+static void out_stacks(struct out *o, struct frame_cache *cache, struct idset *ids, struct report *rep,
+		       struct leak_work *lw)
+{
+	size_t i, n = idset_sorted(ids);
 
 	out_str(o, " \"stacks\": [");
 	for (i = 0; i < n; i++) {
@@ -869,7 +931,7 @@ static void out_stacks(struct out *o, struct idset *ids, struct report *rep)
 		p = put_u64(p, ids->v[i]);
 		p = put_lit(p, ", \"runtime_call\": ");
 		o->n = (size_t)(p - o->buf);
-		out_json_string_or_null(o, ips != NULL ? runtime_call(&cache, ips, depth) : NULL);
+		out_json_string_or_null(o, ips != NULL ? runtime_call(cache, ips, depth) : NULL);
 		/* Region tags come last (stacks.h), innermost last. */
 		for (ntags = 0; ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]); ntags++)
 			;
@@ -883,20 +945,17 @@ static void out_stacks(struct out *o, struct idset *ids, struct report *rep)
 		}
 		out_str(o, "], \"frames\": [");
 		if (ips != NULL)
-			out_frames(o, &cache, ips, depth - ntags);
+			out_frames(o, cache, ips, depth - ntags);
 		out_str(o, "]}");
 		for (int k = 0; ips != NULL && k < rep->ntop; k++) {
 			if (rep->top[k] == ids->v[i])
-				site_label(&cache, ips, depth - ntags, rep->where[k], sizeof(rep->where[k]));
+				site_label(cache, ips, depth - ntags, rep->where[k], sizeof(rep->where[k]));
 		}
+		if (lw != NULL)
+			leak_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - ntags : 0);
 	}
 	out_str(o, n > 0 ? "\n ],\n" : "],\n");
-	out_modules(o, &cache);
-	gmt__symbols_free(cache.symbols);
-	free(cache.syms);
-	free(cache.mods);
-	free(cache.v);
-	free(cache.exe);
+	out_modules(o, cache);
 }
 
 /* The fields every record of the live table carries. */
@@ -1035,9 +1094,13 @@ static int out_section(struct out *o, const struct gmt__entry *const *v, size_t 
 
 /* Per device of the snapshot: page occupancy and live bytes by kind; for an
  * oom snapshot, the diagnosis of the failing device. */
+#define SIZE_CLASSES 64
 struct view {
 	struct gmt__pages pages[GMT_SNAPSHOT_MAX_DEVICES];
 	uint64_t kinds[GMT_SNAPSHOT_MAX_DEVICES][GMT_KIND_COUNT];
+	/* live allocations by size class [2^k, 2^(k+1)): count and bytes */
+	uint64_t class_count[GMT_SNAPSHOT_MAX_DEVICES][SIZE_CLASSES];
+	uint64_t class_bytes[GMT_SNAPSHOT_MAX_DEVICES][SIZE_CLASSES];
 	bool have_diagnosis;
 	struct gmt__diag_input diag_in;
 	struct gmt__diagnosis diag;
@@ -1049,8 +1112,15 @@ struct view {
 struct page_walk {
 	uint64_t page; /* the page being filled, valid when open */
 	uint64_t used; /* its bytes covered so far */
+	uint64_t end;  /* where the last allocation in it ends */
 	bool open;
 };
+
+static void hole(struct gmt__pages *pg, uint64_t bytes)
+{
+	if (bytes > pg->largest_hole)
+		pg->largest_hole = bytes;
+}
 
 static void page_close(struct gmt__pages *pg, struct page_walk *w)
 {
@@ -1058,6 +1128,7 @@ static void page_close(struct gmt__pages *pg, struct page_walk *w)
 		return;
 	pg->pages++;
 	if (w->used < pg->granularity) {
+		hole(pg, (w->page + 1) * pg->granularity - w->end);
 		pg->partial++;
 		pg->stranded_bytes += pg->granularity - w->used;
 		pg->histogram[w->used * 4 / pg->granularity]++;
@@ -1080,8 +1151,11 @@ static void page_add(struct gmt__pages *pg, struct page_walk *w, uint64_t addr, 
 	if (!w->open) {
 		w->page = first;
 		w->used = 0;
+		w->end = first * g;
 		w->open = true;
 	}
+	hole(pg, addr - w->end);
+	w->end = end;
 	if (first == last) {
 		w->used += size;
 		return;
@@ -1172,6 +1246,12 @@ static void view_build(const struct gmt__snapshot *s, const struct gmt__entry *c
 		if (d < 0 || d >= ndev)
 			continue;
 		view->kinds[d][v[i]->kind < GMT_KIND_COUNT ? v[i]->kind : 0] += v[i]->size;
+		if (v[i]->size > 0) {
+			int k = 63 - __builtin_clzll(v[i]->size);
+
+			view->class_count[d][k]++;
+			view->class_bytes[d][k] += v[i]->size;
+		}
 		if (v[i]->kind == GMT_KIND_DEVICE && v[i]->space == GMT_SPACE_MEMORY)
 			page_add(&view->pages[d], &walks[d], v[i]->addr, v[i]->size);
 	}
@@ -1227,12 +1307,51 @@ static void out_process(struct out *o, const struct gmt__snapshot *s)
 	out_str(o, "},\n");
 }
 
+/* Fragmentation at a glance: what is free, what a request could get, what
+ * pools keep, and the live allocations by size class. */
+static char *put_fragmentation(char *p, const struct gmt__device_state *st, const struct gmt__pages *pg,
+			       const uint64_t *count, const uint64_t *bytes)
+{
+	bool mem = st != NULL && st->have_mem, pools = st != NULL && st->have_pools;
+	uint64_t g = pg->granularity, whole = mem ? st->free_bytes / g * g : 0;
+	bool any = false;
+
+	p = put_lit(p, ", \"fragmentation\": {\"free_bytes\": ");
+	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
+	p = put_lit(p, ", \"free_in_whole_pages\": ");
+	p = put_u64_or_null(p, mem, whole);
+	p = put_lit(p, ", \"stranded_bytes\": ");
+	p = put_u64(p, pg->stranded_bytes);
+	p = put_lit(p, ", \"largest_hole_bytes\": ");
+	p = put_u64(p, pg->largest_hole);
+	p = put_lit(p, ", \"largest_fit_bytes\": ");
+	p = put_u64_or_null(p, mem, whole > pg->largest_hole ? whole : pg->largest_hole);
+	p = put_lit(p, ", \"pool_unused_bytes\": ");
+	p = put_u64_or_null(p, pools, pools && st->pool_reserved > st->pool_used ? st->pool_reserved - st->pool_used : 0);
+	p = put_lit(p, ", \"size_classes\": [");
+	for (int k = 0; k < SIZE_CLASSES; k++) {
+		if (count[k] == 0)
+			continue;
+		p = put_lit(p, any ? ", {\"min\": " : "{\"min\": ");
+		p = put_u64(p, (uint64_t)1 << k);
+		p = put_lit(p, ", \"max\": ");
+		p = put_u64(p, k == 63 ? UINT64_MAX : ((uint64_t)1 << (k + 1)) - 1);
+		p = put_lit(p, ", \"count\": ");
+		p = put_u64(p, count[k]);
+		p = put_lit(p, ", \"bytes\": ");
+		p = put_u64(p, bytes[k]);
+		p = put_lit(p, "}");
+		any = true;
+	}
+	return put_lit(p, "]}");
+}
+
 static void out_device(struct out *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
-		       const uint64_t *kinds, bool first)
+		       const uint64_t *kinds, const uint64_t *class_count, const uint64_t *class_bytes, bool first)
 {
 	const struct gmt__device_state *st = d->state;
 	bool mem = st != NULL && st->have_mem;
-	char *p = out_room(o, 2 * OUT_RECORD_BYTES);
+	char *p = out_room(o, 2 * OUT_RECORD_BYTES + SIZE_CLASSES * 96);
 
 	p = put_lit(p, first ? "\n  {\"index\": " : ",\n  {\"index\": ");
 	p = put_i64(p, d->index);
@@ -1277,7 +1396,9 @@ static void out_device(struct out *o, const struct gmt__snapshot_device *d, cons
 		p = put_lit(p, k ? ", " : "");
 		p = put_u64(p, pg->histogram[k]);
 	}
-	p = put_lit(p, "]}, \"other_processes\": ");
+	p = put_lit(p, "]}");
+	p = put_fragmentation(p, st, pg, class_count, class_bytes);
+	p = put_lit(p, ", \"other_processes\": ");
 	o->n = (size_t)(p - o->buf);
 	if (st == NULL) {
 		out_str(o, "null}");
@@ -1442,6 +1563,8 @@ static int out_sites(struct out *o, const struct gmt__history *h, struct idset *
 		uint32_t rises, falls;
 		uint64_t growth;
 		bool growing = gmt__site_growing(s, &rises, &falls, &growth);
+		uint64_t rise;
+		bool suspect = gmt__site_suspect(s, &rises, &falls, &rise);
 		char *p = out_room(o, OUT_RECORD_BYTES);
 
 		if ((int)i < ntop && s->live_bytes > 0)
@@ -1464,7 +1587,8 @@ static int out_sites(struct out *o, const struct gmt__history *h, struct idset *
 		p = put_u64(p, falls);
 		p = put_lit(p, ", \"growth_bytes\": ");
 		p = put_u64(p, growth);
-		p = put_lit(p, growing ? ", \"growing\": true}" : ", \"growing\": false}");
+		p = put_lit(p, growing ? ", \"growing\": true" : ", \"growing\": false");
+		p = put_lit(p, suspect ? ", \"suspect\": true}" : ", \"suspect\": false}");
 		o->n = (size_t)(p - o->buf);
 		r = idset_add(ids, v[i].id);
 		if (r < 0)
@@ -1493,7 +1617,8 @@ static void out_series(struct out *o, const struct gmt__history *h, uint64_t now
 {
 	char *p = out_room(o, OUT_RECORD_BYTES);
 
-	if (now < h->next_ns - h->interval_ns)
+	/* never before the open window's start (none before the first event) */
+	if (h->next_ns >= h->interval_ns && now < h->next_ns - h->interval_ns)
 		now = h->next_ns - h->interval_ns;
 	p = put_lit(p, " \"series\": {\"interval_ns\": ");
 	p = put_u64(p, h->interval_ns);
@@ -1605,7 +1730,8 @@ static void out_header(struct out *o, const struct gmt__snapshot *s, const struc
 	out_process(o, s);
 	out_str(o, " \"devices\": [");
 	for (i = 0; i < s->ndevices; i++)
-		out_device(o, &s->devices[i], &view->pages[i], view->kinds[i], i == 0);
+		out_device(o, &s->devices[i], &view->pages[i], view->kinds[i], view->class_count[i], view->class_bytes[i],
+			   i == 0);
 	out_str(o, s->ndevices > 0 ? "\n ],\n" : "],\n");
 
 	if (s->failed != NULL) {
@@ -1642,6 +1768,838 @@ static void out_header(struct out *o, const struct gmt__snapshot *s, const struc
 		o->n = (size_t)(p - o->buf);
 	}
 	out_str(o, "},\n");
+}
+
+/* ---- the leak check ---------------------------------------------------------------- */
+
+enum { CLASS_LEAKED, CLASS_REFERENCED, CLASS_CACHED, CLASS_COUNT };
+
+static const char *const class_names[CLASS_COUNT] = { "leaked", "referenced", "cached" };
+static const unsigned class_bits[CLASS_COUNT] = { GMT_CLASS_LEAKED, GMT_CLASS_REFERENCED, GMT_CLASS_CACHED };
+
+#define NO_RULE UINT32_MAX
+#define LEAK_SUSPECTS 8
+#define LEAK_REPORT_SITES 20   /* counted sites the report shows with their stacks */
+#define LEAK_REPORT_FRAMES 16  /* frames shown per site */
+#define LEAK_REPORT_BRIEF 10   /* lines for what does not count */
+
+/* One live allocation at exit. */
+struct leak_item {
+	uint64_t addr, size;
+	uint32_t stack;
+	uint32_t rule; /* the rule its stack matched, NO_RULE: none */
+	int16_t device;
+	uint8_t kind, cls;
+};
+
+/* Each stack some item (or suspect) has: the rule its frames match, and
+ * where it is in words. */
+struct leak_stack {
+	uint32_t id;
+	uint32_t rule;
+	char where[192];
+};
+
+/* Items of one (stack, class, rule). */
+struct leak_group {
+	uint32_t stack, rule;
+	uint8_t cls;
+	bool counted;
+	uint64_t count, bytes;
+	size_t first; /* its items: order[first .. first + count) */
+	uint64_t kinds[GMT_KIND_COUNT];
+	struct gmt__leak_ref ref; /* the first reference found to one of them */
+	uint64_t ref_value;       /* the address that word held */
+};
+
+struct leak_suspect {
+	uint32_t id, rises, falls;
+	uint64_t live, peak, growth;
+};
+
+/* Totals: what each class holds unsuppressed, what was suppressed, what counts. */
+enum { TOTAL_SUPPRESSED = CLASS_COUNT, TOTAL_COUNTED, TOTAL_COUNT };
+
+struct leak_work {
+	struct gmt__snapshot_leaks *in;
+	struct leak_item *items;
+	size_t n;
+	struct gmt__leak_target *targets;
+	size_t ntargets;
+	struct gmt__leak_ref *refs;
+	struct gmt__scan_stats scan;
+	struct leak_stack *stacks;
+	size_t nstacks;
+	uint32_t *order;
+	struct leak_group *groups;
+	size_t ngroups;
+	uint64_t total_count[TOTAL_COUNT], total_bytes[TOTAL_COUNT];
+	uint64_t *rule_hits, *rule_bytes; /* per rule of in->supp */
+	struct leak_suspect suspects[LEAK_SUSPECTS];
+	int nsuspects;
+};
+
+static void leak_work_free(struct leak_work *lw)
+{
+	free(lw->items);
+	free(lw->targets);
+	free(lw->refs);
+	free(lw->stacks);
+	free(lw->order);
+	free(lw->groups);
+	free(lw->rule_hits);
+	free(lw->rule_bytes);
+}
+
+static int by_u32(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* The history's growth suspects, largest growth first (read with the table). */
+static void leak_suspects(struct leak_work *lw, const struct gmt__history *h)
+{
+	for (size_t id = 0; h != NULL && id < h->nsites; id++) {
+		const struct gmt__site *site = gmt__history_site(h, (uint32_t)id);
+		struct leak_suspect x = { .id = (uint32_t)id };
+		int at;
+
+		if (site == NULL || !gmt__site_suspect(site, &x.rises, &x.falls, &x.growth))
+			continue;
+		x.live = site->live_bytes;
+		x.peak = site->peak_bytes;
+		for (at = lw->nsuspects; at > 0 && lw->suspects[at - 1].growth < x.growth; at--)
+			;
+		if (at >= LEAK_SUSPECTS)
+			continue;
+		if (lw->nsuspects < LEAK_SUSPECTS)
+			lw->nsuspects++;
+		memmove(&lw->suspects[at + 1], &lw->suspects[at],
+			(size_t)(lw->nsuspects - 1 - at) * sizeof(lw->suspects[0]));
+		lw->suspects[at] = x;
+	}
+}
+
+/* The live allocations alloc[0..na) and VMM mappings map[0..nm), both in
+ * address order, as items and scan targets; their stacks into ids. Runs
+ * before table_done. */
+static int leak_collect(struct leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
+			const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
+			struct idset *ids)
+{
+	uint32_t *handles = NULL, *sids = NULL;
+	size_t nh = 0, nt = 0, ns = 0;
+	int r = -ENOMEM;
+
+	lw->items = malloc((na ? na : 1) * sizeof(*lw->items));
+	lw->targets = malloc((na + nm + 1) * sizeof(*lw->targets));
+	lw->refs = calloc(na ? na : 1, sizeof(*lw->refs));
+	handles = malloc((na ? na : 1) * sizeof(*handles));
+	sids = malloc((na + LEAK_SUSPECTS + 1) * sizeof(*sids));
+	if (lw->items == NULL || lw->targets == NULL || lw->refs == NULL || handles == NULL || sids == NULL)
+		goto out;
+	for (size_t i = 0; i < na; i++) {
+		const struct gmt__entry *e = alloc[i];
+
+		lw->items[i] = (struct leak_item){
+			.addr = e->addr, .size = e->size, .stack = e->stack, .rule = NO_RULE,
+			.device = e->device, .kind = e->kind, .cls = CLASS_LEAKED,
+		};
+		sids[ns++] = e->stack;
+		switch (e->space) {
+		case GMT_SPACE_HANDLE:
+			handles[nh++] = (uint32_t)i; /* referred to through its mappings */
+			break;
+		case GMT_SPACE_ARRAY:
+			/* a handle the program holds: the exact value */
+			lw->targets[nt++] = (struct gmt__leak_target){ e->addr, e->addr + 1, (uint32_t)i };
+			break;
+		default:
+			if (e->size > 0 && e->addr + e->size > e->addr)
+				lw->targets[nt++] = (struct gmt__leak_target){ e->addr, e->addr + e->size, (uint32_t)i };
+			break;
+		}
+	}
+	/* A mapping names its handle: the handle is referred to when the mapped
+	 * range is. Handles come in address order, as the allocations do. */
+	for (size_t i = 0; i < nm; i++) {
+		size_t lo = 0, hi = nh;
+
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (lw->items[handles[mid]].addr < map[i]->link)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < nh && lw->items[handles[lo]].addr == map[i]->link && map[i]->size > 0)
+			lw->targets[nt++] = (struct gmt__leak_target){ map[i]->addr, map[i]->addr + map[i]->size, handles[lo] };
+	}
+	lw->n = na;
+	lw->ntargets = nt;
+	leak_suspects(lw, h);
+	for (int i = 0; i < lw->nsuspects; i++)
+		sids[ns++] = lw->suspects[i].id;
+	qsort(sids, ns, sizeof(*sids), by_u32);
+	lw->stacks = malloc((ns ? ns : 1) * sizeof(*lw->stacks));
+	if (lw->stacks == NULL)
+		goto out;
+	for (size_t i = 0; i < ns; i++) {
+		if (lw->nstacks > 0 && lw->stacks[lw->nstacks - 1].id == sids[i])
+			continue;
+		lw->stacks[lw->nstacks] = (struct leak_stack){ .id = sids[i], .rule = NO_RULE };
+		snprintf(lw->stacks[lw->nstacks].where, sizeof(lw->stacks[0].where), "an unknown place");
+		lw->nstacks++;
+		r = idset_add(ids, sids[i]);
+		if (r < 0)
+			goto out;
+	}
+	r = 0;
+out:
+	free(handles);
+	free(sids);
+	return r;
+}
+
+static struct leak_stack *leak_stack_of(const struct leak_work *lw, uint32_t id)
+{
+	size_t lo = 0, hi = lw->nstacks;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (lw->stacks[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < lw->nstacks && lw->stacks[lo].id == id ? &lw->stacks[lo] : NULL;
+}
+
+/* The pointer scan, after table_done: leaked or referenced. */
+static void leak_scan(struct leak_work *lw)
+{
+	struct gmt__range *skip;
+	size_t nskip = lw->in->nskip;
+
+	if (!lw->in->scan) {
+		lw->scan.why = "the scan is off (GPUMEMTRACE_LEAK_SCAN=0)";
+		return;
+	}
+	/* The tracer's own memory, and the items (they hold every address). */
+	skip = malloc((nskip + 1) * sizeof(*skip));
+	if (skip == NULL) {
+		lw->scan.why = "out of memory";
+		return;
+	}
+	if (nskip > 0)
+		memcpy(skip, lw->in->skip, nskip * sizeof(*skip));
+	skip[nskip++] = (struct gmt__range){ (uintptr_t)lw->items, (uintptr_t)(lw->items + lw->n) };
+	(void)gmt__leak_scan(lw->targets, lw->ntargets, lw->refs, skip, nskip, lw->in->stack_from, &lw->scan);
+	free(skip);
+	for (size_t i = 0; i < lw->n; i++) {
+		if (lw->refs[i].at != 0)
+			lw->items[i].cls = CLASS_REFERENCED;
+	}
+}
+
+/* The rule matching: each frame's names against the rules. */
+struct rule_match {
+	const struct gmt__supp *supp;
+	size_t best;
+};
+
+static void rule_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+			const char *function)
+{
+	struct rule_match *m = ctx;
+
+	gmt__supp_frame(m->supp, function, f->module, sym != NULL ? sym->file : NULL, &m->best);
+	if (f->function != NULL && f->function != function)
+		gmt__supp_frame(m->supp, f->function, NULL, NULL, &m->best);
+}
+
+static void rule_python(void *ctx, uintptr_t word)
+{
+	struct rule_match *m = ctx;
+	const char *function = NULL, *file = NULL;
+	int line = 0;
+
+	(void)gmt__py_frame(word, &function, &file, &line);
+	gmt__supp_frame(m->supp, function, NULL, file, &m->best);
+}
+
+/* Called by out_stacks for every stack written. */
+static void leak_stack_seen(struct leak_work *lw, struct frame_cache *cache, uint32_t id, const uintptr_t *ips,
+			    int n)
+{
+	struct leak_stack *ls = leak_stack_of(lw, id);
+	struct rule_match m = { lw->in->supp, SIZE_MAX };
+	struct frame_sink k = { rule_native, rule_python, &m };
+
+	if (ls == NULL || ips == NULL)
+		return;
+	site_label(cache, ips, n, ls->where, sizeof(ls->where));
+	if (m.supp == NULL || m.supp->n == 0)
+		return;
+	sink_frames(&k, cache, ips, n);
+	if (m.best != SIZE_MAX)
+		ls->rule = (uint32_t)m.best;
+}
+
+static struct leak_work *sort_work; /* qsort has no context argument */
+
+static int by_group_key(const void *x, const void *y)
+{
+	const struct leak_item *a = &sort_work->items[*(const uint32_t *)x];
+	const struct leak_item *b = &sort_work->items[*(const uint32_t *)y];
+
+	if (a->stack != b->stack)
+		return a->stack < b->stack ? -1 : 1;
+	if (a->cls != b->cls)
+		return a->cls - b->cls;
+	if (a->rule != b->rule)
+		return a->rule < b->rule ? -1 : 1;
+	return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+static int by_counted_bytes(const void *x, const void *y)
+{
+	const struct leak_group *a = x, *b = y;
+
+	if (a->counted != b->counted)
+		return a->counted ? -1 : 1;
+	if (a->bytes != b->bytes)
+		return a->bytes > b->bytes ? -1 : 1;
+	return a->stack < b->stack ? -1 : a->stack > b->stack;
+}
+
+static bool rule_suppresses(const struct leak_work *lw, uint32_t rule)
+{
+	return rule != NO_RULE && lw->in->supp->v[rule].type == GMT_SUPP_LEAK;
+}
+
+/* After the stacks: rules applied, items grouped, totals counted. */
+static int leak_classify(struct leak_work *lw)
+{
+	static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+	const struct gmt__supp *supp = lw->in->supp;
+	size_t nrules = supp != NULL ? supp->n : 0;
+
+	lw->order = malloc((lw->n ? lw->n : 1) * sizeof(*lw->order));
+	lw->groups = malloc((lw->n ? lw->n : 1) * sizeof(*lw->groups));
+	lw->rule_hits = calloc(nrules + 1, sizeof(*lw->rule_hits));
+	lw->rule_bytes = calloc(nrules + 1, sizeof(*lw->rule_bytes));
+	if (lw->order == NULL || lw->groups == NULL || lw->rule_hits == NULL || lw->rule_bytes == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < lw->n; i++) {
+		struct leak_item *it = &lw->items[i];
+		const struct leak_stack *ls = leak_stack_of(lw, it->stack);
+
+		lw->order[i] = (uint32_t)i;
+		it->rule = ls != NULL ? ls->rule : NO_RULE;
+		if (it->rule != NO_RULE) {
+			lw->rule_hits[it->rule]++;
+			lw->rule_bytes[it->rule] += it->size;
+			if (supp->v[it->rule].type == GMT_SUPP_CACHED)
+				it->cls = CLASS_CACHED;
+		}
+	}
+	pthread_mutex_lock(&sort_lock);
+	sort_work = lw;
+	qsort(lw->order, lw->n, sizeof(*lw->order), by_group_key);
+	pthread_mutex_unlock(&sort_lock);
+
+	for (size_t i = 0; i < lw->n; i++) {
+		const struct leak_item *it = &lw->items[lw->order[i]];
+		const struct gmt__leak_ref *ref = &lw->refs[lw->order[i]];
+		struct leak_group *g = lw->ngroups > 0 ? &lw->groups[lw->ngroups - 1] : NULL;
+		bool suppressed = rule_suppresses(lw, it->rule);
+		int t = suppressed ? TOTAL_SUPPRESSED : it->cls;
+
+		if (g == NULL || g->stack != it->stack || g->cls != it->cls || g->rule != it->rule) {
+			g = &lw->groups[lw->ngroups++];
+			*g = (struct leak_group){
+				.stack = it->stack, .rule = it->rule, .cls = it->cls, .first = i,
+				.counted = !suppressed && (lw->in->classes & class_bits[it->cls]),
+			};
+		}
+		g->count++;
+		g->bytes += it->size;
+		g->kinds[it->kind < GMT_KIND_COUNT ? it->kind : 0] += it->size;
+		if (g->ref.at == 0 && ref->at != 0) {
+			g->ref = *ref;
+			g->ref_value = it->addr;
+		}
+		lw->total_count[t]++;
+		lw->total_bytes[t] += it->size;
+		if (g->counted) {
+			lw->total_count[TOTAL_COUNTED]++;
+			lw->total_bytes[TOTAL_COUNTED] += it->size;
+		}
+	}
+	qsort(lw->groups, lw->ngroups, sizeof(*lw->groups), by_counted_bytes);
+	lw->in->suspects = lw->nsuspects;
+	lw->in->counted_count = lw->total_count[TOTAL_COUNTED];
+	lw->in->counted_bytes = lw->total_bytes[TOTAL_COUNTED];
+	return 0;
+}
+
+/* What holds a reference, in words: the global's name where the loader
+ * knows it. */
+static void ref_where(struct frame_cache *cache, const struct leak_group *g, char *buf, size_t len)
+{
+	const struct gmt__leak_ref *ref = &g->ref;
+	struct link_map *map = NULL;
+	const char *name;
+	Dl_info info;
+
+	if (ref->region == GMT_REF_GLOBAL &&
+	    dladdr1((void *)(uintptr_t)ref->at, &info, (void **)&map, RTLD_DL_LINKMAP) != 0) {
+		const char *path = map != NULL && map->l_name[0] == '\0' && cache->exe != NULL ? cache->exe : info.dli_fname;
+		const char *mod = base_name(path);
+
+		/* NOTE: the loader knows exported symbols only; the full symbol
+		 * table (through libdw) names a program's static variables too. */
+		name = gmt__symbols_data_name(cache->symbols, path, (uintptr_t)info.dli_fbase, ref->at);
+		if (name != NULL)
+			snprintf(buf, len, "global '%s' (%s)", name, mod != NULL ? mod : "?");
+		else
+			snprintf(buf, len, "global data of %s at 0x%llx", mod != NULL ? mod : "?",
+				 (unsigned long long)ref->at);
+		return;
+	}
+	snprintf(buf, len, "%s memory at 0x%llx",
+		 ref->region == GMT_REF_HEAP ? "heap" : ref->region == GMT_REF_STACK ? "stack" :
+		 ref->region == GMT_REF_GLOBAL ? "global" : "mapped",
+		 (unsigned long long)ref->at);
+}
+
+static void out_leak_group(struct out *o, struct frame_cache *cache, const struct leak_work *lw,
+			   const struct leak_group *g, bool first)
+{
+	const struct gmt__supp *supp = lw->in->supp;
+	char *p = out_room(o, OUT_RECORD_BYTES);
+	char text[320];
+	int16_t devs[8];
+	int ndev = 0;
+
+	p = put_lit(p, first ? "\n   {\"stack\": " : ",\n   {\"stack\": ");
+	p = put_u64(p, g->stack);
+	p = put_lit(p, ", \"class\": \"");
+	p = put_lit(p, class_names[g->cls]);
+	p = put_lit(p, g->counted ? "\", \"counted\": true" : "\", \"counted\": false");
+	p = put_lit(p, ", \"suppressed_by\": ");
+	o->n = (size_t)(p - o->buf);
+	if (rule_suppresses(lw, g->rule)) {
+		gmt__supp_rule_text(&supp->v[g->rule], text, sizeof(text));
+		out_json_string(o, text);
+	} else {
+		out_str(o, "null");
+	}
+	out_str(o, ", \"rule\": ");
+	if (g->rule != NO_RULE) {
+		gmt__supp_rule_text(&supp->v[g->rule], text, sizeof(text));
+		out_json_string(o, text);
+		out_str(o, ", \"rule_source\": ");
+		if (supp->v[g->rule].line > 0)
+			snprintf(text, sizeof(text), "%s:%d", supp->v[g->rule].source, supp->v[g->rule].line);
+		else
+			snprintf(text, sizeof(text), "%s", supp->v[g->rule].source);
+		out_json_string(o, text);
+	} else {
+		out_str(o, "null, \"rule_source\": null");
+	}
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, ", \"count\": ");
+	p = put_u64(p, g->count);
+	p = put_lit(p, ", \"bytes\": ");
+	p = put_u64(p, g->bytes);
+	p = put_lit(p, ", \"kinds\": {");
+	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
+		if (g->kinds[k] == 0)
+			continue;
+		p = put_lit(p, any++ ? ", \"" : "\"");
+		p = put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = put_lit(p, "\": ");
+		p = put_u64(p, g->kinds[k]);
+	}
+	p = put_lit(p, "}, \"devices\": [");
+	for (uint64_t i = 0; i < g->count; i++) {
+		int16_t d = lw->items[lw->order[g->first + i]].device;
+		int k;
+
+		for (k = 0; k < ndev && devs[k] != d; k++)
+			;
+		if (k == ndev && ndev < 8) {
+			devs[ndev++] = d;
+			p = put_lit(p, ndev > 1 ? ", " : "");
+			p = put_i64(p, d);
+		}
+	}
+	p = put_lit(p, "], \"addresses\": [");
+	o->n = (size_t)(p - o->buf);
+	for (uint64_t i = 0; i < g->count; i++) {
+		p = out_room(o, 32);
+		p = put_lit(p, i ? ", " : "");
+		p = put_hex(p, lw->items[lw->order[g->first + i]].addr);
+		o->n = (size_t)(p - o->buf);
+	}
+	out_str(o, "], \"referenced_from\": ");
+	if (g->ref.at == 0) {
+		out_str(o, "null}");
+		return;
+	}
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, "{\"address\": ");
+	p = put_hex(p, g->ref.at);
+	p = put_lit(p, ", \"value\": ");
+	p = put_hex(p, g->ref_value);
+	p = put_lit(p, ", \"region\": \"");
+	p = put_lit(p, gmt__ref_region_name(g->ref.region));
+	p = put_lit(p, "\", \"what\": ");
+	o->n = (size_t)(p - o->buf);
+	ref_where(cache, g, text, sizeof(text));
+	out_json_string(o, text);
+	out_str(o, "}}");
+}
+
+static void out_leak_total(struct out *o, const char *name, uint64_t count, uint64_t bytes, bool first)
+{
+	char *p = out_room(o, OUT_RECORD_BYTES);
+
+	p = put_lit(p, first ? "\"" : ", \"");
+	p = put_lit(p, name);
+	p = put_lit(p, "\": {\"count\": ");
+	p = put_u64(p, count);
+	p = put_lit(p, ", \"bytes\": ");
+	p = put_u64(p, bytes);
+	p = put_lit(p, "}");
+	o->n = (size_t)(p - o->buf);
+}
+
+static void out_leaks(struct out *o, struct frame_cache *cache, const struct leak_work *lw)
+{
+	const struct gmt__snapshot_leaks *in = lw->in;
+	const struct gmt__supp *supp = in->supp;
+	char *p = out_room(o, OUT_RECORD_BYTES), sec[32];
+	bool any = false;
+
+	p = put_lit(p, ",\n \"leaks\": {\"scan\": {\"done\": ");
+	p = put_lit(p, lw->scan.done ? "true" : "false");
+	p = put_lit(p, ", \"why\": ");
+	o->n = (size_t)(p - o->buf);
+	out_json_string_or_null(o, lw->scan.done ? NULL : lw->scan.why);
+	p = out_room(o, OUT_RECORD_BYTES);
+	p = put_lit(p, ", \"mappings\": ");
+	p = put_u64(p, lw->scan.mappings);
+	p = put_lit(p, ", \"bytes\": ");
+	p = put_u64(p, lw->scan.bytes);
+	p = put_lit(p, ", \"excluded_bytes\": ");
+	p = put_u64(p, lw->scan.excluded);
+	snprintf(sec, sizeof(sec), "%.6f", lw->scan.seconds);
+	p = put_lit(p, ", \"seconds\": ");
+	p = put_lit(p, sec);
+	p = put_lit(p, "},\n  \"classes\": [");
+	for (int c = 0; c < CLASS_COUNT; c++) {
+		if (!(in->classes & class_bits[c]))
+			continue;
+		p = put_lit(p, any ? ", \"" : "\"");
+		p = put_lit(p, class_names[c]);
+		p = put_lit(p, "\"");
+		any = true;
+	}
+	p = put_lit(p, "], \"exit_status\": ");
+	p = in->exit_status >= 0 ? put_i64(p, in->exit_status) : put_lit(p, "null");
+	p = put_lit(p, ", \"suppressions_error\": ");
+	o->n = (size_t)(p - o->buf);
+	out_json_string_or_null(o, in->supp_error);
+	out_str(o, ",\n  \"totals\": {");
+	for (int c = 0; c < CLASS_COUNT; c++)
+		out_leak_total(o, class_names[c], lw->total_count[c], lw->total_bytes[c], c == 0);
+	out_leak_total(o, "suppressed", lw->total_count[TOTAL_SUPPRESSED], lw->total_bytes[TOTAL_SUPPRESSED], false);
+	out_leak_total(o, "counted", lw->total_count[TOTAL_COUNTED], lw->total_bytes[TOTAL_COUNTED], false);
+	out_str(o, "},\n  \"sites\": [");
+	for (size_t i = 0; i < lw->ngroups && o->err == 0; i++)
+		out_leak_group(o, cache, lw, &lw->groups[i], i == 0);
+	out_str(o, lw->ngroups > 0 ? "\n  ],\n  \"suspects\": [" : "],\n  \"suspects\": [");
+	for (int i = 0; i < lw->nsuspects; i++) {
+		const struct leak_suspect *x = &lw->suspects[i];
+
+		p = out_room(o, OUT_RECORD_BYTES);
+		p = put_lit(p, i ? ", {\"stack\": " : "{\"stack\": ");
+		p = put_u64(p, x->id);
+		p = put_lit(p, ", \"live_bytes\": ");
+		p = put_u64(p, x->live);
+		p = put_lit(p, ", \"peak_bytes\": ");
+		p = put_u64(p, x->peak);
+		p = put_lit(p, ", \"growth_bytes\": ");
+		p = put_u64(p, x->growth);
+		p = put_lit(p, ", \"rising_windows\": ");
+		p = put_u64(p, x->rises);
+		p = put_lit(p, ", \"falling_windows\": ");
+		p = put_u64(p, x->falls);
+		p = put_lit(p, "}");
+		o->n = (size_t)(p - o->buf);
+	}
+	out_str(o, "],\n  \"suppressions\": [");
+	any = false;
+	for (size_t r = 0; supp != NULL && r < supp->n; r++) {
+		char text[320];
+
+		if (lw->rule_hits[r] == 0)
+			continue;
+		out_str(o, any ? ", {\"rule\": " : "{\"rule\": ");
+		gmt__supp_rule_text(&supp->v[r], text, sizeof(text));
+		out_json_string(o, text);
+		out_str(o, ", \"source\": ");
+		out_json_string(o, supp->v[r].source);
+		p = out_room(o, OUT_RECORD_BYTES);
+		p = put_lit(p, ", \"line\": ");
+		p = supp->v[r].line > 0 ? put_i64(p, supp->v[r].line) : put_lit(p, "null");
+		p = put_lit(p, ", \"hits\": ");
+		p = put_u64(p, lw->rule_hits[r]);
+		p = put_lit(p, ", \"bytes\": ");
+		p = put_u64(p, lw->rule_bytes[r]);
+		p = put_lit(p, "}");
+		o->n = (size_t)(p - o->buf);
+		any = true;
+	}
+	out_str(o, "]}\n");
+}
+
+/* ---- the leak report: text for stderr ------------------------------------------- */
+
+struct text {
+	char *s;
+	size_t n, cap;
+	bool failed;
+};
+
+static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int need;
+
+	if (t->failed)
+		return;
+	va_start(ap, fmt);
+	need = vsnprintf(t->s != NULL ? t->s + t->n : NULL, t->s != NULL ? t->cap - t->n : 0, fmt, ap);
+	va_end(ap);
+	if (need < 0) {
+		t->failed = true;
+		return;
+	}
+	if (t->s == NULL || (size_t)need >= t->cap - t->n) {
+		size_t cap = t->cap ? t->cap : 4096;
+		char *bigger;
+
+		while (cap - t->n <= (size_t)need)
+			cap *= 2;
+		bigger = realloc(t->s, cap);
+		if (bigger == NULL) {
+			t->failed = true;
+			return;
+		}
+		t->s = bigger;
+		t->cap = cap;
+		va_start(ap, fmt);
+		vsnprintf(t->s + t->n, t->cap - t->n, fmt, ap);
+		va_end(ap);
+	}
+	t->n += (size_t)need;
+}
+
+/* Frames as LeakSanitizer prints them. */
+struct text_frames {
+	struct text *t;
+	int k;
+};
+
+static void text_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+			const char *function)
+{
+	struct text_frames *tf = ctx;
+	const char *mod = base_name(f->module);
+
+	if (tf->k >= LEAK_REPORT_FRAMES) {
+		tf->k++;
+		return;
+	}
+	text_add(tf->t, "    #%d 0x%llx in %s", tf->k++, (unsigned long long)f->ip, function != NULL ? function : "??");
+	if (sym != NULL && sym->file != NULL && sym->line > 0)
+		text_add(tf->t, " %s:%d", sym->file, sym->line);
+	if (f->module != NULL)
+		text_add(tf->t, " (%s+0x%llx)", mod != NULL ? mod : "?", (unsigned long long)(f->ip - f->base));
+	text_add(tf->t, "\n");
+}
+
+static void text_python(void *ctx, uintptr_t word)
+{
+	struct text_frames *tf = ctx;
+	const char *function = NULL, *file = NULL;
+	int line = 0;
+
+	if (tf->k >= LEAK_REPORT_FRAMES) {
+		tf->k++;
+		return;
+	}
+	(void)gmt__py_frame(word, &function, &file, &line);
+	text_add(tf->t, "    #%d in %s %s:%d [Python]\n", tf->k++, function != NULL ? function : "??",
+		 file != NULL ? file : "?", line);
+}
+
+/* "device memory on device 0", "device and managed memory on devices 0, 1". */
+static void group_what(const struct leak_work *lw, const struct leak_group *g, char *buf, size_t len)
+{
+	size_t at = 0;
+	int nk = 0, nd = 0;
+	int16_t devs[4];
+
+	buf[0] = '\0';
+	for (int k = 0; k < GMT_KIND_COUNT; k++) {
+		if (g->kinds[k] == 0)
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", nk++ ? " and " : "", gmt__kind_name((enum gmt__kind)k));
+		if (at >= len)
+			return;
+	}
+	at += (size_t)snprintf(buf + at, len - at, " memory");
+	for (uint64_t i = 0; i < g->count && at < len; i++) {
+		int16_t d = lw->items[lw->order[g->first + i]].device;
+		int k;
+
+		for (k = 0; k < nd && devs[k] != d; k++)
+			;
+		if (k < nd || nd == 4)
+			continue;
+		devs[nd++] = d;
+		if (d < 0)
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, "%s%d", nd == 1 ? " on device " : ", ", d);
+	}
+}
+
+static const char *plural(uint64_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
+static void rule_words(const struct gmt__supp *supp, uint32_t rule, char *buf, size_t len)
+{
+	const struct gmt__supp_rule *r = &supp->v[rule];
+	char text[256];
+
+	gmt__supp_rule_text(r, text, sizeof(text));
+	if (r->line > 0)
+		snprintf(buf, len, "%s (%s:%d)", text, r->source, r->line);
+	else
+		snprintf(buf, len, "%s (built-in: %s)", text, r->why != NULL ? r->why : "?");
+}
+
+static void leak_report(struct leak_work *lw, struct frame_cache *cache)
+{
+	const struct gmt__snapshot_leaks *in = lw->in;
+	struct text t = { 0 };
+	char a[32], b[32], what[160], where[320];
+	size_t shown = 0, brief = 0, counted_groups = 0;
+
+	if (in->supp_error != NULL)
+		text_add(&t, "leak check: suppressions not applied: %s\n", in->supp_error);
+	if (!lw->scan.done)
+		text_add(&t, "leak check: no pointer scan (%s): every allocation nobody freed is 'leaked'\n",
+			 lw->scan.why != NULL ? lw->scan.why : "?");
+	for (size_t i = 0; i < lw->ngroups; i++)
+		counted_groups += lw->groups[i].counted;
+	if (lw->total_count[TOTAL_COUNTED] > 0)
+		text_add(&t, "leak check: %llu allocation%s of %s live at exit count as leaks, from %zu site%s:\n",
+			 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]),
+			 gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]), counted_groups,
+			 counted_groups == 1 ? "" : "s");
+	for (size_t i = 0; i < lw->ngroups && lw->groups[i].counted; i++) {
+		const struct leak_group *g = &lw->groups[i];
+		int depth = 0, ntags = 0;
+		const uintptr_t *ips;
+
+		if (shown++ == LEAK_REPORT_SITES) {
+			text_add(&t, "... and %zu more site%s (the exit snapshot lists them all)\n",
+				 counted_groups - LEAK_REPORT_SITES, counted_groups - LEAK_REPORT_SITES == 1 ? "" : "s");
+			break;
+		}
+		group_what(lw, g, what, sizeof(what));
+		text_add(&t, "\n%s %s in %llu allocation%s of %s", g->cls == CLASS_REFERENCED ? "Still referenced:" :
+			 g->cls == CLASS_CACHED ? "Cached:" : "Leaked:", gmt__human_bytes(a, sizeof(a), g->bytes),
+			 (unsigned long long)g->count, plural(g->count), what);
+		if (g->cls == CLASS_REFERENCED) {
+			ref_where(cache, g, where, sizeof(where));
+			text_add(&t, "; %s holds 0x%llx\n", where, (unsigned long long)g->ref_value);
+		} else if (g->cls == CLASS_LEAKED && lw->scan.done) {
+			text_add(&t, "; no host memory holds %s address\n", g->count == 1 ? "its" : "their");
+		} else {
+			text_add(&t, "\n");
+		}
+		ips = gmt__stack_get(g->stack, &depth);
+		while (ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]))
+			ntags++;
+		if (ips != NULL && depth - ntags > 0) {
+			struct text_frames tf = { &t, 0 };
+			struct frame_sink k = { text_native, text_python, &tf };
+
+			sink_frames(&k, cache, ips, depth - ntags);
+			if (tf.k > LEAK_REPORT_FRAMES)
+				text_add(&t, "    ... %d more frames\n", tf.k - LEAK_REPORT_FRAMES);
+		} else {
+			text_add(&t, "    (no stack: GPUMEMTRACE_STACK_DEPTH=0)\n");
+		}
+	}
+	if (shown > 0)
+		text_add(&t, "\n");
+	for (size_t i = 0; i < lw->ngroups; i++) {
+		const struct leak_group *g = &lw->groups[i];
+		const struct leak_stack *ls = leak_stack_of(lw, g->stack);
+
+		if (g->counted)
+			continue;
+		if (brief++ == LEAK_REPORT_BRIEF) {
+			text_add(&t, "Not counted: ... and more (the exit snapshot lists them all)\n");
+			break;
+		}
+		if (g->rule != NO_RULE)
+			rule_words(in->supp, g->rule, where, sizeof(where));
+		else
+			snprintf(where, sizeof(where), "GPUMEMTRACE_LEAK_CLASSES leaves out '%s'", class_names[g->cls]);
+		text_add(&t, "Not counted: %s %s in %llu allocation%s at %s: %s\n",
+			 rule_suppresses(lw, g->rule) ? "suppressed" : class_names[g->cls],
+			 gmt__human_bytes(a, sizeof(a), g->bytes), (unsigned long long)g->count, plural(g->count),
+			 ls != NULL ? ls->where : "an unknown place", where);
+	}
+	for (int i = 0; i < lw->nsuspects; i++) {
+		const struct leak_suspect *x = &lw->suspects[i];
+		const struct leak_stack *ls = leak_stack_of(lw, x->id);
+
+		text_add(&t, "Leak suspect: %s grew in %u windows (fell in %u) to %s at its peak; %s live at exit\n",
+			 ls != NULL ? ls->where : "an unknown place", x->rises, x->falls,
+			 gmt__human_bytes(a, sizeof(a), x->peak), gmt__human_bytes(b, sizeof(b), x->live));
+	}
+	text_add(&t, "SUMMARY: %s in %llu allocation%s count as leaks", gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]),
+		 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]));
+	text_add(&t, " (leaked %s in %llu, still referenced %s in %llu)",
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_LEAKED]), (unsigned long long)lw->total_count[CLASS_LEAKED],
+		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[CLASS_REFERENCED]),
+		 (unsigned long long)lw->total_count[CLASS_REFERENCED]);
+	text_add(&t, "; cached %s in %llu; suppressed %s in %llu\n",
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_CACHED]), (unsigned long long)lw->total_count[CLASS_CACHED],
+		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[TOTAL_SUPPRESSED]),
+		 (unsigned long long)lw->total_count[TOTAL_SUPPRESSED]);
+	if (t.failed) {
+		free(t.s);
+		return;
+	}
+	lw->in->report = t.s;
 }
 
 /* The oom report: a few lines for the program's stderr. */
@@ -1703,7 +2661,9 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	struct api_table apis = { 0 };
 	struct view *view = NULL;
 	struct report rep = { .ntop = 0 };
-	size_t lo, hi;
+	struct leak_work lw = { .in = s->leaks };
+	struct frame_cache cache;
+	size_t hi0, hi1;
 	int r;
 
 	r = api_table_init(&apis, s);
@@ -1728,24 +2688,28 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 			qsort(c.v, c.n, sizeof(*c.v), by_section_address);
 	}
 	/* c.v is sorted by section: three runs, one per array. */
-	for (hi = 0; hi < c.n && section_of(c.v[hi]) == 0; hi++)
+	for (hi0 = 0; hi0 < c.n && section_of(c.v[hi0]) == 0; hi0++)
 		;
-	view_build(s, c.v, hi, view);
+	for (hi1 = hi0; hi1 < c.n && section_of(c.v[hi1]) == 1; hi1++)
+		;
+	view_build(s, c.v, hi0, view);
+	if (s->leaks != NULL) {
+		r = leak_collect(&lw, c.v, hi0, c.v + hi1, c.n - hi1, s->history, &ids);
+		if (r < 0)
+			goto out;
+	}
 
 	out_header(o, s, view);
 	out_str(o, " \"allocations\": [");
-	r = out_section(o, c.v, hi, &apis, &ids);
+	r = out_section(o, c.v, hi0, &apis, &ids);
 	if (r < 0)
 		goto out;
 	out_str(o, "],\n \"vmm\": {\"reservations\": [");
-	for (lo = hi; hi < c.n && section_of(c.v[hi]) == 1; hi++)
-		;
-	r = out_section(o, c.v + lo, hi - lo, &apis, &ids);
+	r = out_section(o, c.v + hi0, hi1 - hi0, &apis, &ids);
 	if (r < 0)
 		goto out;
 	out_str(o, "], \"mappings\": [");
-	lo = hi;
-	r = out_section(o, c.v + lo, c.n - lo, &apis, &ids);
+	r = out_section(o, c.v + hi1, c.n - hi1, &apis, &ids);
 	if (r < 0)
 		goto out;
 	out_str(o, "]},\n");
@@ -1773,13 +2737,28 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	/* The table and the history are not read again: the caller may let go
 	 * of them. */
 	table_done(s, done);
-	out_stacks(o, &ids, &rep);
+	if (s->leaks != NULL)
+		leak_scan(&lw);
+	cache_open(&cache);
+	out_stacks(o, &cache, &ids, &rep, s->leaks != NULL ? &lw : NULL);
+	if (s->leaks != NULL) {
+		r = leak_classify(&lw);
+		if (r == 0) {
+			out_leaks(o, &cache, &lw);
+			if (s->leaks->want_report)
+				leak_report(&lw, &cache);
+		}
+	}
+	cache_close(&cache);
+	if (r < 0)
+		goto out;
 	out_str(o, "}\n");
 	out_flush(o);
 	r = o->err;
 	if (r == 0 && s->report != NULL && s->report_len > 0 && view->have_diagnosis)
 		report_write(s, view, &rep);
 out:
+	leak_work_free(&lw);
 	api_table_free(&apis);
 	free(view);
 	free(ids.v);
@@ -1884,6 +2863,15 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 
 	if (dir == NULL || dir[0] == '\0')
 		dir = ".";
+	if (s->no_file) {
+		o.cap = OUT_BUFFER_BYTES;
+		o.buf = malloc(o.cap);
+		o.discard = true;
+		r = o.buf != NULL ? out_document(&o, s, &done) : -ENOMEM;
+		if (path != NULL && len > 0)
+			path[0] = '\0';
+		goto out;
+	}
 	if (!reason_ok(s->reason)) {
 		r = -EINVAL;
 		goto out;

@@ -8,6 +8,8 @@
 
 #include "device.h"
 #include "history.h"
+#include "leaks.h"
+#include "suppress.h"
 #include "table.h"
 
 #include <stdbool.h>
@@ -46,6 +48,26 @@ struct gmt__snapshot_stat {
 	uint64_t value;
 };
 
+/* The leak check of an exit snapshot: what it is given, and what it found.
+ * Every live allocation gets a class (leaked, referenced, cached) and may be
+ * suppressed by a rule; docs/tracing.md "Leak check" says what they mean. */
+struct gmt__snapshot_leaks {
+	/* In. */
+	const struct gmt__supp *supp;   /* rules, first match wins; may be NULL */
+	const char *supp_error;         /* the suppressions file was refused: why; or NULL */
+	unsigned classes;               /* enum gmt__leak_class_bit: what counts */
+	bool scan;                      /* run the pointer scan (leaks.h) */
+	uintptr_t stack_from;           /* the scan reads the calling thread's stack from here up */
+	const struct gmt__range *skip;  /* the tracer's own memory, never read */
+	size_t nskip;
+	int exit_status;                /* what the program passed to exit(); -1: not known */
+	bool want_report;               /* fill `report` */
+	/* Out, valid when the writer returns. */
+	uint64_t counted_count, counted_bytes; /* unsuppressed allocations of counted classes */
+	int suspects;                   /* growth suspects found */
+	char *report;                   /* the report, lines without prefix, malloc'd; or NULL */
+};
+
 struct gmt__snapshot {
 	const char *reason;    /* "oom", "exit", "peak", "signal", "api" */
 	uint64_t seq;          /* this process's snapshot number, from 1 */
@@ -73,6 +95,10 @@ struct gmt__snapshot {
 	 * verdict, top sites; no path), NUL-terminated; may be NULL. */
 	char *report;
 	size_t report_len;
+	/* The leak check (exit snapshots), or NULL. */
+	struct gmt__snapshot_leaks *leaks;
+	/* Write no file: build the document for the leak report only. */
+	bool no_file;
 	/* Called exactly once, on every path, as soon as the writer no longer reads
 	 * `table` — before it resolves stack frames, which takes the dynamic
 	 * loader's lock: the caller releases its own lock here, so that a thread

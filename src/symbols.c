@@ -556,6 +556,21 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 	return n;
 }
 
+const char *gmt__symbols_data_name(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
+				   uintptr_t addr)
+{
+	struct module *m;
+	const char *sym;
+
+	if (s == NULL || module_path == NULL || module_path[0] == '\0' || addr < module_base)
+		return NULL;
+	m = module_get(s, module_path);
+	if (m == NULL || m->mod == NULL)
+		return NULL;
+	sym = dw.dwfl_module_addrname(m->mod, (Dwarf_Addr)(addr - module_base) + m->first_page + m->bias);
+	return sym != NULL ? demangled(s, sym) : NULL;
+}
+
 int gmt__symbols_build_id(struct gmt__symbols *s, const char *module_path, char *hex, size_t len)
 {
 	static const char digits[] = "0123456789abcdef";

@@ -40,6 +40,12 @@ void gmt__symbols_free(struct gmt__symbols *s);
 int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
 			uintptr_t ip, struct gmt__frame_sym *out, int max);
 
+/* The name of the ELF symbol (function or variable, from the full symbol
+ * table where the module has one) covering the data address `addr` of the
+ * module; NULL when none does. Owned by s. */
+const char *gmt__symbols_data_name(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
+				   uintptr_t addr);
+
 /* The module's GNU build-id as lowercase hex into hex[0..len), NUL-terminated.
  * Returns 0, -ENOENT when the module has none or cannot be opened, or
  * -ENAMETOOLONG when it does not fit in len. */

@@ -369,3 +369,16 @@ void gmt__table_clear(struct gmt__table *t)
 	for (s = 0; s < GMT_SPACE_COUNT; s++)
 		t->counts[s] = 0;
 }
+
+void gmt__table_regions(const struct gmt__table *t, gmt__region_fn *fn, void *ctx)
+{
+	if (t == NULL)
+		return;
+	fn(ctx, t, GMT_TABLE_PAGE);
+	if (t->index != NULL)
+		fn(ctx, t->index, (t->mask + 1) * sizeof(*t->index));
+	if (t->chunks != NULL)
+		fn(ctx, t->chunks, t->dir_cap * sizeof(*t->chunks));
+	for (size_t i = 0; i < t->nchunks; i++)
+		fn(ctx, t->chunks[i], GMT_CHUNK_BYTES);
+}

@@ -38,6 +38,9 @@ _Static_assert(sizeof(struct gmt__entry) == 56, "a live entry is 56 bytes");
 
 struct gmt__table;
 
+/* Every region of memory the table owns, to fn. */
+void gmt__table_regions(const struct gmt__table *t, gmt__region_fn *fn, void *ctx);
+
 /* An empty table, memory from mmap. Returns NULL when memory cannot be had. */
 struct gmt__table *gmt__table_new(void);
 void gmt__table_free(struct gmt__table *t);

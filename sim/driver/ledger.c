@@ -34,17 +34,33 @@ struct collect {
 	SIM_VEC(struct sim_range_row) mappings;
 };
 
+/* NOTE: the ledger is the test double's instrumentation, which no real
+ * driver has; the copies of addresses it makes must not outlive it in freed
+ * heap memory, where the tracer's leak check (which reads the process's
+ * memory at exit, after this runs) would take them for the program's own
+ * references. So vectors grow by copy and every buffer is cleared before it
+ * is freed. */
+static void vec_release(void *v, size_t bytes)
+{
+	if (v != NULL)
+		explicit_bzero(v, bytes);
+	free(v);
+}
+
 /* Appends to a vector; on allocation failure marks it failed (the write then
  * reports -ENOMEM rather than a ledger that silently lacks entries). */
 #define SIM_PUSH(vec, item)                                                          \
 	do {                                                                         \
 		if ((vec).n == (vec).cap) {                                          \
 			size_t cap_ = (vec).cap ? 2 * (vec).cap : 64;                \
-			void *v_ = realloc((vec).v, cap_ * sizeof(*(vec).v));        \
+			void *v_ = malloc(cap_ * sizeof(*(vec).v));                  \
 			if (v_ == NULL) {                                            \
 				(vec).failed = true;                                 \
 				break;                                               \
 			}                                                            \
+			if ((vec).n > 0)                                             \
+				memcpy(v_, (vec).v, (vec).n * sizeof(*(vec).v));     \
+			vec_release((vec).v, (vec).cap * sizeof(*(vec).v));          \
 			(vec).v = v_;                                                \
 			(vec).cap = cap_;                                            \
 		}                                                                    \
@@ -199,10 +215,10 @@ int gmtsim__ledger_write_locked(const char *path, const char *reason,
 		unlink(tmp);
 	}
 out:
-	free(c.live.v);
-	free(c.pools.v);
-	free(c.reservations.v);
-	free(c.mappings.v);
+	vec_release(c.live.v, c.live.cap * sizeof(*c.live.v));
+	vec_release(c.pools.v, c.pools.cap * sizeof(*c.pools.v));
+	vec_release(c.reservations.v, c.reservations.cap * sizeof(*c.reservations.v));
+	vec_release(c.mappings.v, c.mappings.cap * sizeof(*c.mappings.v));
 	if (r < 0)
 		errno = -r;
 	return r;

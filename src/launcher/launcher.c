@@ -1,8 +1,11 @@
 /* The gpumemtrace command: `gpumemtrace run [options] -- cmd...` finds
  * libgpumemtrace.so beside itself (build tree or installed tree), turns its
  * options into GPUMEMTRACE_* variables checked with the tracer's own parsers,
- * puts the library into LD_PRELOAD and execs the command. */
+ * puts the library into LD_PRELOAD and execs the command. Also what `check`
+ * (check.c) shares with it (launcher.h), the help, and the dispatch. */
 #define _GNU_SOURCE
+#include "launcher.h"
+
 #include "options.h"
 
 #include <gpumemtrace.h>
@@ -26,25 +29,18 @@
 #define GMT_MULTIARCH ""
 #endif
 
-#define LIBNAME "libgpumemtrace.so"
-
-/* Exit statuses of the launcher itself; otherwise the command's own. */
-enum {
-	EXIT_USAGE = 2,      /* bad arguments */
-	EXIT_NO_LIBRARY = 125, /* the library is not where it should be */
-	EXIT_NO_COMMAND = 127, /* the command cannot be executed */
-};
+#define LIBNAME GMT_LIBNAME
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: gpumemtrace run [options] -- command [argument...]\n"
-		"       gpumemtrace check [options] -- command [argument...]   (not in this version)\n"
+		"       gpumemtrace check [options] -- command [argument...]\n"
 		"       gpumemtrace view FILE...                            (not in this version)\n"
 		"       gpumemtrace --help | --version\n");
 }
 
-static void help(void)
+void gmt__help(void)
 {
 	struct gmt__options defaults;
 	char value[64];
@@ -85,27 +81,88 @@ static void help(void)
 	GMT_OPTIONS(HELP_X)
 #undef HELP_X
 	printf("\n"
+	       "gpumemtrace check, the CI leak gate, runs the command traced as a child\n"
+	       "process (signals INT and TERM are passed on to it), then reads the exit\n"
+	       "snapshot of each traced process of the run and fails when a limit is\n"
+	       "exceeded, with a short report on stderr (docs/ci.md).\n"
+	       "\n"
+	       "Options of check (--depth, --no-python-stacks, --verbose and --snapshot-on\n"
+	       "as for run; exit is always added to the triggers):\n"
+	       "  --max-leak-bytes N   counted leaked bytes allowed, summed over the run's\n"
+	       "                       processes (default: 0: any counted leak fails)\n"
+	       "  --max-leaks N        counted leaked allocations allowed (default: 0)\n"
+	       "  --leak-classes LIST  the leak classes that count: comma list of leaked,\n"
+	       "                       referenced, cached (default: leaked,referenced;\n"
+	       "                       'leaked' alone is LeakSanitizer's reading); suppressed\n"
+	       "                       leaks never count\n"
+	       "  --suppressions FILE  GPUMEMTRACE_SUPPRESSIONS: leak:PATTERN and\n"
+	       "                       cached:PATTERN rules, checked before the command runs\n"
+	       "  --max-peak BYTES     each process's peak of live memory allowed\n"
+	       "  --baseline SNAPSHOT  a snapshot of an earlier run, for --max-growth\n"
+	       "  --max-growth LIMIT   how far the run's peak (its processes' largest) may\n"
+	       "                       exceed the baseline's: BYTES, or PCT%% of the\n"
+	       "                       baseline's peak (10%%); --baseline and --max-growth\n"
+	       "                       go together\n"
+	       "  --junit FILE         also write the verdict as JUnit XML\n"
+	       "  --dir DIR            keep the snapshots in DIR (created if missing; files\n"
+	       "                       already there are ignored); default: a private\n"
+	       "                       temporary directory, removed when the check passes\n"
+	       "Sizes are integers with an optional suffix K, M, G, T (or Ki, KiB, KB...),\n"
+	       "all powers of 1024. Under GitHub Actions (GITHUB_ACTIONS=true) each counted\n"
+	       "leak site is also an annotation: a ::error line on stdout (::warning when\n"
+	       "the leaks stay within the limits).\n"
+	       "\n"
 	       "The library is looked for beside this program: in its directory and the\n"
 	       "one above (build tree), in ../lib, ../" GMT_LIBDIR_REL ", ../lib/<multiarch>,\n"
 	       "../lib64 (installed tree), and in " GMT_LIBDIR ".\n"
 	       "\n"
-	       "Exit status: the command's; 2 for a usage error, 125 when " LIBNAME "\n"
-	       "cannot be found, 127 when the command cannot be executed.\n"
+	       "Exit status of run: the command's; 2 for a usage error, 125 when\n"
+	       LIBNAME " cannot be found, 127 when the command cannot be executed.\n"
+	       "\n"
+	       "Exit status of check, the first that applies:\n"
+	       "  2    a usage error (also: a malformed suppressions or baseline file)\n"
+	       "  125  " LIBNAME " cannot be found\n"
+	       "  127  the command cannot be executed\n"
+	       "  N    the command failed: its status (128+S when killed by signal S); the\n"
+	       "       report still says what was found\n"
+	       "  125  no exit snapshot was written, or one cannot be read\n"
+	       "  23   a leak limit (--max-leak-bytes, --max-leaks) is exceeded\n"
+	       "  24   a peak limit (--max-peak, --max-growth) is exceeded\n"
+	       "  0    every limit holds\n"
 	       "\n"
 	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n");
 }
 
-/* A one-line error, then exit. */
-static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void die(int status, const char *fmt, ...)
+static const char *context = "";
+
+void gmt__set_context(const char *c)
+{
+	context = c;
+}
+
+static void vsay(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "gpumemtrace: %s", context);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void gmt__say(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("gpumemtrace: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsay(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+}
+
+void gmt__die(int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(fmt, ap);
+	va_end(ap);
 	exit(status);
 }
 
@@ -116,8 +173,7 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The absolute path of the library into out[PATH_MAX], or exits. */
-static void find_library(char *out)
+void gmt__find_library(char *out)
 {
 	const char *rel[] = {
 		LIBNAME,              /* build tree: beside the launcher */
@@ -134,7 +190,7 @@ static void find_library(char *out)
 
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0)
-		die(EXIT_NO_LIBRARY, "cannot find %s: /proc/self/exe: %s", LIBNAME, strerror(errno));
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find %s: /proc/self/exe: %s", LIBNAME, strerror(errno));
 	exe[n] = '\0';
 	slash = strrchr(exe, '/');
 	if (slash != NULL)
@@ -155,7 +211,7 @@ static void find_library(char *out)
 			strcat(tried, path);
 		}
 	}
-	die(EXIT_NO_LIBRARY, "cannot find %s (looked for %s); is gpumemtrace installed completely?",
+	gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find %s (looked for %s); is gpumemtrace installed completely?",
 	    LIBNAME, tried);
 }
 
@@ -180,9 +236,7 @@ static bool is_sanitizer_runtime(const char *entry, size_t n)
 	return false;
 }
 
-/* LD_PRELOAD with the library in it: first, or right after the sanitizer
- * runtimes that lead the list; never twice. */
-static void set_preload(const char *lib)
+void gmt__set_preload(const char *lib)
 {
 	const char *old = getenv("LD_PRELOAD"), *p;
 	size_t lead = 0, liblen = strlen(lib);
@@ -190,7 +244,7 @@ static void set_preload(const char *lib)
 
 	if (old == NULL || old[strspn(old, " :")] == '\0') {
 		if (setenv("LD_PRELOAD", lib, 1) != 0)
-			die(EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
+			gmt__die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
 		return;
 	}
 	/* ld.so splits the list at spaces and colons */
@@ -213,20 +267,18 @@ static void set_preload(const char *lib)
 	}
 	value = malloc(strlen(old) + liblen + 2);
 	if (value == NULL)
-		die(EXIT_NO_LIBRARY, "out of memory");
+		gmt__die(GMT_EXIT_NO_LIBRARY, "out of memory");
 	if (lead > 0)
 		sprintf(value, "%.*s:%s%s%s", (int)lead, old, lib, old[lead] ? ":" : "",
 			old + lead + strspn(old + lead, " :"));
 	else
 		sprintf(value, "%s:%s", lib, old + strspn(old, " :"));
 	if (setenv("LD_PRELOAD", value, 1) != 0)
-		die(EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
 	free(value);
 }
 
-/* Checks value with the tracer's parser for `var` and puts it into the
- * environment; a bad value is a usage error naming the option. */
-static void set_option(const char *flag, const char *var, const char *value)
+void gmt__set_option(const char *flag, const char *var, const char *value)
 {
 	struct gmt__options scratch;
 	const char *expected = "?";
@@ -235,9 +287,9 @@ static void set_option(const char *flag, const char *var, const char *value)
 	gmt__options_defaults(&scratch);
 	r = gmt__options_set(&scratch, var, value, &expected);
 	if (r < 0)
-		die(EXIT_USAGE, "%s '%s' is invalid: expected %s", flag, value, expected);
+		gmt__die(GMT_EXIT_USAGE, "%s '%s' is invalid: expected %s", flag, value, expected);
 	if (setenv(var, value, 1) != 0)
-		die(EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
+		gmt__die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
 }
 
 /* --dir: made absolute now, so that a command that changes directory still
@@ -248,17 +300,15 @@ static void set_dir(const char *value)
 	struct stat st;
 
 	if (value[0] == '\0')
-		die(EXIT_USAGE, "--dir '' is invalid: expected a directory");
+		gmt__die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
 	if (realpath(value, abs) == NULL)
-		die(EXIT_USAGE, "--dir '%s': %s", value, strerror(errno));
+		gmt__die(GMT_EXIT_USAGE, "--dir '%s': %s", value, strerror(errno));
 	if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
-		die(EXIT_USAGE, "--dir '%s': not a directory", value);
-	set_option("--dir", "GPUMEMTRACE_DIR", abs);
+		gmt__die(GMT_EXIT_USAGE, "--dir '%s': not a directory", value);
+	gmt__set_option("--dir", "GPUMEMTRACE_DIR", abs);
 }
 
-/* If arg is `--name` or `--name=value`: the value (the next argument in the
- * first form, advancing *i), else NULL. */
-static const char *option_value(int argc, char **argv, int *i, const char *name)
+const char *gmt__option_value(int argc, char **argv, int *i, const char *name)
 {
 	const char *arg = argv[*i];
 	size_t n = strlen(name);
@@ -270,7 +320,7 @@ static const char *option_value(int argc, char **argv, int *i, const char *name)
 	if (arg[n] != '\0')
 		return NULL;
 	if (*i + 1 >= argc || strcmp(argv[*i + 1], "--") == 0)
-		die(EXIT_USAGE, "%s needs a value (see gpumemtrace --help)", name);
+		gmt__die(GMT_EXIT_USAGE, "%s needs a value (see gpumemtrace --help)", name);
 	return argv[++*i];
 }
 
@@ -286,34 +336,34 @@ static int run(int argc, char **argv)
 		if (strcmp(arg, "--") == 0)
 			break;
 		if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-			help();
+			gmt__help();
 			return 0;
 		}
-		if ((v = option_value(argc, argv, &i, "--dir")) != NULL)
+		if ((v = gmt__option_value(argc, argv, &i, "--dir")) != NULL)
 			set_dir(v);
-		else if ((v = option_value(argc, argv, &i, "--snapshot-on")) != NULL)
-			set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
-		else if ((v = option_value(argc, argv, &i, "--depth")) != NULL)
-			set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
+		else if ((v = gmt__option_value(argc, argv, &i, "--snapshot-on")) != NULL)
+			gmt__set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
+		else if ((v = gmt__option_value(argc, argv, &i, "--depth")) != NULL)
+			gmt__set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
 		else if (strcmp(arg, "--no-python-stacks") == 0)
-			set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
+			gmt__set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
 		else if (strcmp(arg, "--verbose") == 0)
-			set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
+			gmt__set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
 		else if (arg[0] == '-')
-			die(EXIT_USAGE, "run: unknown option '%s' (see gpumemtrace --help)", arg);
+			gmt__die(GMT_EXIT_USAGE, "run: unknown option '%s' (see gpumemtrace --help)", arg);
 		else
-			die(EXIT_USAGE, "run: '--' must come before the command, as in: "
+			gmt__die(GMT_EXIT_USAGE, "run: '--' must come before the command, as in: "
 					"gpumemtrace run [options] -- %s ...", arg);
 	}
 	if (i >= argc)
-		die(EXIT_USAGE, "run: no command (gpumemtrace run [options] -- command ...)");
+		gmt__die(GMT_EXIT_USAGE, "run: no command (gpumemtrace run [options] -- command ...)");
 	if (i + 1 >= argc)
-		die(EXIT_USAGE, "run: no command after '--'");
+		gmt__die(GMT_EXIT_USAGE, "run: no command after '--'");
 
-	find_library(lib);
-	set_preload(lib);
+	gmt__find_library(lib);
+	gmt__set_preload(lib);
 	execvp(argv[i + 1], argv + i + 1);
-	die(EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
+	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -322,10 +372,10 @@ int main(int argc, char **argv)
 
 	if (cmd == NULL) {
 		usage(stderr);
-		return EXIT_USAGE;
+		return GMT_EXIT_USAGE;
 	}
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
-		help();
+		gmt__help();
 		return 0;
 	}
 	if (strcmp(cmd, "--version") == 0) {
@@ -334,7 +384,9 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "run") == 0)
 		return run(argc, argv);
-	if (strcmp(cmd, "view") == 0 || strcmp(cmd, "check") == 0)
-		die(EXIT_USAGE, "'%s' is not available in this version (%s)", cmd, GMT_VERSION_STRING);
-	die(EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
+	if (strcmp(cmd, "check") == 0)
+		return gmt__check(argc, argv);
+	if (strcmp(cmd, "view") == 0)
+		gmt__die(GMT_EXIT_USAGE, "'%s' is not available in this version (%s)", cmd, GMT_VERSION_STRING);
+	gmt__die(GMT_EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
 }

@@ -5,7 +5,9 @@ Copies of the launcher are placed in temporary build and install trees, with
 a dummy file named libgpumemtrace.so where the library would be, and run with
 `env` as the command: the output must show LD_PRELOAD and the GPUMEMTRACE_*
 variables the options ask for. Also: the library missing, bad option values,
-usage errors, --help (names every option of src/options.h), --version."""
+usage errors (of run and check), --help (names every option of src/options.h
+and of check, and check's exit statuses), --version. tests/check tests what
+check does with the real library."""
 
 from __future__ import annotations
 
@@ -191,7 +193,11 @@ def test_errors(c: Checker, launcher: str, tmp: str) -> None:
         (["run", "--frob", "--", "env"], "unknown option '--frob'"),
         (["frobnicate"], "unknown command 'frobnicate'"),
         (["view", "x.json"], "'view' is not available in this version"),
-        (["check", "--", "true"], "'check' is not available in this version"),
+        (["check"], "no command"),
+        (["check", "env"], "'--' must come before the command"),
+        (["check", "--max-growth", "5%", "--", "env"], "--max-growth needs --baseline"),
+        (["check", "--max-peak", "5X", "--", "env"], "--max-peak '5X' is invalid"),
+        (["check", "--frob", "--", "env"], "unknown option '--frob'"),
     ]
     for args, words in usage_errors:
         one_line(c, f"usage error {args}", run(exe, args), 2, words)
@@ -208,13 +214,18 @@ def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
     with open(options_h, encoding="utf-8") as f:
         variables = sorted(set(re.findall(r'"(GPUMEMTRACE_[A-Z0-9_]+)"', f.read())))
     c.true("options.h names variables", len(variables) >= 5, str(variables))
-    for flag in (["--help"], ["-h"], ["run", "--help"], ["run", "--depth", "3", "-h"]):
+    check_words = ["gpumemtrace check", "--max-leak-bytes", "--max-leaks", "--leak-classes",
+                   "--suppressions", "--max-peak", "--baseline", "--max-growth", "--junit",
+                   "GITHUB_ACTIONS", "powers of 1024", "Exit status of check"]
+    check_words += [f"  {status} " for status in (2, 125, 127, 23, 24, 0)]
+    for flag in (["--help"], ["-h"], ["run", "--help"], ["run", "--depth", "3", "-h"],
+                 ["check", "--help"], ["check", "--max-leaks", "3", "-h"]):
         r = run(launcher, flag)
         c.eq(f"{flag}: exit status", r.rc, 0)
         c.eq(f"{flag}: stderr", r.err, "")
         for word in ["gpumemtrace run", "--dir", "--snapshot-on", "--depth", "--verbose",
-                     "LD_PRELOAD", "Exit status"] + variables:
-            c.true(f"{flag}: help mentions {word}", word in r.out)
+                     "LD_PRELOAD", "Exit status"] + variables + check_words:
+            c.true(f"{flag}: help mentions {word!r}", word in r.out)
     r = run(launcher, ["--version"])
     c.eq("--version", (r.rc, r.out), (0, f"gpumemtrace {version}\n"))
 

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 8
+#define NOPTIONS 14
 #define MAX_ENV 4
 #define MAX_WANT 3
 
@@ -85,6 +85,12 @@ static const struct option_case cases[] = {
 
 	/* bad values: one warning each, the default kept */
 	BAD("GPUMEMTRACE_DIR", "", ""),
+	BAD("GPUMEMTRACE_LEAK_CLASSES", "leaked,bogus", "leaked,bogus"),
+	BAD("GPUMEMTRACE_LEAK_CLASSES", "none,leaked", "none,leaked"),
+	BAD("GPUMEMTRACE_LEAK_EXITCODE", "0", "0"),
+	BAD("GPUMEMTRACE_LEAK_EXITCODE", "256", "256"),
+	BAD("GPUMEMTRACE_LEAK_SCAN", "maybe", "maybe"),
+	BAD("GPUMEMTRACE_SUPPRESSIONS", "", ""),
 	BAD("GPUMEMTRACE_SNAPSHOT_ON", "", ""),
 	BAD("GPUMEMTRACE_SNAPSHOT_ON", "oom,", "oom,"),
 	BAD("GPUMEMTRACE_SNAPSHOT_ON", ",oom", ",oom"),
@@ -156,6 +162,7 @@ static bool same_string(const char *a, const char *b)
 #define same_SIZE same_int
 #define same_STRING same_string
 #define same_TRIGGERS same_triggers
+#define same_CLASSES same_triggers
 
 /* Compares every field through the options table itself; prints the ones that
  * differ with both values. */

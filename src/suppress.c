@@ -1,0 +1,254 @@
+/* Leak suppressions (suppress.h): the built-in rules, the file parser, and the
+ * LeakSanitizer-style pattern match. */
+#define _GNU_SOURCE
+#include "suppress.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What frameworks and NVIDIA's libraries keep for the life of the process.
+ * NOTE: matched on names every build of them carries: the module's file name,
+ * or a C++ class name, which the mangled name holds as well as the demangled
+ * one. */
+static const struct {
+	enum gmt__supp_type type;
+	const char *pattern, *why;
+} builtins[] = {
+	{ GMT_SUPP_CACHED, "CUDACachingAllocator", "PyTorch's CUDA caching allocator" },
+	{ GMT_SUPP_CACHED, "CudaMallocAsync", "PyTorch's cudaMallocAsync allocator" },
+	{ GMT_SUPP_CACHED, "cupy/cuda/memory", "CuPy's memory pool" },
+	{ GMT_SUPP_CACHED, "BFCAllocator", "XLA's BFC allocator" },
+	{ GMT_SUPP_CACHED, "GpuCudaMallocAsyncAllocator", "XLA's stream-ordered allocator" },
+	{ GMT_SUPP_LEAK, "libcublas", "cuBLAS handle workspace" },
+	{ GMT_SUPP_LEAK, "libcudnn", "cuDNN handle workspace" },
+	{ GMT_SUPP_LEAK, "libnccl", "NCCL communicator buffers" },
+	{ GMT_SUPP_LEAK, "libcufft", "cuFFT plan workspace" },
+	{ GMT_SUPP_LEAK, "libcusparse", "cuSPARSE handle workspace" },
+	{ GMT_SUPP_LEAK, "libcusolver", "cuSOLVER handle workspace" },
+	{ GMT_SUPP_LEAK, "libcurand", "cuRAND generator state" },
+};
+
+static int add(struct gmt__supp *s, enum gmt__supp_type type, const char *pattern, size_t len,
+	       const char *source, int line, const char *why)
+{
+	struct gmt__supp_rule *r;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 16;
+		struct gmt__supp_rule *v = realloc(s->v, cap * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	r = &s->v[s->n];
+	*r = (struct gmt__supp_rule){ .type = type, .line = line, .why = why };
+	r->pattern = strndup(pattern, len);
+	r->source = strdup(source);
+	if (r->pattern == NULL || r->source == NULL) {
+		free(r->pattern);
+		free(r->source);
+		return -ENOMEM;
+	}
+	s->n++;
+	return 0;
+}
+
+int gmt__supp_add_builtins(struct gmt__supp *s)
+{
+	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++) {
+		int r = add(s, builtins[i].type, builtins[i].pattern, strlen(builtins[i].pattern), "built-in", 0,
+			    builtins[i].why);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static bool blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+/* Parses one line into *type and [*pat, *pat + *len). Returns 1 for a rule,
+ * 0 for a comment or blank line, -1 when malformed. */
+static int parse_line(char *line, enum gmt__supp_type *type, const char **pat, size_t *len)
+{
+	char *p = line, *end = line + strlen(line), *colon;
+
+	while (p < end && blank(*p))
+		p++;
+	while (end > p && blank(end[-1]))
+		end--;
+	*end = '\0';
+	if (p == end || *p == '#')
+		return 0;
+	colon = strchr(p, ':');
+	if (colon == NULL)
+		return -1;
+	if (colon - p == 4 && strncmp(p, "leak", 4) == 0)
+		*type = GMT_SUPP_LEAK;
+	else if (colon - p == 6 && strncmp(p, "cached", 6) == 0)
+		*type = GMT_SUPP_CACHED;
+	else
+		return -1;
+	for (p = colon + 1; p < end && blank(*p); p++)
+		;
+	if (p == end)
+		return -1;
+	*pat = p;
+	*len = (size_t)(end - p);
+	return 1;
+}
+
+int gmt__supp_load(struct gmt__supp *s, const char *path, char *err, size_t errlen)
+{
+	size_t first = s->n, cap = 0, len;
+	char *line = NULL;
+	const char *pat;
+	enum gmt__supp_type type;
+	int lineno = 0, r = 0;
+	ssize_t got;
+	FILE *f;
+
+	if (errlen > 0)
+		err[0] = '\0';
+	f = fopen(path, "re");
+	if (f == NULL) {
+		r = -errno;
+		snprintf(err, errlen, "%s: cannot read suppressions: %s", path, strerror(errno));
+		return r;
+	}
+	errno = 0;
+	while ((got = getline(&line, &cap, f)) >= 0) {
+		lineno++;
+		if ((size_t)got != strlen(line)) {
+			snprintf(err, errlen, "%s:%d: a NUL byte in a suppression", path, lineno);
+			r = -EINVAL;
+			break;
+		}
+		switch (parse_line(line, &type, &pat, &len)) {
+		case 0:
+			continue;
+		case 1:
+			r = add(s, type, pat, len, path, lineno, NULL);
+			if (r < 0)
+				snprintf(err, errlen, "%s: %s", path, strerror(-r));
+			break;
+		default:
+			snprintf(err, errlen, "%s:%d: expected leak:PATTERN or cached:PATTERN, got '%.60s%s'", path,
+				 lineno, line + strspn(line, " \t"), strlen(line) > 60 ? "..." : "");
+			r = -EINVAL;
+			break;
+		}
+		if (r < 0)
+			break;
+	}
+	if (r == 0 && ferror(f)) {
+		r = errno != 0 ? -errno : -EIO;
+		snprintf(err, errlen, "%s: cannot read suppressions: %s", path, strerror(-r));
+	}
+	free(line);
+	fclose(f);
+	if (r < 0) {
+		while (s->n > first) {
+			s->n--;
+			free(s->v[s->n].pattern);
+			free(s->v[s->n].source);
+		}
+	}
+	return r;
+}
+
+void gmt__supp_free(struct gmt__supp *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		free(s->v[i].pattern);
+		free(s->v[i].source);
+	}
+	free(s->v);
+	*s = (struct gmt__supp){ 0 };
+}
+
+/* The pattern as matched: p[0..pn) with an implicit `*` before it (lead)
+ * and after it (trail), unless anchored. */
+struct glob_pattern {
+	const char *p;
+	size_t pn;
+	bool lead, trail;
+};
+
+static char glob_at(const struct glob_pattern *g, size_t i)
+{
+	if (g->lead && i-- == 0)
+		return '*';
+	return i < g->pn ? g->p[i] : '*'; /* past the end only when trail */
+}
+
+/* Whether t[0..tn) matches the pattern as a whole, `*` matching any run.
+ * NOTE: the classic linear backtracking: on a mismatch, the last `*` takes
+ * one more character; no recursion, O(pattern * text) at worst. */
+static bool glob(const struct glob_pattern *g, const char *t, size_t tn)
+{
+	size_t n = g->pn + g->lead + g->trail, i = 0, j = 0, star = SIZE_MAX, mark = 0;
+
+	while (j < tn) {
+		if (i < n && glob_at(g, i) == '*') {
+			star = i++;
+			mark = j;
+		} else if (i < n && glob_at(g, i) == t[j]) {
+			i++;
+			j++;
+		} else if (star != SIZE_MAX) {
+			i = star + 1;
+			j = ++mark;
+		} else {
+			return false;
+		}
+	}
+	while (i < n && glob_at(g, i) == '*')
+		i++;
+	return i == n;
+}
+
+bool gmt__supp_pattern_match(const char *pattern, const char *text)
+{
+	struct glob_pattern g = { .p = pattern, .pn = strlen(pattern), .lead = true, .trail = true };
+
+	if (text == NULL)
+		return false;
+	if (g.pn > 0 && g.p[0] == '^') {
+		g.lead = false;
+		g.p++;
+		g.pn--;
+	}
+	if (g.pn > 0 && g.p[g.pn - 1] == '$') {
+		g.trail = false;
+		g.pn--;
+	}
+	return glob(&g, text, strlen(text));
+}
+
+void gmt__supp_frame(const struct gmt__supp *s, const char *function, const char *module,
+		     const char *file, size_t *best)
+{
+	for (size_t i = 0; i < s->n && i < *best; i++) {
+		const char *pat = s->v[i].pattern;
+
+		if (gmt__supp_pattern_match(pat, function) || gmt__supp_pattern_match(pat, module) ||
+		    gmt__supp_pattern_match(pat, file)) {
+			*best = i;
+			return;
+		}
+	}
+}
+
+void gmt__supp_rule_text(const struct gmt__supp_rule *r, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s:%s", r->type == GMT_SUPP_LEAK ? "leak" : "cached", r->pattern);
+}

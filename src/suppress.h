@@ -1,0 +1,64 @@
+/* Leak suppressions, LeakSanitizer style: rules `leak:PATTERN` (what matches
+ * is not counted as a leak: it is "suppressed") and `cached:PATTERN` (what
+ * matches is memory a caching allocator or pool holds: class "cached"), from
+ * GPUMEMTRACE_SUPPRESSIONS and from the built-in list (framework caches and
+ * the long-lived workspaces of NVIDIA's libraries). A pattern matches a frame
+ * when it matches the frame's function (as recorded and demangled), module
+ * path or source file: `*` is any run of characters, a leading `^` anchors at
+ * the start and a trailing `$` at the end, otherwise the pattern may match
+ * anywhere in the name (LeakSanitizer's reading). */
+#ifndef GMT_SUPPRESS_H
+#define GMT_SUPPRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum gmt__supp_type {
+	GMT_SUPP_LEAK,   /* leak:PATTERN */
+	GMT_SUPP_CACHED, /* cached:PATTERN */
+};
+
+struct gmt__supp_rule {
+	enum gmt__supp_type type;
+	char *pattern;      /* without the type */
+	char *source;       /* the file it came from, or "built-in" */
+	int line;           /* its line there (0 for built-in rules) */
+	const char *why;    /* built-in rules: what the memory is, for the report */
+	/* Filled by whoever matches: allocations and bytes it took. */
+	uint64_t hits, bytes;
+};
+
+/* An ordered list of rules: the first rule that matches a stack wins. */
+struct gmt__supp {
+	struct gmt__supp_rule *v;
+	size_t n, cap;
+};
+
+/* Appends the built-in rules (docs/ci.md lists them). Returns 0 or -ENOMEM. */
+int gmt__supp_add_builtins(struct gmt__supp *s);
+
+/* Appends the rules of the file at `path`. Blank lines and lines starting
+ * with `#` (after blanks) are ignored; every other line must be
+ * `leak:PATTERN` or `cached:PATTERN` with a non-empty pattern (blanks around
+ * it are dropped). Returns 0; or a negative errno with a one-line message in
+ * err[0..errlen) naming the file, and the line for a malformed one (-EINVAL):
+ * "FILE:LINE: expected leak:PATTERN or cached:PATTERN, got '...'". Nothing is
+ * appended from a file with any error. */
+int gmt__supp_load(struct gmt__supp *s, const char *path, char *err, size_t errlen);
+
+void gmt__supp_free(struct gmt__supp *s);
+
+/* Whether pattern matches text (rules above). */
+bool gmt__supp_pattern_match(const char *pattern, const char *text);
+
+/* Matching one stack: call gmt__supp_frame for each of its frames with the
+ * frame's names (any may be NULL); *best holds the lowest index of a rule that
+ * matched so far (start it at SIZE_MAX; SIZE_MAX at the end: none). */
+void gmt__supp_frame(const struct gmt__supp *s, const char *function, const char *module,
+		     const char *file, size_t *best);
+
+/* "leak:PATTERN" or "cached:PATTERN" of a rule into buf. */
+void gmt__supp_rule_text(const struct gmt__supp_rule *r, char *buf, size_t len);
+
+#endif /* GMT_SUPPRESS_H */

@@ -1,0 +1,138 @@
+/* Test program for the leak check: one allocation of each class, whose
+ * addresses and classes it prints ("EXPECT <address> <class> <bytes> <what>")
+ * for tests/preload/check_leaks.py to compare with the exit snapshot and the
+ * report:
+ *   - a pointer kept in a global: referenced (global 'kept');
+ *   - a pointer kept in a heap block a global points to: referenced (heap);
+ *   - a pointer overwritten: leaked (device and managed memory);
+ *   - a PyTorch-like caching allocator (a function whose name holds
+ *     CUDACachingAllocator keeps a segment and hands out pieces): cached;
+ *   - a workspace whose stack the test's suppressions file names: suppressed;
+ *   - a loop that grows by 2 MiB every 25 ms and frees it all at the end: a
+ *     leak suspect, no leak;
+ *   - an allocation freed properly: nothing.
+ * NOTE: the scan is conservative: a stale copy of an address in memory the
+ * program reuses (a stdio buffer over a freed block) would make it
+ * "referenced". So stdout is unbuffered, and what is freed before the leaks
+ * are made is whole 2 MiB pages (the simulator sub-allocates smaller
+ * requests and keeps a record of each page's base it frees later).
+ * Arguments: --clean (free everything that would count; only the suspect
+ * stays), --status N (exit with N). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../programs/prog.h"
+
+#define MIB ((size_t)1024 * 1024)
+#define GROWTH_STEPS 8
+
+void *kept;                   /* referenced from a global */
+struct holder {
+	long tag;
+	void *device;
+};
+struct holder *held;          /* referenced from the heap */
+void *volatile scratch;       /* overwritten: leaked */
+void *workspace;              /* suppressed by the test's file */
+
+/* The caching allocator: one segment, never given back. */
+static char *cache_segment;
+static size_t cache_used;
+
+__attribute__((noinline)) static void *CUDACachingAllocator_malloc(size_t size)
+{
+	void *p;
+
+	if (cache_segment == NULL) {
+		PROG_OK(cudaMalloc(&p, 4 * MIB));
+		cache_segment = p;
+	}
+	p = cache_segment + cache_used;
+	cache_used += size;
+	return p;
+}
+
+__attribute__((noinline)) static void workspace_create(void)
+{
+	PROG_OK(cudaMalloc(&workspace, MIB / 2));
+}
+
+/* The pointer is printed, then overwritten: no copy of it stays anywhere
+ * the program can reach (with clean, freed instead). */
+__attribute__((noinline)) static void lose(size_t size, int managed, int clean)
+{
+	void *p;
+
+	if (managed)
+		PROG_OK(cudaMallocManaged(&p, size, cudaMemAttachGlobal));
+	else
+		PROG_OK(cudaMalloc(&p, size));
+	scratch = p;
+	if (clean)
+		PROG_OK(cudaFree(p));
+	else
+		printf("EXPECT 0x%llx leaked %zu %s\n", PROG_ADDR(p), size, managed ? "managed" : "device");
+	scratch = NULL;
+}
+
+__attribute__((noinline)) static void grow_step(void **slot)
+{
+	PROG_OK(cudaMalloc(slot, 2 * MIB));
+}
+
+static void expect(const void *p, const char *cls, size_t bytes, const char *what)
+{
+	printf("EXPECT 0x%llx %s %zu %s\n", PROG_ADDR(p), cls, bytes, what);
+}
+
+int main(int argc, char **argv)
+{
+	void *grown[GROWTH_STEPS], *freed;
+	struct timespec step = { 0, 25 * 1000 * 1000 };
+	int clean = 0, status = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--clean") == 0)
+			clean = 1;
+		else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc)
+			status = atoi(argv[++i]);
+	}
+	setvbuf(stdout, NULL, _IONBF, 0);
+	PROG_OK(cudaMalloc(&freed, 2 * MIB));
+	PROG_OK(cudaFree(freed));
+	for (int i = 0; i < GROWTH_STEPS; i++) {
+		grow_step(&grown[i]);
+		nanosleep(&step, NULL);
+	}
+	for (int i = 0; i < GROWTH_STEPS; i++)
+		PROG_OK(cudaFree(grown[i]));
+
+	PROG_OK(cudaMalloc(&kept, 3 * MIB));
+	held = malloc(sizeof(*held));
+	PROG_CHECK(held != NULL);
+	held->tag = 42;
+	PROG_OK(cudaMalloc(&held->device, 2 * MIB));
+	lose(5 * MIB, 0, clean);
+	lose(MIB, 1, clean);
+	(void)CUDACachingAllocator_malloc(MIB);
+	workspace_create();
+
+	if (clean) {
+		PROG_OK(cudaFree(kept));
+		PROG_OK(cudaFree(held->device));
+		PROG_OK(cudaFree(workspace));
+		printf("EXPECT 0x%llx cached %zu cache\n", PROG_ADDR(cache_segment), 4 * MIB);
+	} else {
+		expect(kept, "referenced", 3 * MIB, "global");
+		expect(held->device, "referenced", 2 * MIB, "heap");
+		expect(cache_segment, "cached", 4 * MIB, "cache");
+		expect(workspace, "referenced", MIB / 2, "suppressed");
+	}
+	fflush(stdout);
+	return status;
+}

@@ -1161,12 +1161,14 @@ static void page_add(struct gmt__pages *pg, struct page_walk *w, uint64_t addr, 
 		return;
 	}
 	w->used += (first + 1) * g - addr;
+	w->end = (first + 1) * g; /* it runs to the end of its first page */
 	page_close(pg, w);
 	/* The pages wholly inside, then the last one, open. */
 	pg->pages += last - first - 1;
 	pg->histogram[4] += last - first - 1;
 	w->page = last;
 	w->used = end - last * g;
+	w->end = end;
 	w->open = true;
 }
 

@@ -157,6 +157,66 @@ def compare(ledger: dict[str, Any], snap: dict[str, Any], name: str,
             if got.get(k) != want[k]:
                 problems.append(f"{name}: failed_request.{k} is {got.get(k)!r}, the ledger says {want[k]!r}")
         problems += diagnosis_problems(ledger, snap, name)
+    problems += fragmentation_problems(ledger, snap, name, released)
+    return problems
+
+
+def largest_hole(allocs: list[tuple[int, int]], g: int) -> int:
+    """The largest free run inside a partly used page of size g, from the
+    allocations (address, size) of one device: each page's covered pieces,
+    and the gaps between them and the page's ends."""
+    pages: dict[int, list[tuple[int, int]]] = {}
+    for addr, size in allocs:
+        for page in range(addr // g, (addr + size - 1) // g + 1):
+            pages.setdefault(page, []).append((max(addr, page * g), min(addr + size, (page + 1) * g)))
+    best = 0
+    for page, pieces in pages.items():
+        if sum(hi - lo for lo, hi in pieces) >= g:
+            continue
+        at = page * g
+        for lo, hi in sorted(pieces):
+            best = max(best, lo - at)
+            at = hi
+        best = max(best, (page + 1) * g - at)
+    return best
+
+
+def fragmentation_problems(ledger: dict[str, Any], snap: dict[str, Any], name: str,
+                           released: set[int]) -> list[str]:
+    """devices[].fragmentation against the ledger's live set: the size
+    classes, the largest hole in a partly used page, and (where the driver was
+    asked) what fits."""
+    problems = []
+    live = [t for t in ledger_live(ledger) if t[0] not in released]
+    for dev in snap["devices"]:
+        frag = dev.get("fragmentation")
+        if frag is None:
+            problems.append(f"{name}: device {dev['index']} has no fragmentation")
+            continue
+        mine = [t for t in live if t[3] == dev["index"]]
+        want: dict[int, list[int]] = {}
+        for _, size, _, _ in mine:
+            if size > 0:
+                c = want.setdefault(size.bit_length() - 1, [0, 0])
+                c[0] += 1
+                c[1] += size
+        got = {c["min"].bit_length() - 1: [c["count"], c["bytes"]] for c in frag["size_classes"]}
+        if got != want:
+            problems.append(f"{name}: device {dev['index']} size classes {got}, the ledger's live set gives {want}")
+        g = dev["pages"]["granularity"]
+        hole = largest_hole(sorted((a, sz) for a, sz, kind, _ in mine if kind == "device"), g)
+        if frag["largest_hole_bytes"] != hole:
+            problems.append(f"{name}: device {dev['index']} largest_hole_bytes {frag['largest_hole_bytes']}, expected {hole}")
+        if frag["stranded_bytes"] != dev["pages"]["stranded_bytes"]:
+            problems.append(f"{name}: device {dev['index']} fragmentation.stranded_bytes differs from pages")
+        free = dev["free_bytes"]
+        if frag["free_bytes"] != free:
+            problems.append(f"{name}: device {dev['index']} fragmentation.free_bytes {frag['free_bytes']}, device says {free}")
+        whole = None if free is None else free // g * g
+        fit = None if free is None else max(whole, hole)
+        if (frag["free_in_whole_pages"], frag["largest_fit_bytes"]) != (whole, fit):
+            problems.append(f"{name}: device {dev['index']} free_in_whole_pages/largest_fit_bytes "
+                            f"{frag['free_in_whole_pages']}/{frag['largest_fit_bytes']}, expected {whole}/{fit}")
     return problems
 
 

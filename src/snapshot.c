@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <link.h>
 #include <stdio.h>
@@ -2052,12 +2051,11 @@ static void leak_stack_seen(struct leak_work *lw, struct frame_cache *cache, uin
 		ls->rule = (uint32_t)m.best;
 }
 
-static struct leak_work *sort_work; /* qsort has no context argument */
-
-static int by_group_key(const void *x, const void *y)
+static int by_group_key(const void *x, const void *y, void *arg)
 {
-	const struct leak_item *a = &sort_work->items[*(const uint32_t *)x];
-	const struct leak_item *b = &sort_work->items[*(const uint32_t *)y];
+	const struct leak_item *items = arg;
+	const struct leak_item *a = &items[*(const uint32_t *)x];
+	const struct leak_item *b = &items[*(const uint32_t *)y];
 
 	if (a->stack != b->stack)
 		return a->stack < b->stack ? -1 : 1;
@@ -2087,7 +2085,6 @@ static bool rule_suppresses(const struct leak_work *lw, uint32_t rule)
 /* After the stacks: rules applied, items grouped, totals counted. */
 static int leak_classify(struct leak_work *lw)
 {
-	static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
 	const struct gmt__supp *supp = lw->in->supp;
 	size_t nrules = supp != NULL ? supp->n : 0;
 
@@ -2110,10 +2107,7 @@ static int leak_classify(struct leak_work *lw)
 				it->cls = CLASS_CACHED;
 		}
 	}
-	pthread_mutex_lock(&sort_lock);
-	sort_work = lw;
-	qsort(lw->order, lw->n, sizeof(*lw->order), by_group_key);
-	pthread_mutex_unlock(&sort_lock);
+	qsort_r(lw->order, lw->n, sizeof(*lw->order), by_group_key, lw->items);
 
 	for (size_t i = 0; i < lw->n; i++) {
 		const struct leak_item *it = &lw->items[lw->order[i]];

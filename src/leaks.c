@@ -717,6 +717,10 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 	int r;
 
 	memset(st, 0, sizeof(*st));
+	if (n == 0) {
+		st->done = true; /* nothing live: nothing to look for */
+		return 0;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	asan_find(&asan);
 	r = reader_open(&rd);

@@ -20,6 +20,9 @@
 #define PAGE_SLOTS 256           /* pages cached while following pointers */
 #define FOLLOW_LIMIT (1ull << 30) /* bytes of bookkeeping followed at most */
 #define RESIDENT_WINDOW (1ull << 30) /* bytes whose residency one mincore() asks */
+/* A writable mapping this large is a reservation, not data: a sanitizer's
+ * shadow memory (terabytes), an allocator's address space. */
+#define HUGE_MAPPING (1ull << 36)
 
 /* glibc malloc's chunk header (malloc/malloc.c): the size, with flag bits. */
 #define CHUNK_PREV_INUSE 1u
@@ -783,7 +786,8 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 		const struct mapping *m = &maps.v[i];
 		uint64_t lo = m->lo;
 
-		if (!m->readable || !m->writable || m->type == MT_DEVICE || m->type == MT_OTHER)
+		if (!m->readable || !m->writable || m->type == MT_DEVICE || m->type == MT_OTHER ||
+		    m->hi - m->lo > HUGE_MAPPING)
 			continue;
 		/* The calling thread's stack: only the frames of its callers. */
 		if (stack_from >= m->lo && stack_from < m->hi)

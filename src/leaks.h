@@ -12,7 +12,9 @@
  *    driver's record of an allocation holds its address too);
  *  - the calling thread's stack below `stack_from` (the scan's own frames and
  *    dead frames of returned functions);
- *  - device files' mappings, and what is not both readable and writable.
+ *  - device files' mappings, what is not both readable and writable, pages
+ *    not resident (never touched, or swapped out), and writable mappings
+ *    over 64 GiB (a sanitizer's shadow memory, an allocator's reservation).
  * Everything else counts, conservatively: a stale copy left in freed heap
  * memory or on another thread's stack makes an allocation "referenced". */
 #ifndef GMT_LEAKS_H

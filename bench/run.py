@@ -164,6 +164,54 @@ def python_cost(build: str, pairs: int, repeat: int) -> dict[str, Any]:
     return med
 
 
+def leak_scan_cost(build: str, sizes: list[tuple[int, int]], repeat: int) -> list[dict[str, Any]]:
+    """bench/leak_scan: the exit leak check of a process with N live
+    allocations and H MiB of filled heap: the scan's own time and bytes read
+    (from the exit snapshot's "leaks") beside the whole untraced run of the
+    same program; medians. (The traced run's wall time is given too, but it
+    ends in the leak verdict's _exit and skips the program's teardown: not a
+    fair ratio.)"""
+    import time
+    rows = []
+    for live, host_mib in sizes:
+        scans, untraced, traced = [], [], []
+        for _ in range(repeat):
+            for leak_check in (False, True):
+                env = bench_env(build)
+                env["GMTSIM_MEMORY"] = "64G"
+                with tempfile.TemporaryDirectory(prefix="gmt-bench-scan-") as d:
+                    if leak_check:
+                        env.update({"LD_PRELOAD": os.path.join(build, "src", "libgpumemtrace.so"),
+                                    "GPUMEMTRACE_DIR": d, "GPUMEMTRACE_SNAPSHOT_ON": "exit",
+                                    "GPUMEMTRACE_LEAK_CHECK": "1", "GPUMEMTRACE_LEAK_EXITCODE": "23"})
+                    t0 = time.monotonic()
+                    r = subprocess.run([os.path.join(build, "bench", "leak_scan"), str(live), str(host_mib)],
+                                       env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, timeout=1800)
+                    wall = time.monotonic() - t0
+                    if not leak_check:
+                        if r.returncode != 0:
+                            raise RuntimeError(f"leak_scan failed: {r.stderr}")
+                        untraced.append(wall)
+                        continue
+                    if r.returncode != 23:
+                        raise RuntimeError(f"leak_scan traced ended with {r.returncode}, not 23: {r.stderr[-2000:]}")
+                    traced.append(wall)
+                    snap = json.load(open(glob.glob(os.path.join(d, "gpumemtrace.*.exit.*.json"))[0],
+                                          encoding="utf-8"))
+                    scans.append(snap["leaks"])
+        secs = statistics.median(s["scan"]["seconds"] for s in scans)
+        read = statistics.median(s["scan"]["bytes"] for s in scans)
+        last = scans[-1]["totals"]
+        rows.append({"live": live, "host_mib": host_mib, "scan_seconds": round(secs, 4),
+                     "scan_bytes": int(read), "scan_gb_per_s": round(read / max(secs, 1e-9) / 1e9, 2),
+                     "leaked": last["leaked"]["count"], "referenced": last["referenced"]["count"],
+                     "untraced_seconds": round(statistics.median(untraced), 3),
+                     "traced_seconds": round(statistics.median(traced), 3),
+                     "scan_ratio_to_run": round(secs / max(statistics.median(untraced), 1e-9), 2)})
+    return rows
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'threads':>7} {'stacks':>6} {'untraced ns':>12} {'traced ns':>10} {'added ns':>9} {'ratio':>6}"]
     for r in rows:
@@ -191,8 +239,9 @@ def main() -> int:
     capture = capture_cost(build, 2000 if args.quick else 200000, repeat)
     python = python_cost(build, 2000 if args.quick else 100000, repeat)
     writes = snapshot_write_cost(build, [10000] if args.quick else [10000, 100000, 1000000], repeat)
+    scan = leak_scan_cost(build, [(1000, 16)] if args.quick else [(1000, 16), (10000, 256), (100000, 2048)], repeat)
     result = {"snapshot_write": writes, "machine": os.uname().nodename, "cpus": os.cpu_count(), "timings": rows, "no_loss": loss,
-              "symbolised_snapshot": stacks, "capture": capture, "python_frames": python}
+              "symbolised_snapshot": stacks, "capture": capture, "python_frames": python, "leak_scan": scan}
     print("ns per allocation+free pair (cuMemAlloc_v2 + cuMemFree_v2 of 1 KiB, simulated driver, "
           "call chain 70 deep; median of", repeat, "runs)")
     print(table(rows))
@@ -217,6 +266,13 @@ def main() -> int:
     for w in writes:
         print(f"  {w['live']:>9,} live: {w['seconds']:.3f} s, {w['bytes'] / 2**20:.1f} MiB "
               f"(plain write {w['plain_write_seconds']:.3f} s, ratio {w['ratio_to_plain_write']:.2f})")
+    print("exit leak check (GPUMEMTRACE_LEAK_CHECK=1) of a process with N live 4 KiB allocations, half "
+          "referenced from the heap, and H MiB of filled heap; the scan beside the whole untraced run:")
+    for w in scan:
+        print(f"  {w['live']:>7,} live, {w['host_mib']:>5} MiB heap: scan {w['scan_seconds']:.3f} s for "
+              f"{w['scan_bytes'] / 2**20:.0f} MiB read ({w['scan_gb_per_s']:.2f} GB/s; {w['leaked']} leaked, "
+              f"{w['referenced']} referenced); untraced run {w['untraced_seconds']:.3f} s, "
+              f"ratio {w['scan_ratio_to_run']:.2f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

@@ -17,7 +17,8 @@
  * are made is whole 2 MiB pages (the simulator sub-allocates smaller
  * requests and keeps a record of each page's base it frees later).
  * Arguments: --clean (free everything that would count; only the suspect
- * stays), --status N (exit with N). */
+ * stays), --status N (exit with N), --growth-steps N (2 MiB steps of the
+ * growth loop, 1 to 64; default 8: its peak is N × 2 MiB). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@
 #include "../programs/prog.h"
 
 #define MIB ((size_t)1024 * 1024)
-#define GROWTH_STEPS 8
+#define GROWTH_STEPS_MAX 64
 
 void *kept;                   /* referenced from a global */
 struct holder {
@@ -92,7 +93,8 @@ static void expect(const void *p, const char *cls, size_t bytes, const char *wha
 
 int main(int argc, char **argv)
 {
-	void *grown[GROWTH_STEPS], *freed;
+	void *grown[GROWTH_STEPS_MAX], *freed;
+	int steps = 8;
 	struct timespec step = { 0, 25 * 1000 * 1000 };
 	int clean = 0, status = 0;
 
@@ -101,15 +103,21 @@ int main(int argc, char **argv)
 			clean = 1;
 		else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc)
 			status = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--growth-steps") == 0 && i + 1 < argc)
+			steps = atoi(argv[++i]);
+	}
+	if (steps < 1 || steps > GROWTH_STEPS_MAX) {
+		fprintf(stderr, "leak_classes: --growth-steps: 1 to %d\n", GROWTH_STEPS_MAX);
+		return 2;
 	}
 	setvbuf(stdout, NULL, _IONBF, 0);
 	PROG_OK(cudaMalloc(&freed, 2 * MIB));
 	PROG_OK(cudaFree(freed));
-	for (int i = 0; i < GROWTH_STEPS; i++) {
+	for (int i = 0; i < steps; i++) {
 		grow_step(&grown[i]);
 		nanosleep(&step, NULL);
 	}
-	for (int i = 0; i < GROWTH_STEPS; i++)
+	for (int i = 0; i < steps; i++)
 		PROG_OK(cudaFree(grown[i]));
 
 	PROG_OK(cudaMalloc(&kept, 3 * MIB));

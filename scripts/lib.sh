@@ -71,6 +71,7 @@ gmt__probe() {
 	python3-jsonschema) gmt__have_jsonschema ;;
 	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
+	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;
 	*)              return 1 ;;
 	esac
 }

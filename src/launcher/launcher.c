@@ -28,6 +28,15 @@
 #ifndef GMT_MULTIARCH
 #define GMT_MULTIARCH ""
 #endif
+#ifndef GMT_VIEWER_SRC
+#define GMT_VIEWER_SRC "/usr/local/share/gpumemtrace/gpumemtrace-view"
+#endif
+#ifndef GMT_VIEWER_INSTALLED
+#define GMT_VIEWER_INSTALLED "/usr/local/share/gpumemtrace/gpumemtrace-view"
+#endif
+#ifndef GMT_DATADIR_REL
+#define GMT_DATADIR_REL "share"
+#endif
 
 #define LIBNAME GMT_LIBNAME
 
@@ -36,7 +45,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: gpumemtrace run [options] -- command [argument...]\n"
 		"       gpumemtrace check [options] -- command [argument...]\n"
-		"       gpumemtrace view FILE...                            (not in this version)\n"
+		"       gpumemtrace view [options] FILE...\n"
 		"       gpumemtrace --help | --version\n");
 }
 
@@ -111,6 +120,12 @@ void gmt__help(void)
 	       "all powers of 1024. Under GitHub Actions (GITHUB_ACTIONS=true) each counted\n"
 	       "leak site is also an annotation: a ::error line on stdout (::warning when\n"
 	       "the leaks stay within the limits).\n"
+	       "\n"
+	       "gpumemtrace view reads snapshots: a terminal summary of one, what grew\n"
+	       "between two of one process, or one report of several processes (ranks);\n"
+	       "--html OUT writes a self-contained HTML report, --perfetto, --speedscope and\n"
+	       "--pytorch export for those viewers (gpumemtrace view --help, docs/viewer.md).\n"
+	       "It is Python (3.9 or newer), run with the python3 on PATH.\n"
 	       "\n"
 	       "The library is looked for beside this program: in its directory and the\n"
 	       "one above (build tree), in ../lib, ../" GMT_LIBDIR_REL ", ../lib/<multiarch>,\n"
@@ -366,6 +381,49 @@ static int run(int argc, char **argv)
 	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
 }
 
+/* `gpumemtrace view ARGS`: the viewer is Python (tools/gpumemtrace-view);
+ * run it with the python3 on PATH, the installed copy first, then the source
+ * tree this launcher was built from. */
+static int view(int argc, char **argv)
+{
+	const char *rel[] = { "../" GMT_DATADIR_REL "/gpumemtrace/gpumemtrace-view", GMT_VIEWER_SRC,
+			      GMT_VIEWER_INSTALLED };
+	char exe[PATH_MAX], path[PATH_MAX + 64];
+	char **args;
+	ssize_t n;
+	size_t i;
+
+	gmt__set_context("view: ");
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	if (strrchr(exe, '/') != NULL)
+		*strrchr(exe, '/') = '\0';
+	path[0] = '\0';
+	for (i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		if (rel[i][0] == '/')
+			snprintf(path, sizeof(path), "%s", rel[i]);
+		else
+			snprintf(path, sizeof(path), "%s/%s", exe, rel[i]);
+		if (is_file(path))
+			break;
+		path[0] = '\0';
+	}
+	if (path[0] == '\0')
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s, %s and %s)",
+		    exe, rel[0], GMT_VIEWER_SRC, GMT_VIEWER_INSTALLED);
+
+	args = calloc((size_t)argc + 2, sizeof(*args));
+	if (args == NULL)
+		gmt__die(GMT_EXIT_NO_COMMAND, "out of memory");
+	args[0] = "python3";
+	args[1] = path;
+	for (i = 2; i < (size_t)argc; i++)
+		args[i] = argv[i];
+	execvp(args[0], args);
+	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run python3 (the viewer needs Python 3.9 or newer): %s",
+	    strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : NULL;
@@ -387,6 +445,6 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "check") == 0)
 		return gmt__check(argc, argv);
 	if (strcmp(cmd, "view") == 0)
-		gmt__die(GMT_EXIT_USAGE, "'%s' is not available in this version (%s)", cmd, GMT_VERSION_STRING);
+		return view(argc, argv);
 	gmt__die(GMT_EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
 }

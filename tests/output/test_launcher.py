@@ -192,7 +192,6 @@ def test_errors(c: Checker, launcher: str, tmp: str) -> None:
         (["run", "--depth", "--", "env"], "--depth needs a value"),
         (["run", "--frob", "--", "env"], "unknown option '--frob'"),
         (["frobnicate"], "unknown command 'frobnicate'"),
-        (["view", "x.json"], "'view' is not available in this version"),
         (["check"], "no command"),
         (["check", "env"], "'--' must come before the command"),
         (["check", "--max-growth", "5%", "--", "env"], "--max-growth needs --baseline"),
@@ -230,6 +229,40 @@ def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
     c.eq("--version", (r.rc, r.out), (0, f"gpumemtrace {version}\n"))
 
 
+def test_view(c: Checker, launcher: str, tmp: str) -> None:
+    """`gpumemtrace view` runs the viewer with python3: the installed copy
+    (../share/gpumemtrace/ beside the launcher) first, else the source tree's;
+    its arguments, output and status pass through."""
+    prefix = os.path.join(tmp, "viewprefix")
+    os.makedirs(os.path.join(prefix, "bin"))
+    os.makedirs(os.path.join(prefix, "share", "gpumemtrace"))
+    exe = os.path.join(prefix, "bin", "gpumemtrace")
+    shutil.copy(launcher, exe)
+    fake = os.path.join(prefix, "share", "gpumemtrace", "gpumemtrace-view")
+    with open(fake, "w", encoding="utf-8") as f:
+        f.write("import sys\nprint('installed viewer', *sys.argv[1:])\nsys.exit(3)\n")
+    r = run(exe, ["view", "a.json", "--top", "5"])
+    c.eq("installed viewer: output", r.out, "installed viewer a.json --top 5\n")
+    c.eq("installed viewer: status passes through", r.rc, 3)
+
+    # The build tree's launcher finds the source tree's viewer.
+    r = run(launcher, ["view", "--help"])
+    c.eq("view --help: status", r.rc, 0)
+    c.true("view --help: the viewer's usage", "usage: gpumemtrace view" in r.out, r.out + r.err)
+    missing = os.path.join(tmp, "no-such-snapshot.json")
+    r = run(launcher, ["view", missing])
+    c.eq("view of a missing file: status", r.rc, 1)
+    c.eq("view of a missing file: stderr lines", len(r.err.splitlines()), 1)
+    c.true("view of a missing file: names it", r.err.startswith("gpumemtrace view: ") and missing in r.err, r.err)
+    r = run(launcher, ["view"])
+    c.eq("view without files: usage error", r.rc, 2)
+
+    env = clean_env()
+    env["PATH"] = os.path.join(tmp, "empty-path")
+    r = run(launcher, ["view", "x.json"], env=env)
+    one_line(c, "view without python3", r, 127, "cannot run python3")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("launcher")
@@ -247,6 +280,7 @@ def main() -> int:
         test_environment(c, a.launcher, tmp)
         test_errors(c, a.launcher, tmp)
         test_help(c, a.launcher, a.options_h, a.version)
+        test_view(c, a.launcher, tmp)
     if c.failures:
         print(f"{c.failures} failure(s)", file=sys.stderr)
     return 1 if c.failures else 0

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Unit test of the HTML report (tools/gmtview/html.py) without a browser: the
+pages of one snapshot, a diff and a merge hold the fixtures' known contents in
+their embedded data; nothing is fetched from the network or another file; a
+hostile snapshot's names never appear as markup and cannot end the data block;
+100,000 allocations are written quickly. Run directly (exit 1 on failure) or by
+meson (suite 'viewer'); tests/view/test_browser.py renders the pages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import sys
+import time
+import unittest
+from html.parser import HTMLParser
+from typing import Any, Dict, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, HERE)
+
+import fixtures  # noqa: E402
+from gmtview import html, load, model  # noqa: E402
+
+MiB = 1 << 20
+DATA_RE = re.compile(r'<script type="application/json" id="gmt-data">(.*?)</script>', re.S)
+# The one URL the page may hold: the SVG namespace, a name, not a resource.
+ALLOWED_URLS = {"http://www.w3.org/2000/svg"}
+
+
+def doc_of(d: Dict[str, Any], name: str = "t.json") -> Dict[str, Any]:
+    """d through the loader, as the cli hands it to report()."""
+    return load.parse(json.dumps(d), name)
+
+
+def embedded(page: str) -> Dict[str, Any]:
+    found = DATA_RE.findall(page)
+    assert len(found) == 1, f"{len(found)} data blocks"
+    return json.loads(found[0])
+
+
+def addresses(a: Dict[str, Any]) -> List[int]:
+    """The allocations' addresses back from the data's encoding."""
+    if a["addr_enc"] == "hex":
+        return [int(x, 16) for x in a["addr"]]
+    out, acc = [], 0
+    for x in a["addr"]:
+        acc += x
+        out.append(acc)
+    return out
+
+
+class Page(HTMLParser):
+    """The page's elements and attributes, and each script's text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: List[Tuple[str, Dict[str, Optional[str]]]] = []
+        self.scripts: List[Tuple[Dict[str, Optional[str]], str]] = []
+        self.styles: List[str] = []
+        self._in: Optional[str] = None
+        self._attrs: Dict[str, Optional[str]] = {}
+        self._buf: List[str] = []
+        self.text: List[str] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        a = dict(attrs)
+        self.tags.append((tag, a))
+        if tag in ("script", "style"):
+            self._in, self._attrs, self._buf = tag, a, []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._in:
+            if tag == "script":
+                self.scripts.append((self._attrs, "".join(self._buf)))
+            else:
+                self.styles.append("".join(self._buf))
+            self._in = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in:
+            self._buf.append(data)
+        else:
+            self.text.append(data)
+
+
+def parse_page(page: str) -> Page:
+    p = Page()
+    p.feed(page)
+    p.close()
+    return p
+
+
+class TestSingle(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        raw, cls.truth = fixtures.synthetic(n=3000, sites=25, devices=2, seed=7)
+        cls.doc = doc_of(raw)
+        cls.page = html.report([cls.doc], "single", ["snap.json"])
+        cls.data = embedded(cls.page)
+
+    def test_sites_hold_the_truth(self) -> None:
+        d = self.data["docs"][0]
+        s = d["sites"]
+        got = {sid: (b, c) for sid, b, c in zip(s["stack"], s["live"], s["count"]) if c}
+        self.assertEqual(got, self.truth["sites"])
+        # Most live bytes first, as the snapshot has them.
+        self.assertEqual(s["live"], sorted(s["live"], reverse=True))
+
+    def test_allocations_hold_the_truth(self) -> None:
+        a = self.data["docs"][0]["allocs"]
+        self.assertEqual(a["n"], self.truth["live_count"])
+        self.assertEqual(a["addr_enc"], "delta")
+        self.assertEqual(addresses(a), [int(x["address"], 16) for x in self.doc["allocations"]])
+        self.assertEqual(sum(a["size"]), self.truth["live_bytes"])
+        kinds = self.data["kinds"]
+        by_dev: Dict[int, Dict[str, int]] = {}
+        for k, dv, sz in zip(a["kind"], a["dev"], a["size"]):
+            by_dev.setdefault(dv, {}).setdefault(kinds[k], 0)
+            by_dev[dv][kinds[k]] += sz
+        self.assertEqual(by_dev, self.truth["devices"])
+        base = int(self.data["docs"][0]["base_ns"])
+        self.assertEqual([t + base for t in a["t"]], [x["time_ns"] for x in self.doc["allocations"]])
+        self.assertEqual([a["apis"][i] for i in a["api"]], [x["api"] for x in self.doc["allocations"]])
+
+    def test_titles_and_frames(self) -> None:
+        d = self.data["docs"][0]
+        st = d["stacks"]
+        fr = self.data["frames"]
+        for sid, title in self.truth["titles"].items():
+            j = st["id"].index(sid)
+            self.assertTrue(st["title"][j].startswith(title + " ("), st["title"][j])
+            self.assertEqual(st["title"][j], model.stack_title(self.doc, sid))
+            # Frames innermost first, as in the snapshot, by their text.
+            want = [model.frame_text(f) for f in self.doc["_stack_by_id"][sid]["frames"]]
+            self.assertEqual([fr["text"][i] for i in st["frames"][j]], want)
+        # Python frames are marked, the CUDA call too.
+        kinds = {fr["text"][i]: fr["kind"][i] for i in range(len(fr["text"]))}
+        self.assertEqual(kinds["<module> (train.py:1)"], 1)
+        self.assertEqual(kinds["cudaMalloc in libcudart.so.13"], 2)
+        self.assertEqual(kinds["__libc_start_main in libc.so.6"], 0)
+
+    def test_series_and_marks(self) -> None:
+        d = self.data["docs"][0]
+        s = self.doc["series"]
+        self.assertEqual([t + s["start_ns"] for t in d["series"]["t"]], s["time_ns"])
+        self.assertEqual([(c["device"], c["kind"], c["live"]) for c in d["series"]["cols"]],
+                         [(c["device"], c["kind"], c["live_bytes"]) for c in s["columns"]])
+        ooms = d["marks"]["oom"]
+        self.assertEqual(len(ooms), 1)
+        self.assertEqual(ooms[0][1:3], [0, 96 * MiB])
+        tags = {sp[0] for sp in d["marks"]["tags"]}
+        self.assertIn("train", tags)
+        for sp in d["marks"]["tags"]:
+            self.assertLessEqual(sp[1], sp[2])
+        self.assertEqual(d["time_ns"], str(self.doc["time_ns"]))
+
+    def test_static_sections(self) -> None:
+        p = self.page
+        self.assertIn("Out of memory:", p)
+        self.assertIn(html.esc(self.doc["diagnosis"]["summary"]), p)
+        for sec in ("diagnosis", "timeline", "flame", "sites", "allocations", "addrmap", "fragmentation",
+                    "stats"):
+            self.assertIn(f'<section id="{sec}"', p)
+        self.assertNotIn('<section id="leaks"', p)  # not an exit snapshot
+        self.assertIn(model.fmt_bytes(self.truth["live_bytes"]), p)
+
+    def test_self_contained(self) -> None:
+        self.assert_self_contained(self.page)
+
+    def assert_self_contained(self, page: str) -> None:
+        pp = parse_page(page)
+        for tag, attrs in pp.tags:
+            self.assertNotIn(tag, ("link", "img", "iframe", "object", "embed", "base", "form", "audio",
+                                   "video", "source", "frame"), f"<{tag}> in the page")
+            self.assertNotIn("src", attrs, f"<{tag} src=…>")
+            for k, v in attrs.items():
+                self.assertFalse(k.startswith("on"), f"<{tag} {k}=…>")
+                if k == "href":
+                    self.assertTrue((v or "").startswith("#"), f"<{tag} href={v!r}>")
+        self.assertEqual(set(re.findall(r"https?://[^\s\"'<>)]*", page)) - ALLOWED_URLS, set())
+        css = "".join(pp.styles)
+        self.assertNotIn("url(", css)
+        self.assertNotIn("@import", css)
+        js = [t for a, t in pp.scripts if a.get("type") != "application/json"]
+        self.assertEqual(len(js), 1)
+        for word in ("fetch(", "XMLHttpRequest", "WebSocket", "import(", "importScripts", "EventSource",
+                     "sendBeacon", ".src =", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write",
+                     "eval(", "new Function"):
+            self.assertNotIn(word, js[0], word)
+        # The policy lets only this script and this style in.
+        csp = [a["content"] for t, a in pp.tags
+               if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+        self.assertEqual(len(csp), 1)
+        self.assertIn("default-src 'none'", csp[0])
+        self.assertIn(html._csp_hash(js[0]), csp[0])
+        self.assertIn(html._csp_hash(css), csp[0])
+        self.assertNotIn("unsafe-inline", csp[0])
+
+    def test_assets_are_inlined(self) -> None:
+        self.assertIn(html._asset("report.js"), self.page)
+        self.assertIn(html._asset("report.css"), self.page)
+
+
+class TestHostile(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        raw, cls.truth = fixtures.hostile(n=500)
+        cls.doc = doc_of(raw, fixtures.HOSTILE + ".json")
+        cls.page = html.report([cls.doc], "single", [fixtures.HOSTILE + ".json"])
+
+    def test_no_markup_from_names(self) -> None:
+        p = self.page
+        for raw in ("<script>alert", "<img src=x", "onerror=alert(1)>", "\u202e", "\x01"):
+            self.assertNotIn(raw, p)
+        pp = parse_page(p)
+        self.assertEqual([t for t, a in pp.tags if t == "script"], ["script", "script"])
+        self.assertEqual([t for t, a in pp.tags if t == "img"], [])
+        for tag, attrs in pp.tags:
+            for k in attrs:
+                self.assertFalse(k.startswith("on"), f"<{tag} {k}>")
+        # The names are there, as text.
+        text = "".join(pp.text)
+        self.assertIn('site_2<script>alert("x")</script><img src=x onerror=alert(1)>&amp;\\u202e\\u0001"\'',
+                      text)
+
+    def test_data_block_cannot_end_early(self) -> None:
+        m = DATA_RE.search(self.page)
+        assert m is not None
+        block = m.group(1)
+        for c in "<>&\u2028\u2029":
+            self.assertNotIn(c, block)
+        # What the browser's parser takes as the block's text is the whole block,
+        # and it reads back to the names as they were.
+        pp = parse_page(self.page)
+        data_blocks = [t for a, t in pp.scripts if a.get("type") == "application/json"]
+        self.assertEqual(len(data_blocks), 1)
+        data = json.loads(data_blocks[0])
+        self.assertEqual(data["docs"][0]["label"], model.process_label(self.doc))
+        self.assertIn(fixtures.HOSTILE, data["docs"][0]["label"])
+        self.assertEqual(data["files"], [fixtures.HOSTILE + ".json"])
+
+    def test_json_for_script(self) -> None:
+        nasty = "</script><!--<script>\u2028\u2029&amp;</SCRIPT>\ud800"
+        out = html.json_for_script({"k": nasty, "n": [1, 2]})
+        for c in "<>&\u2028\u2029":
+            self.assertNotIn(c, out)
+        self.assertTrue(out.isascii())
+        self.assertEqual(json.loads(out), {"k": nasty, "n": [1, 2]})
+
+    def test_leaks_section(self) -> None:
+        self.assertIn('<section id="leaks"', self.page)
+        self.assertIn("Leaks at exit", self.page)
+        self.assertIn(html.esc("global 'kept" + fixtures.HOSTILE), self.page)
+
+    def test_lone_surrogate_encodes(self) -> None:
+        raw, _ = fixtures.synthetic(n=20, evil="\ud800x")
+        page = html.report([doc_of(raw)], "single", ["\udcffname.json"])
+        page.encode("utf-8")  # would raise on a lone surrogate
+        self.assertIn("\ufffdname.json", page)
+
+    def test_clean(self) -> None:
+        self.assertEqual(html.clean("a\x01b\u202ec\x7f"), "a\\u0001b\\u202ec\\u007f")
+        self.assertEqual(html.esc('<a href="x">'), "&lt;a href=&quot;x&quot;&gt;")
+
+
+class TestModes(unittest.TestCase):
+    def test_diff(self) -> None:
+        old_raw, _ = fixtures.synthetic(n=400, seed=3, oom=False)
+        new_raw, _ = fixtures.synthetic(n=900, seed=3)
+        old, new = doc_of(old_raw, "old.json"), doc_of(new_raw, "new.json")
+        page = html.report([old, new], "diff", ["old.json", "new.json"])
+        data = embedded(page)
+        rows = model.diff(old, new)
+        self.assertEqual(data["mode"], "diff")
+        self.assertEqual(data["diff"]["title"], [r["title"] for r in rows])
+        self.assertEqual(data["diff"]["delta_bytes"], [r["delta_bytes"] for r in rows])
+        self.assertEqual(sum(data["diff"]["delta_bytes"]),
+                         new["summary"]["live_bytes"] - old["summary"]["live_bytes"])
+        self.assertEqual(len(data["docs"]), 2)
+        self.assertIn("From the older to the newer snapshot", page)
+        self.assertIn("Growth by site", page)
+        TestSingle.assert_self_contained(self, page)
+
+    def test_merge(self) -> None:
+        raws = [fixtures.synthetic(n=300 + 100 * r, seed=10 + r, pid=100 + r, rank=r, oom=r == 1)
+                for r in (2, 0, 1)]
+        docs = [doc_of(r[0], f"rank{i}.json") for i, r in enumerate(raws)]
+        files = ["r2.json", "r0.json", "r1.json"]
+        page = html.report(docs, "merge", files)
+        data = embedded(page)
+        m = model.merge(docs)
+        mg = data["merge"]
+        self.assertEqual([p["label"] for p in mg["processes"]], [p["label"] for p in m["processes"]])
+        self.assertEqual([p["doc"] for p in mg["processes"]], [1, 2, 0])  # rank order
+        self.assertEqual(mg["by"], [s["by_process"] for s in m["sites"]])
+        self.assertEqual(sum(mg["live"]), sum(t[1]["live_bytes"] for t in raws))
+        # Per site and rank, the truth of each fixture.
+        for row, title in enumerate(mg["title"]):
+            sid = mg["stack"][row]
+            for pos, p in enumerate(mg["processes"]):
+                want = raws[p["doc"]][1]["sites"].get(sid, (0, 0))[0]
+                self.assertEqual(mg["by"][row][pos], want, (title, p["label"]))
+        self.assertEqual(len(data["docs"]), 3)
+        self.assertTrue(all(p["offset"] >= 0 for p in mg["processes"]))
+        self.assertIn("3 processes hold", page)
+        TestSingle.assert_self_contained(self, page)
+
+    def test_bad_arguments(self) -> None:
+        d = doc_of(fixtures.synthetic(n=5)[0])
+        with self.assertRaises(ValueError):
+            html.report([d], "sideways", ["a"])
+        with self.assertRaises(ValueError):
+            html.report([d], "diff", ["a"])
+        with self.assertRaises(ValueError):
+            html.report([d, d], "single", ["a", "b"])
+
+
+class TestEdges(unittest.TestCase):
+    def test_empty_snapshot(self) -> None:
+        raw = {"format": "gpumemtrace-snapshot", "version": 1, "reason": "api", "seq": 1,
+               "time_ns": fixtures.T0, "pid": 7,
+               "summary": {"live_bytes": 0, "live_count": 0, "peak_bytes": 0, "total_allocs": 0,
+                           "total_frees": 0}}
+        page = html.report([doc_of(raw)], "single", ["empty.json"])
+        data = embedded(page)
+        self.assertEqual(data["docs"][0]["allocs"]["n"], 0)
+        self.assertEqual(data["docs"][0]["series"]["t"], [])
+        self.assertNotIn('<section id="fragmentation"', page)
+
+    def test_high_addresses_as_hex(self) -> None:
+        raw, _ = fixtures.synthetic(n=10)
+        raw["allocations"][-1]["address"] = "0xfffffffffffff000"
+        d = doc_of(raw)
+        a = embedded(html.report([d], "single", ["x"]))["docs"][0]["allocs"]
+        self.assertEqual(a["addr_enc"], "hex")
+        self.assertEqual(addresses(a), [int(x["address"], 16) for x in d["allocations"]])
+
+    def test_no_sites_section(self) -> None:
+        raw, truth = fixtures.synthetic(n=200)
+        del raw["sites"]
+        s = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]["sites"]
+        self.assertEqual({k: (b, c) for k, b, c in zip(s["stack"], s["live"], s["count"])}, truth["sites"])
+
+    def test_tag_spans(self) -> None:
+        raw, _ = fixtures.synthetic(n=50, sites=4, points=10)
+        ev = raw["history"]["events"] = []
+        # Thread 1: tagged, tagged, untagged (closes), tagged again.
+        for i, st in enumerate((1, 3, 2, 1)):
+            ev.append({"op": "alloc", "seq": i + 1, "time_ns": fixtures.T0 + (i + 1) * 1000,
+                       "address": "0x1000", "size": 1, "kind": "device", "device": 0, "api": "x",
+                       "thread": 1, "stack": st})
+        d = doc_of(raw)
+        spans = html._tag_spans(d, fixtures.T0)
+        train = sorted(sp[1:] for sp in spans if sp[0] == "train")
+        self.assertEqual(train, [[1000, 2000, 2], [4000, 4000, 1]])
+        self.assertEqual(sorted(sp[1:] for sp in spans if sp[0] == "layer1"),
+                         [[1000, 1000, 1], [4000, 4000, 1]])
+
+
+class TestSpeed(unittest.TestCase):
+    def test_100k_allocations(self) -> None:
+        raw, truth = fixtures.synthetic(n=100_000, sites=200, devices=2, seed=5)
+        d = doc_of(raw)
+        t = time.perf_counter()
+        page = html.report([d], "single", ["big.json"])
+        secs = time.perf_counter() - t
+        print(f"\n  100k allocations: report() {secs:.3f} s, {len(page) / 1e6:.1f} MB", file=sys.stderr)
+        self.assertLess(secs, 2.0)
+        # Compact: well under the snapshot's own JSON.
+        self.assertLess(len(page), len(json.dumps(raw)) / 3)
+        self.assertEqual(embedded(page)["docs"][0]["allocs"]["n"], 100_000)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,525 @@
+#!/usr/bin/env python3
+"""Tests of the viewer's terminal views (tools/gmtview/summary.py): the numbers
+printed are those the synthetic snapshots were built with, no line is wider
+than asked, colour only when asked, names from a hostile snapshot cannot
+reach the terminal as control characters, and the diff and merge show the
+right deltas and per-rank bytes. With a build directory, the same on the demo
+program's snapshots from the simulated GPU.
+
+    python3 tests/view/test_summary.py [BUILD_DIR]
+
+Exits non-zero when a test fails (meson suite 'viewer')."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import sys
+import tempfile
+import traceback
+import unicodedata
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [os.path.join(ROOT, "tools"), HERE]
+
+import fixtures  # noqa: E402
+from gmtview import load, summary  # noqa: E402
+from gmtview.model import fmt_bytes, fmt_delta  # noqa: E402
+
+Doc = Dict[str, Any]
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+# Every way a name could try to drive a terminal: CSI and OSC sequences, a
+# one-byte C1 CSI, bidi overrides and isolates, zero-width and line
+# separators, NUL, DEL, a lone surrogate (which cannot even be encoded).
+EVIL = ("\x1b[31mRED\x1b[0m\x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil\u2066\u200b\u2028\u2029"
+        "\x00\x7f\ud800\r\n\t")
+TESTS: List[Callable[[], None]] = []
+BUILD_DIR: Optional[str] = None
+
+
+def test(fn: Callable[[], None]) -> Callable[[], None]:
+    TESTS.append(fn)
+    return fn
+
+
+def eq(got: Any, want: Any, what: str) -> None:
+    if got != want:
+        raise AssertionError(f"{what}: got {got!r}, want {want!r}")
+
+
+def has(text: str, part: str, what: str) -> None:
+    if part not in text:
+        raise AssertionError(f"{what}: {part!r} not in:\n{text}")
+
+
+def checked(doc: Doc, name: str = "synthetic") -> Doc:
+    """doc as the viewer reads it: through JSON and load's checks."""
+    return load.parse(json.dumps(doc), name)
+
+
+def synthetic(**kw: Any) -> Tuple[Doc, Dict[str, Any]]:
+    doc, truth = fixtures.synthetic(**kw)
+    return checked(doc), truth
+
+
+def cols(line: str) -> int:
+    """Terminal columns of line, counted apart from summary.text_width."""
+    n = 0
+    for ch in SGR.sub("", line):
+        if unicodedata.category(ch) in ("Mn", "Me"):
+            continue
+        n += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return n
+
+
+def check_width(text: str, width: int, what: str) -> None:
+    for i, line in enumerate(text.split("\n")):
+        if cols(line) > width:
+            raise AssertionError(f"{what}: line {i + 1} is {cols(line)} columns, more than {width}:\n{line}")
+
+
+def check_safe(text: str, color: bool, what: str) -> None:
+    """No character a terminal acts on, except newlines and, with colour,
+    SGR sequences; and the text can be written as UTF-8."""
+    plain = SGR.sub("", text) if color else text
+    for i, ch in enumerate(plain):
+        if ch == "\n":
+            continue
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            ctx = plain[max(0, i - 30):i + 10]
+            raise AssertionError(f"{what}: raw {ch!r} at {i} in the output: …{ctx!r}…")
+    text.encode("utf-8")
+
+
+def section(text: str, title: str) -> str:
+    """The lines from the heading title to the next heading (a line that
+    starts without a space) or the end."""
+    out: List[str] = []
+    inside = False
+    for line in text.split("\n"):
+        if line.startswith(title):
+            inside = True
+            out.append(line)
+            continue
+        if inside:
+            if line and not line.startswith(" "):
+                break
+            out.append(line)
+    if not out:
+        raise AssertionError(f"no section {title!r} in:\n{text}")
+    return "\n".join(out)
+
+
+def site_entries(text: str) -> List[str]:
+    """The entries of "Top sites by live bytes", one string per site."""
+    entries: List[str] = []
+    for line in section(text, "Top sites by live bytes").split("\n")[1:]:
+        if re.match(r"^\s+\d+\. ", line):
+            entries.append(line)
+        elif entries and line.strip():
+            entries[-1] += "\n" + line
+    return entries
+
+
+# --------------------------------------------------------------------------
+# One snapshot
+
+@test
+def facts_equal_truth() -> None:
+    doc, truth = synthetic(devices=2, seed=3, n=800, sites=12)
+    f = summary.facts(doc, top=12)
+    want_sites = sorted(((b, c, s) for s, (b, c) in truth["sites"].items()), key=lambda x: (-x[0], x[2]))
+    eq([(x["live_bytes"], x["live_count"], x["stack"]) for x in f["sites"]], want_sites, "sites in order")
+    for d in f["devices"]:
+        eq(dict(d["kinds"]), truth["devices"][d["index"]], f"device {d['index']} by kind")
+    eq(dict(f["host"]), truth["devices"].get(-1, {}), "host memory by kind")
+    eq(f["summary"]["live_bytes"], truth["live_bytes"], "live bytes")
+    eq(f["summary"]["live_count"], truth["live_count"], "live count")
+    for x in f["sites"]:
+        eq(sum(b for _, _, b in x["places"]), truth["sites"][x["stack"]][0], f"site {x['stack']} places")
+
+
+@test
+def printed_numbers_equal_truth() -> None:
+    doc, truth = synthetic(devices=2, seed=5, n=600, sites=10)
+    text = summary.summary(doc, width=80, top=5)
+    has(text, f"live:    {fmt_bytes(truth['live_bytes'])} in {truth['live_count']} allocations", "header")
+    ranked = sorted(truth["sites"].items(), key=lambda kv: (-kv[1][0], kv[0]))
+    entries = site_entries(text)
+    eq(len(entries), 5, "sites listed with top=5")
+    for (sid, (b, c)), entry in zip(ranked, entries):
+        first = entry.split("\n")[0]
+        has(first, f" {fmt_bytes(b)}  ", f"site {sid}'s bytes")
+        has(entry, f"{c} allocs", f"site {sid}'s count")
+        has(entry, f"site_{sid} (", f"site {sid}'s frame")
+    devices = section(text, "Devices")
+    for dev in (0, 1):
+        block = devices.split(f"GPU {dev}:")[1].split("GPU ")[0].split("  host:")[0]
+        for kind, b in truth["devices"][dev].items():
+            has(block, f"{kind} {fmt_bytes(b)}", f"GPU {dev} {kind}")
+    host = truth["devices"][-1]
+    has(devices, f"host: {fmt_bytes(sum(host.values()))} live", "host memory")
+    # The synthetic oom: the growth verdict and the failed request.
+    why = section(text, "Why it failed")
+    has(why, "verdict: growth", "verdict")
+    has(why, "request: 96.0 MiB of device memory by cuMemAlloc_v2 on GPU 0", "failed request")
+    has(why, "at site_2 (model2.c:10)", "failed request's frame")
+    has(section(text, "Leak suspects"), "site_1 (model1.c:10)", "suspect")
+    has(section(text, "Fragmentation on GPU 0"), "3.00 MiB stranded", "stranded bytes")
+    tags = section(text, "Region tags")
+    tag_bytes: Dict[str, int] = {}
+    for sid, (b, _) in truth["sites"].items():
+        if sid % 2:
+            for t in ("train", f"layer{sid % 4}"):
+                tag_bytes[t] = tag_bytes.get(t, 0) + b
+    for t, b in tag_bytes.items():
+        if not re.search(rf"^  {t} +{re.escape(fmt_bytes(b))}$", tags, re.M):
+            raise AssertionError(f"tag {t}: {fmt_bytes(b)} not in:\n{tags}")
+
+
+@test
+def leaks_of_an_exit_snapshot() -> None:
+    doc, truth = synthetic(oom=False, leaks=True, seed=7)
+    lk = doc["leaks"]
+    text = summary.summary(doc, width=80)
+    s = section(text, "Leak check")
+    c = lk["totals"]["counted"]
+    has(s, f"{fmt_bytes(c['bytes'])} in {c['count']} allocations count as leaks", "counted total")
+    for g in lk["sites"]:
+        has(s, f"{fmt_bytes(g['bytes'])} in {g['count']} allocation", f"leak site {g['stack']}")
+    has(s, "held by global 'kept' (app)", "referenced_from")
+    has(s, "no host memory holds its address", "a leaked site")
+    has(s, "scan: 10 mappings, 1.00 MiB read", "scan note")
+    if "Why it failed" in text:
+        raise AssertionError("an exit snapshot has no diagnosis section")
+    # Rules, a suppressed site and a scan that did not run.
+    d2 = copy.deepcopy(doc)
+    d2["leaks"]["suppressions"] = [{"rule": "cached:CUDACachingAllocator", "source": "built-in", "line": None,
+                                    "hits": 3, "bytes": 12 << 20}]
+    d2["leaks"]["sites"].append({"stack": 4, "class": "cached", "counted": False, "suppressed_by": None,
+                                 "rule": "cached:CUDACachingAllocator", "rule_source": "built-in", "count": 3,
+                                 "bytes": 12 << 20, "kinds": {"device": 12 << 20}, "devices": [0],
+                                 "addresses": [], "referenced_from": None})
+    d2["leaks"]["scan"] = {"done": False, "why": "process_vm_readv and /proc/self/mem both refused"}
+    d2.pop("_stack_by_id")
+    s2 = section(summary.summary(checked(d2), width=80), "Leak check")
+    has(s2, "cached:CUDACachingAllocator (built-in): 3 hits, 12.0 MiB", "rule")
+    has(s2, "not counted: cached 12.0 MiB in 3", "not counted site")
+    has(s2, "no scan", "scan not done")
+
+
+@test
+def widths_are_respected() -> None:
+    long_name = "ns::" * 40 + "very_long_function_name_" * 6
+    wide = "\u8a13\u7df4\u30eb\u30fc\u30d7\u306e\u95a2\u6570\u540d" * 4  # CJK: two columns each
+    combining = "e\u0301" * 30
+    docs = {
+        "oom": synthetic(devices=2)[0],
+        "exit": synthetic(oom=False, leaks=True)[0],
+        "hostile": checked(fixtures.hostile(devices=2)[0]),
+        "evil": checked(fixtures.hostile(evil=EVIL)[0]),
+        "long": checked(fixtures.synthetic(evil=long_name, leaks=True)[0]),
+        "wide": checked(fixtures.synthetic(evil=wide, leaks=True)[0]),
+        "combining": checked(fixtures.synthetic(evil=combining)[0]),
+    }
+    for name, doc in docs.items():
+        for width in (80, 40, 100, 24, 1):
+            for color in (False, True):
+                check_width(summary.summary(doc, width=width, color=color, top=5), width,
+                            f"{name} at {width}{' in colour' if color else ''}")
+    for width in (80, 40):
+        a, b = docs["long"], checked(fixtures.synthetic(evil=wide, seed=9, n=700)[0])
+        check_width(summary.diff_text(a, b, width=width, top=5), width, f"diff at {width}")
+        ranks = [checked(fixtures.synthetic(rank=r, pid=100 + r, seed=r, evil=long_name, n=200)[0])
+                 for r in range(10)]
+        check_width(summary.merge_text(ranks, width=width, top=5), width, f"merge of 10 at {width}")
+        check_width(summary.merge_text(ranks[:4], width=width, top=5), width, f"merge of 4 at {width}")
+
+
+@test
+def colour_only_when_asked() -> None:
+    doc = synthetic(leaks=True)[0]
+    a, b = synthetic(seed=1)[0], synthetic(seed=2)[0]
+    ranks = [synthetic(rank=r, pid=200 + r, seed=r)[0] for r in range(3)]
+    for what, make in (("summary", lambda c: summary.summary(doc, color=c)),
+                       ("diff", lambda c: summary.diff_text(a, b, color=c)),
+                       ("merge", lambda c: summary.merge_text(ranks, color=c))):
+        plain = make(False)
+        if "\x1b" in plain:
+            raise AssertionError(f"{what}: an escape character without colour")
+        coloured = make(True)
+        if not SGR.search(coloured):
+            raise AssertionError(f"{what}: no colour with color=True")
+        if "\x1b" in SGR.sub("", coloured):
+            raise AssertionError(f"{what}: an escape that is not a colour")
+        eq([l.rstrip() for l in SGR.sub("", coloured).split("\n")], plain.split("\n"),
+           f"{what}: the coloured text less its colour is the plain text")
+
+
+@test
+def hostile_names_are_escaped() -> None:
+    for evil in (fixtures.HOSTILE, EVIL):
+        doc = checked(fixtures.hostile(evil=evil, devices=2)[0])
+        old = checked(fixtures.hostile(evil=evil, seed=2, n=400)[0])
+        ranks = [checked(fixtures.hostile(evil=evil, rank=r, pid=300 + r, seed=r, n=200)[0]) for r in range(3)]
+        for color in (False, True):
+            texts = {"summary": summary.summary(doc, color=color, width=200, top=20),
+                     "diff": summary.diff_text(old, doc, color=color, width=200),
+                     "merge": summary.merge_text(ranks, color=color, width=200)}
+            for what, text in texts.items():
+                check_safe(text, color, f"{what} (colour {color})")
+    # The escapes are visible: a reader sees that the name held them.
+    text = summary.summary(checked(fixtures.hostile(evil=EVIL)[0]), width=300)
+    for visible in ("\\x1b[31mRED", "\\x1b]0;pwned\\x07", "\\x9b31m", "\\u202eevil", "\\u2066", "\\u200b",
+                    "\\u2028", "\\x00", "\\x7f", "\\ud800", "\\r\\n\\t"):
+        has(text, visible, "an escaped name")
+    eq(summary.clean("plain \u00e9t\u00e9 \u8a13"), "plain \u00e9t\u00e9 \u8a13", "printable text kept")
+    eq(summary.clean("a\x1bb\u202ec\U000e0001"), "a\\x1bb\\u202ec\\U000e0001", "clean()")
+
+
+@test
+def minimal_and_empty_snapshots() -> None:
+    minimal = {"format": "gpumemtrace-snapshot", "version": 1, "reason": "signal", "seq": 1,
+               "time_ns": 0, "pid": 1,
+               "summary": {"live_bytes": 0, "live_count": 0, "peak_bytes": 0, "total_allocs": 0,
+                           "total_frees": 0}}
+    doc = checked(minimal)
+    text = summary.summary(doc)
+    has(text, "snapshot on a signal", "header")
+    has(text, "(command line not known)", "no argv")
+    summary.diff_text(doc, doc)
+    summary.merge_text([doc, checked(dict(minimal, pid=2))])
+    # A site without a stack, a snapshot at the end of time.
+    d = copy.deepcopy(minimal)
+    d.update(time_ns=(1 << 64) - 1, summary=dict(minimal["summary"], live_bytes=4096, live_count=1),
+             allocations=[{"address": "0x1000", "size": 4096, "device": 0, "kind": "device", "stack": 0}],
+             sites=[{"stack": 0, "live_bytes": 4096, "live_count": 1}])
+    has(summary.summary(checked(d)), "(no stack recorded)", "site without a stack")
+
+
+@test
+def tracer_warnings_and_host_oom() -> None:
+    doc, _ = fixtures.synthetic(n=50)
+    doc["stats"].update(ring_full=3, unknown_frees=2, undone=5, python_stacks=7, snapshots=1)
+    # Pinned host memory that failed: a failed request and no diagnosis.
+    del doc["diagnosis"]
+    doc["failed_request"].update(device=-1, kind="host", api="cuMemHostAlloc")
+    text = summary.summary(checked(doc))
+    warn = section(text, "Tracer warnings")
+    has(warn, "ring_full = 3", "ring_full")
+    has(warn, "unknown_frees = 2", "unknown_frees")
+    for quiet in ("undone", "python_stacks", "snapshots", "events"):
+        if quiet in warn:
+            raise AssertionError(f"{quiet} is no warning:\n{warn}")
+    if "Tracer warnings" in summary.summary(synthetic(n=50)[0]):
+        raise AssertionError("warnings without a counter that warns")
+    failed = section(text, "Failed request")
+    has(" ".join(failed.split()), "96.0 MiB of pinned host memory by cuMemHostAlloc (CUresult 2", "host request")
+
+
+@test
+def top_controls_length() -> None:
+    doc = synthetic(n=2000, sites=60, leaks=True)[0]
+    short = summary.summary(doc, top=1).count("\n")
+    long = summary.summary(doc, top=40).count("\n")
+    if not short < long:
+        raise AssertionError(f"top=1 gives {short} lines, top=40 {long}")
+    eq(len(site_entries(summary.summary(doc, top=3))), 3, "sites listed with top=3")
+
+
+# --------------------------------------------------------------------------
+# Two snapshots
+
+def _pair() -> Tuple[Doc, Doc, Dict[str, Any], Dict[str, Any]]:
+    old, t_old = fixtures.synthetic(seed=1, n=500, sites=20)
+    new, t_new = fixtures.synthetic(seed=2, n=900, sites=24)
+    new["time_ns"] = old["time_ns"] + 5_000_000_000
+    return checked(old, "old"), checked(new, "new"), t_old, t_new
+
+
+@test
+def diff_shows_the_deltas() -> None:
+    old, new, t_old, t_new = _pair()
+    f = summary.diff_facts(old, new, top=10)
+    eq(f["totals"]["live_bytes"], (t_old["live_bytes"], t_new["live_bytes"],
+                                   t_new["live_bytes"] - t_old["live_bytes"]), "live bytes")
+    eq(f["reversed"], False, "order")
+    for group in ("grew", "new_sites", "shrank", "gone"):
+        for r in f[group]:
+            sid = r["stack"]
+            ob, oc = t_old["sites"].get(sid, (0, 0))
+            nb, nc = t_new["sites"].get(sid, (0, 0))
+            eq((r["old_bytes"], r["new_bytes"], r["delta_bytes"]), (ob, nb, nb - ob), f"{group} site {sid}")
+            eq(r["delta_count"], nc - oc, f"{group} site {sid} count")
+    eq(sorted(r["stack"] for r in f["new_sites"]), [21, 22, 23, 24], "new sites")
+    eq(f["gone"], [], "gone sites")
+    for r in f["kinds"]:
+        want_old = t_old["devices"].get(r["device"], {}).get(r["kind"], 0)
+        want_new = t_new["devices"].get(r["device"], {}).get(r["kind"], 0)
+        eq((r["old"], r["new"]), (want_old, want_new), f"device {r['device']} {r['kind']}")
+
+    text = summary.diff_text(old, new, width=80, top=5)
+    has(text, "changes are from the first (older) to the second", "order note")
+    has(section(text, "Totals"), f"{fmt_bytes(t_old['live_bytes']):>10} \u2192 "
+        f"{fmt_bytes(t_new['live_bytes']):>10}  {fmt_delta(t_new['live_bytes'] - t_old['live_bytes'])}",
+        "live totals")
+    grew = section(text, "Grew").split("\n")
+    top_row = f["grew"][0]
+    has(grew[1], fmt_delta(top_row["delta_bytes"]), "largest growth")
+    has(grew[1], f"site_{top_row['stack']} (", "largest growth's site")
+    added = section(text, "New sites")
+    for sid in (21, 22, 23, 24):
+        has(added, f"site_{sid} (", f"new site {sid}")
+        has(added, fmt_delta(t_new["sites"][sid][0]), f"new site {sid}'s bytes")
+    kinds = section(text, "By device and kind")
+    for dev, kinds_new in t_new["devices"].items():
+        for kind, b in kinds_new.items():
+            d = b - t_old["devices"].get(dev, {}).get(kind, 0)
+            label = "host   pinned" if dev < 0 else f"GPU {dev}  {kind}"
+            if not re.search(rf"^  {re.escape(label)} .*{re.escape(fmt_delta(d))}$", kinds, re.M):
+                raise AssertionError(f"{label} {fmt_delta(d)} not in:\n{kinds}")
+
+
+@test
+def diff_in_the_wrong_order() -> None:
+    old, new, t_old, t_new = _pair()
+    f = summary.diff_facts(new, old)
+    eq(f["reversed"], True, "order")
+    eq(f["totals"]["live_bytes"][2], t_old["live_bytes"] - t_new["live_bytes"], "computed as given")
+    eq(sorted(r["stack"] for r in f["gone"]), [21, 22, 23, 24], "gone sites")
+    text = summary.diff_text(new, old, width=80)
+    has(text, "NOTE: the first snapshot is the newer one (5.00 s after the second)", "order note")
+    gone = section(text, "Gone")
+    for sid in (21, 22, 23, 24):
+        has(gone, f"site_{sid} (", f"gone site {sid}")
+
+
+@test
+def diff_of_different_processes_and_no_change() -> None:
+    a = synthetic(pid=11)[0]
+    b = synthetic(pid=12)[0]
+    text = summary.diff_text(a, b)
+    has(text, "different processes", "note")
+    has(text, "no site changed", "same sites")
+
+
+# --------------------------------------------------------------------------
+# Several processes
+
+def _ranks(n: int, oom_rank: int = 2) -> Tuple[List[Doc], List[Dict[str, Any]]]:
+    docs, truths = [], []
+    # Given out of order: the report orders by rank.
+    for r in reversed(range(n)):
+        d, t = fixtures.synthetic(seed=r + 10, rank=r, pid=5000 + r, oom=(r == oom_rank), n=300)
+        docs.append(checked(d, f"rank{r}"))
+        truths.append(t)
+    return docs, list(reversed(truths))
+
+
+@test
+def merge_of_four_ranks() -> None:
+    docs, truths = _ranks(4)
+    f = summary.merge_facts(docs, top=5)
+    eq([p["rank"] for p in f["processes"]], [0, 1, 2, 3], "rank order")
+    eq(f["live_bytes"], sum(t["live_bytes"] for t in truths), "total live")
+    for s in f["sites"]:
+        sid = s["stack"]
+        eq(s["by_process"], [t["sites"].get(sid, (0, 0))[0] for t in truths], f"site {sid} per rank")
+    text = summary.merge_text(docs, width=80, top=5)
+    procs = section(text, "Processes")
+    for r, t in enumerate(truths):
+        row = next((l for l in procs.split("\n") if re.match(rf"^  {r} ", l)), None)
+        if row is None:
+            raise AssertionError(f"no row for rank {r} in:\n{procs}")
+        has(row, str(5000 + r), f"rank {r}'s pid")
+        has(row, fmt_bytes(t["live_bytes"]), f"rank {r}'s live bytes")
+        if r == 2:
+            has(row, "OOM: 96.0 MiB on GPU 0", "the out-of-memory rank")
+        elif "OOM" in row:
+            raise AssertionError(f"rank {r} is not out of memory: {row}")
+    has(section(text, "Out of memory"), "rank 2 (pid 5002 on node7):", "which rank")
+    has(section(text, "Totals"), f"live: {fmt_bytes(f['live_bytes'])} in 1200 allocations", "totals")
+    sites = section(text, "Top sites across processes")
+    for s in f["sites"]:
+        for r, b in enumerate(s["by_process"]):
+            has(sites, f"rank {r}: {fmt_bytes(b)}", f"site {s['stack']} on rank {r}")
+
+
+@test
+def merge_of_many_ranks() -> None:
+    docs, truths = _ranks(12, oom_rank=7)
+    f = summary.merge_facts(docs, top=3)
+    text = summary.merge_text(docs, width=80, top=3)
+    sites = section(text, "Top sites across processes")
+    for s in f["sites"]:
+        per = [t["sites"].get(s["stack"], (0, 0))[0] for t in truths]
+        hi = max(range(12), key=lambda r: (per[r], -r))
+        lo = min(range(12), key=lambda r: (per[r], r))
+        has(sites, f"largest: rank {hi} ({fmt_bytes(per[hi])})", f"site {s['stack']}'s largest rank")
+        has(sites, f"smallest: rank {lo} ({fmt_bytes(per[lo])})", f"site {s['stack']}'s smallest rank")
+    if "rank 5: " in sites:
+        raise AssertionError("twelve ranks: one line per site, not a cell per rank")
+    has(section(text, "Out of memory"), "rank 7 (pid 5007", "which rank")
+    # More processes than the table shows: the out-of-memory one stays.
+    many, _ = _ranks(40, oom_rank=0)
+    procs = section(summary.merge_text(many, width=80, top=3), "Processes")
+    has(procs, "16 of 40", "table limit")
+    if not re.search(r"^  0 .*OOM", procs, re.M):
+        raise AssertionError(f"the out-of-memory rank 0 left out:\n{procs}")
+
+
+# --------------------------------------------------------------------------
+# The demo program on the simulated GPU
+
+@test
+def simulator_snapshots() -> None:
+    if not BUILD_DIR:
+        print("  (no BUILD_DIR given: the simulator's snapshots are not tested)")
+        return
+    with tempfile.TemporaryDirectory(prefix="gmt-view-test.") as out:
+        paths = fixtures.simulator_snapshots(BUILD_DIR, out)
+        oom, ext = load.load(paths["oom"]), load.load(paths["exit"])
+    text = summary.summary(oom, width=80)
+    check_width(text, 80, "simulator oom")
+    print(text, end="")
+    has(section(text, "Why it failed"), "verdict: growth", "verdict")
+    has(" ".join(text.split()), "1 allocation site kept growing and added 3.06 GiB", "diagnosis summary")
+    first = site_entries(text)[0]
+    has(first.split("\n")[0], "3.12 GiB", "top site's bytes")
+    has(first, "stream_alloc (train_loop.c:112)\n", "top site's first frame")
+    has(first, "\u2190 train_step (train_loop.c:", "its caller")
+    has(section(text, "Why it failed"), "growing: stream_alloc (train_loop.c:112) \u2190 train_step", "growth site")
+    has(section(text, "Why it failed"), "request: 32.0 MiB of async memory by cuMemAllocAsync on GPU 0",
+        "failed request")
+    if len(text.split("\n")) > 70:
+        raise AssertionError(f"the demo's summary is {len(text.split(chr(10)))} lines: more than a screen")
+    etext = summary.summary(ext, width=80)
+    check_width(etext, 80, "simulator exit")
+    print(etext, end="")
+    has(section(etext, "Leak check"), "3.75 GiB in 61 allocations count as leaks", "leaks")
+    has(section(etext, "Leak check"), "global 'layers' (train_loop)", "referenced from")
+    dtext = summary.diff_text(oom, ext, width=80)
+    has(dtext, "no site changed", "oom to exit")
+
+
+def main(argv: List[str]) -> int:
+    global BUILD_DIR
+    BUILD_DIR = argv[1] if len(argv) > 1 else None
+    failed = 0
+    for fn in TESTS:
+        try:
+            fn()
+            print(f"ok    {fn.__name__}")
+        except Exception:  # noqa: BLE001 — every failure is reported, then the next test runs
+            failed += 1
+            print(f"FAIL  {fn.__name__}\n{traceback.format_exc()}")
+    print(f"{len(TESTS) - failed} of {len(TESTS)} passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,200 @@
+"""The command line of the viewer: read the snapshots, pick the view (one
+snapshot, a diff of two of one process, a merge of several processes), print
+the terminal summary and write the files asked for. Exit status: 0, 1 when an
+input or output fails (one line on stderr naming it), 2 for a usage error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import load as loader
+from .load import ViewError
+
+PROG = "gpumemtrace view"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Summarise gpumemtrace snapshots in the terminal, write a self-contained "
+                    "HTML report, or export them for Perfetto, speedscope or PyTorch's memory "
+                    "viewer. One snapshot: its summary. Two of the same process: what grew "
+                    "from the first to the second. Snapshots of several processes (ranks): "
+                    "one merged report with a per-process breakdown. docs/viewer.md has more.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="snapshot (JSON); - reads standard input")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true",
+                      help="compare two snapshots (older first) even of different processes")
+    mode.add_argument("--merge", action="store_true",
+                      help="merge the snapshots even when two are of one process")
+    p.add_argument("--html", metavar="OUT", help="write the HTML report to OUT")
+    p.add_argument("--perfetto", "--chrome-trace", dest="perfetto", metavar="OUT",
+                   help="write Chrome trace JSON (Perfetto, chrome://tracing) to OUT")
+    p.add_argument("--speedscope", metavar="OUT", help="write speedscope JSON (live bytes by stack) to OUT")
+    p.add_argument("--pytorch", metavar="OUT",
+                   help="write a PyTorch memory snapshot pickle (for pytorch.org/memory_viz) to OUT")
+    p.add_argument("--top", type=_positive, default=10, metavar="N",
+                   help="sites and items listed in the terminal (default 10)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the terminal summary (auto: when standard output is a terminal "
+                        "and NO_COLOR is not set)")
+    p.add_argument("--width", type=_positive, metavar="COLS",
+                   help="terminal width (default: the terminal's, or 80)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary (files only)")
+    return p
+
+
+def _positive(s: str) -> int:
+    try:
+        n = int(s, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: '{s}'") from None
+    if n < 1 or n > 1_000_000:
+        raise argparse.ArgumentTypeError(f"out of range (1..1000000): {n}")
+    return n
+
+
+def choose_mode(docs: Sequence[Dict[str, Any]], diff: bool, merge: bool) -> str:
+    """"single", "diff" or "merge" for these snapshots (ViewError when none fits)."""
+    if diff:
+        if len(docs) != 2:
+            raise ViewError(f"--diff compares two snapshots, not {len(docs)}")
+        return "diff"
+    if merge or len(docs) == 1:
+        return "merge" if len(docs) > 1 else "single"
+    procs = {(d["process"].get("host"), d["pid"], d["process"].get("rank")) for d in docs}
+    if len(procs) == len(docs):
+        return "merge"
+    if len(docs) == 2:
+        return "diff"
+    raise ViewError(f"{len(docs)} snapshots, some of one process: give two of one process "
+                    "(older first) for a diff, or add --merge")
+
+
+def write_file(path: str, data: bytes) -> None:
+    """data into path, through a temporary file and a rename (a full disk or a
+    failed write leaves no half file); ViewError naming path."""
+    d = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".gpumemtrace-view.", dir=d)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise ViewError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def _color(choice: str) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def _width(arg: Optional[int]) -> int:
+    if arg:
+        return arg
+    if sys.stdout.isatty():
+        try:
+            return max(40, os.get_terminal_size(sys.stdout.fileno()).columns)
+        except OSError:
+            pass
+    return 80
+
+
+def run(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.files.count("-") > 1:
+        raise ViewError("standard input (-) given more than once")
+    docs = [loader.load(f) for f in args.files]
+    mode = choose_mode(docs, args.diff, args.merge)
+
+    # The modules of each output are imported only when asked for.
+    outputs: List[tuple] = []
+    if args.html:
+        def html_bytes() -> bytes:
+            from . import html
+            return html.report(docs, mode, args.files).encode("utf-8")
+        outputs.append((args.html, html_bytes))
+    if args.perfetto:
+        def trace_bytes() -> bytes:
+            from . import export
+            return export.dumps(export.chrome_trace(docs))
+        outputs.append((args.perfetto, trace_bytes))
+    if args.speedscope:
+        def speedscope_bytes() -> bytes:
+            from . import export
+            return export.dumps(export.speedscope(docs))
+        outputs.append((args.speedscope, speedscope_bytes))
+    if args.pytorch:
+        def pytorch_bytes() -> bytes:
+            from . import export
+            return pickle.dumps(export.pytorch_snapshot(docs), protocol=2)
+        outputs.append((args.pytorch, pytorch_bytes))
+
+    if not args.quiet:
+        from . import summary
+        color, width = _color(args.color), _width(args.width)
+        if mode == "single":
+            text = summary.summary(docs[0], width=width, color=color, top=args.top)
+        elif mode == "diff":
+            text = summary.diff_text(docs[0], docs[1], width=width, color=color, top=args.top)
+        else:
+            text = summary.merge_text(docs, width=width, color=color, top=args.top)
+        # A locale that cannot encode "←" or "—" gets escapes, not a traceback.
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(errors="backslashreplace")
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    for path, make in outputs:
+        write_file(path, make())
+        print(f"{PROG}: wrote {_printable(path)}", file=sys.stderr)
+    return 0
+
+
+def _printable(s: str) -> str:
+    """s with control and bidi characters escaped: one line that cannot drive
+    the terminal (a key or file name in a message comes from the input)."""
+    from .summary import clean
+    return clean(s)
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        return run(argv)
+    except ViewError as e:
+        print(f"{PROG}: {_printable(str(e))}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `gpumemtrace view … | head`: stop quietly, as other tools do.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+

@@ -1,0 +1,561 @@
+"""Reading snapshots for the viewer: parse, check every key the viewer reads,
+and fill in what an older or partial snapshot leaves out, so that the views can
+index the document without checks of their own.
+
+The contract of load(): it returns the document (a dict) in which every key
+below is present with the type docs/snapshot-format.md gives it; sections a
+snapshot may lack (failed_request, diagnosis, leaks, fragmentation, pools…)
+are None. Anything else — no file, no JSON, a truncated document, a wrong type,
+a number out of range, a stack id that names no stack — raises ViewError with
+one line naming the file and the place ("FILE: /allocations/3/size: …").
+Strings are kept as they are: views escape them where they print them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Dict, List, Optional
+
+U64 = 1 << 64
+KINDS = ("device", "async", "managed", "host", "registered", "vmm", "array")
+REASONS = ("oom", "exit", "peak", "signal", "api")
+LEAK_CLASSES = ("leaked", "referenced", "cached")
+# What one document may hold: a snapshot of 10 million allocations is ~3 GB of
+# JSON, more than a viewer in Python should try to hold.
+MAX_ITEMS = 10_000_000
+
+
+class ViewError(Exception):
+    """Bad input, in one line (naming the file and the place in it)."""
+
+
+class _Checker:
+    """Checks values at JSON Pointer paths; raises ViewError at the first problem."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def fail(self, path: str, msg: str) -> None:
+        raise ViewError(f"{self.name}: {path or '/'}: {msg}")
+
+    def obj(self, v: Any, path: str) -> Dict[str, Any]:
+        if not isinstance(v, dict):
+            self.fail(path, f"expected an object, got {_type(v)}")
+        return v
+
+    def arr(self, v: Any, path: str) -> List[Any]:
+        if not isinstance(v, list):
+            self.fail(path, f"expected an array, got {_type(v)}")
+        if len(v) > MAX_ITEMS:
+            self.fail(path, f"{len(v)} items: more than this viewer reads ({MAX_ITEMS})")
+        return v
+
+    def int_(self, v: Any, path: str, lo: int = 0, hi: int = U64 - 1) -> int:
+        # bool is an int in Python, never in a snapshot.
+        if isinstance(v, bool) or not isinstance(v, int):
+            self.fail(path, f"expected an integer, got {_type(v)}")
+        if not lo <= v <= hi:
+            self.fail(path, f"{v} is out of range ({lo}..{hi})")
+        return v
+
+    def num(self, v: Any, path: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            self.fail(path, f"expected a non-negative number, got {_short(v)}")
+        return float(v)
+
+    def str_(self, v: Any, path: str) -> str:
+        if not isinstance(v, str):
+            self.fail(path, f"expected a string, got {_type(v)}")
+        return v
+
+    def bool_(self, v: Any, path: str) -> bool:
+        if not isinstance(v, bool):
+            self.fail(path, f"expected true or false, got {_type(v)}")
+        return v
+
+    def hex_(self, v: Any, path: str) -> str:
+        s = self.str_(v, path)
+        if not (s.startswith("0x") and 2 < len(s) <= 18):
+            self.fail(path, f"expected a hex address \"0x…\", got {_short(s)}")
+        try:
+            int(s, 16)
+        except ValueError:
+            self.fail(path, f"expected a hex address \"0x…\", got {_short(s)}")
+        return s
+
+    def opt(self, d: Dict[str, Any], key: str, path: str, check: Callable[[Any, str], Any]) -> Any:
+        """d[key] checked, or None when absent or null."""
+        v = d.get(key)
+        if v is None:
+            d[key] = None
+            return None
+        return check(v, f"{path}/{key}")
+
+    def req(self, d: Dict[str, Any], key: str, path: str, check: Callable[[Any, str], Any]) -> Any:
+        if key not in d:
+            self.fail(path, f"missing key '{key}'")
+        return check(d[key], f"{path}/{key}")
+
+
+def _type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    return {dict: "an object", list: "an array", str: "a string", int: "an integer",
+            float: "a number"}.get(type(v), type(v).__name__)
+
+
+def _short(v: Any) -> str:
+    # NOTE: json.dumps of a value nested near the recursion limit raises
+    # RecursionError: containers are named by type only.
+    if isinstance(v, (list, dict)):
+        return _type(v)
+    s = json.dumps(v) if not isinstance(v, str) else json.dumps(v[:40] + ("…" if len(v) > 40 else ""))
+    return s if len(s) <= 60 else s[:57] + "…"
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: List[Any]) -> Dict[str, Any]:
+    d: Dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"key {_short(k)} twice in one object")
+        d[k] = v
+    return d
+
+
+def parse(text: str, name: str) -> Dict[str, Any]:
+    """The checked document in text (see the module's contract)."""
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            raise ViewError(f"{name}: not a complete JSON document (truncated? it ends at line "
+                            f"{text.count(chr(10)) + 1})") from None
+        raise ViewError(f"{name}: not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    except (ValueError, RecursionError) as e:
+        raise ViewError(f"{name}: not JSON: {e}") from None
+    return check(doc, name)
+
+
+def load(path: str) -> Dict[str, Any]:
+    """The checked snapshot in the file at path ("-": standard input)."""
+    try:
+        if path == "-":
+            import sys
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except OSError as e:
+        raise ViewError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ViewError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    return parse(text, path)
+
+
+def check(doc: Any, name: str) -> Dict[str, Any]:
+    """doc, checked and completed in place (see the module's contract)."""
+    c = _Checker(name)
+    d = c.obj(doc, "")
+    if d.get("format") != "gpumemtrace-snapshot":
+        c.fail("/format", f"not a gpumemtrace snapshot (format {_short(d.get('format'))})")
+    version = c.req(d, "version", "", c.int_)
+    if version != 1:
+        c.fail("/version", f"version {version} is not one this viewer reads (1)")
+    reason = c.req(d, "reason", "", c.str_)
+    if reason not in REASONS:
+        c.fail("/reason", f"unknown reason {_short(reason)}")
+    c.req(d, "seq", "", c.int_)
+    c.req(d, "time_ns", "", c.int_)
+    c.req(d, "pid", "", lambda v, p: c.int_(v, p, 0, 1 << 32))
+    argv = c.opt(d, "argv", "", c.arr)
+    d["argv"] = [c.str_(a, f"/argv/{i}") for i, a in enumerate(argv or [])]
+
+    s = c.req(d, "summary", "", c.obj)
+    for k in ("live_bytes", "live_count", "peak_bytes", "total_allocs", "total_frees"):
+        c.req(s, k, "/summary", c.int_)
+
+    _process(c, d)
+    stack_ids = _stacks(c, d)
+
+    def stack_ref(v: Any, path: str) -> int:
+        sid = c.int_(v, path)
+        if sid and sid not in stack_ids:
+            c.fail(path, f"stack {sid} is not in /stacks")
+        return sid
+
+    _devices(c, d)
+    _failed_request(c, d, stack_ref)
+    _diagnosis(c, d, stack_ref)
+    st = c.opt(d, "stats", "", c.obj) or {}
+    d["stats"] = {k: c.int_(v, f"/stats/{k}") for k, v in st.items()}
+    _allocations(c, d, stack_ref)
+    _vmm(c, d, stack_ref)
+    _sites(c, d, stack_ref)
+    _series(c, d)
+    _history(c, d, stack_ref)
+    mods = c.opt(d, "modules", "", c.arr) or []
+    for i, m in enumerate(mods):
+        p = f"/modules/{i}"
+        c.obj(m, p)
+        c.req(m, "path", p, c.str_)
+        c.req(m, "base", p, c.hex_)
+        c.opt(m, "build_id", p, c.str_)
+    d["modules"] = mods
+    _leaks(c, d, stack_ref)
+    return d
+
+
+def _process(c: _Checker, d: Dict[str, Any]) -> None:
+    p = c.opt(d, "process", "", c.obj)
+    if p is None:
+        p = d["process"] = {}
+    p.setdefault("pid", d["pid"])
+    c.int_(p["pid"], "/process/pid", 0, 1 << 32)
+    c.opt(p, "ppid", "/process", c.int_)
+    c.opt(p, "host", "/process", c.str_)
+    for k in ("rank", "local_rank", "world_size"):
+        c.opt(p, k, "/process", c.int_)
+    c.opt(p, "rank_variable", "/process", c.str_)
+
+
+def _stacks(c: _Checker, d: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    stacks = c.opt(d, "stacks", "", c.arr) or []
+    d["stacks"] = stacks
+    ids: Dict[int, Dict[str, Any]] = {}
+    for i, s in enumerate(stacks):
+        p = f"/stacks/{i}"
+        c.obj(s, p)
+        sid = c.req(s, "id", p, lambda v, q: c.int_(v, q, 1))
+        if sid in ids:
+            c.fail(f"{p}/id", f"stack {sid} twice")
+        ids[sid] = s
+        c.opt(s, "runtime_call", p, c.str_)
+        tags = c.opt(s, "tags", p, c.arr) or []
+        s["tags"] = [c.str_(t, f"{p}/tags/{j}") for j, t in enumerate(tags)]
+        frames = c.req(s, "frames", p, c.arr)
+        for j, f in enumerate(frames):
+            q = f"{p}/frames/{j}"
+            c.obj(f, q)
+            f["python"] = bool(c.opt(f, "python", q, c.bool_))
+            f["inlined"] = bool(c.opt(f, "inlined", q, c.bool_))
+            for k in ("function", "file", "module"):
+                c.opt(f, k, q, c.str_)
+            c.opt(f, "line", q, c.int_)
+            if not f["python"]:
+                c.opt(f, "address", q, c.hex_)
+                c.opt(f, "offset", q, c.hex_)
+            else:
+                f.setdefault("address", None)
+                f.setdefault("offset", None)
+    d["_stack_by_id"] = ids
+    return ids
+
+
+def _kinds_map(c: _Checker, v: Any, path: str) -> Dict[str, int]:
+    m = c.obj(v, path)
+    for k, n in m.items():
+        c.int_(n, f"{path}/{k}")
+    return m
+
+
+def _devices(c: _Checker, d: Dict[str, Any]) -> None:
+    devs = c.opt(d, "devices", "", c.arr) or []
+    d["devices"] = devs
+    for i, v in enumerate(devs):
+        p = f"/devices/{i}"
+        c.obj(v, p)
+        c.req(v, "index", p, c.int_)
+        c.opt(v, "total_bytes", p, c.int_)
+        c.opt(v, "free_bytes", p, c.int_)
+        c.req(v, "live_bytes", p, c.int_)
+        v["kinds"] = c.opt(v, "kinds", p, lambda x, q: _kinds_map(c, x, q)) or {}
+        pools = c.opt(v, "pools", p, c.obj)
+        if pools is not None:
+            for k in ("count", "reserved_bytes", "used_bytes"):
+                c.req(pools, k, f"{p}/pools", c.int_)
+        pages = c.opt(v, "pages", p, c.obj)
+        if pages is not None:
+            for k in ("granularity", "pages", "partial", "stranded_bytes"):
+                c.req(pages, k, f"{p}/pages", c.int_)
+            occ = c.opt(pages, "occupancy", f"{p}/pages", c.arr) or [0, 0, 0, 0, 0]
+            if len(occ) != 5:
+                c.fail(f"{p}/pages/occupancy", f"expected 5 counts, got {len(occ)}")
+            pages["occupancy"] = [c.int_(n, f"{p}/pages/occupancy/{j}") for j, n in enumerate(occ)]
+        fr = c.opt(v, "fragmentation", p, c.obj)
+        if fr is not None:
+            q = f"{p}/fragmentation"
+            for k in ("free_bytes", "free_in_whole_pages", "largest_fit_bytes", "pool_unused_bytes"):
+                c.opt(fr, k, q, c.int_)
+            for k in ("stranded_bytes", "largest_hole_bytes"):
+                c.req(fr, k, q, c.int_)
+            classes = c.opt(fr, "size_classes", q, c.arr) or []
+            fr["size_classes"] = classes
+            for j, sc in enumerate(classes):
+                r = f"{q}/size_classes/{j}"
+                c.obj(sc, r)
+                for k in ("min", "max", "count", "bytes"):
+                    c.req(sc, k, r, c.int_)
+        op = c.opt(v, "other_processes", p, c.obj)
+        if op is not None:
+            q = f"{p}/other_processes"
+            if c.req(op, "known", q, c.bool_):
+                c.req(op, "bytes", q, c.int_)
+                c.req(op, "count", q, c.int_)
+                procs = c.opt(op, "processes", q, c.arr) or []
+                op["processes"] = procs
+                for j, pr in enumerate(procs):
+                    c.obj(pr, f"{q}/processes/{j}")
+                    c.req(pr, "pid", f"{q}/processes/{j}", c.int_)
+                    c.req(pr, "bytes", f"{q}/processes/{j}", c.int_)
+            else:
+                c.opt(op, "why", q, c.str_)
+
+
+def _failed_request(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    fr = c.opt(d, "failed_request", "", c.obj)
+    if fr is None:
+        return
+    p = "/failed_request"
+    c.req(fr, "api", p, c.str_)
+    c.req(fr, "size", p, c.int_)
+    c.req(fr, "device", p, lambda v, q: c.int_(v, q, -1))
+    c.opt(fr, "kind", p, c.str_)
+    c.opt(fr, "result", p, c.int_)
+    c.opt(fr, "failure", p, c.int_)
+    fr["stack"] = c.opt(fr, "stack", p, stack_ref) or 0
+
+
+def _diagnosis(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    dg = c.opt(d, "diagnosis", "", c.obj)
+    if dg is None:
+        return
+    p = "/diagnosis"
+    c.req(dg, "verdict", p, c.str_)
+    c.req(dg, "summary", p, c.str_)
+    verdicts = c.opt(dg, "verdicts", p, c.arr) or []
+    dg["verdicts"] = verdicts
+    for i, v in enumerate(verdicts):
+        q = f"{p}/verdicts/{i}"
+        c.obj(v, q)
+        c.req(v, "name", q, c.str_)
+        v["primary"] = bool(c.opt(v, "primary", q, c.bool_))
+        c.opt(v, "bytes", q, c.int_)
+        c.opt(v, "detail", q, c.str_)
+    nums = c.opt(dg, "numbers", p, c.obj)
+    dg["numbers"] = nums or {}
+    gs = dg["numbers"].get("growth_stacks")
+    if gs is not None:
+        dg["numbers"]["growth_stacks"] = [stack_ref(s, f"{p}/numbers/growth_stacks/{i}")
+                                          for i, s in enumerate(c.arr(gs, f"{p}/numbers/growth_stacks"))]
+
+
+def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    allocs = c.opt(d, "allocations", "", c.arr) or []
+    d["allocations"] = allocs
+    int_, hex_, str_ = c.int_, c.hex_, c.str_
+    for i, a in enumerate(allocs):
+        p = f"/allocations/{i}"
+        if not isinstance(a, dict):
+            c.obj(a, p)
+        hex_(a.get("address"), f"{p}/address")
+        int_(a.get("size"), f"{p}/size")
+        int_(a.get("device"), f"{p}/device", -1)
+        kind = str_(a.get("kind"), f"{p}/kind")
+        if kind not in KINDS:
+            c.fail(f"{p}/kind", f"unknown kind {_short(kind)}")
+        a["stack"] = stack_ref(a.get("stack", 0), f"{p}/stack")
+        if "seq" in a:
+            int_(a["seq"], f"{p}/seq")
+        if "time_ns" in a:
+            int_(a["time_ns"], f"{p}/time_ns")
+        else:
+            a["time_ns"] = None
+        if "api" in a:
+            str_(a["api"], f"{p}/api")
+        else:
+            a["api"] = None
+        if "thread" in a:
+            int_(a["thread"], f"{p}/thread")
+        else:
+            a["thread"] = None
+
+
+def _vmm(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    v = c.opt(d, "vmm", "", c.obj) or {}
+    d["vmm"] = v
+    for key in ("reservations", "mappings"):
+        items = c.opt(v, key, "/vmm", c.arr) or []
+        v[key] = items
+        for i, m in enumerate(items):
+            p = f"/vmm/{key}/{i}"
+            c.obj(m, p)
+            c.req(m, "address", p, c.hex_)
+            c.req(m, "size", p, c.int_)
+            c.opt(m, "device", p, lambda x, q: c.int_(x, q, -1))
+            m["stack"] = c.opt(m, "stack", p, stack_ref) or 0
+            if key == "mappings":
+                c.opt(m, "handle", p, c.hex_)
+                c.opt(m, "offset", p, c.int_)
+
+
+def _sites(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    sites = c.opt(d, "sites", "", c.arr) or []
+    d["sites"] = sites
+    for i, s in enumerate(sites):
+        p = f"/sites/{i}"
+        c.obj(s, p)
+        c.req(s, "stack", p, stack_ref)
+        for k in ("live_bytes", "live_count"):
+            c.req(s, k, p, c.int_)
+        for k in ("allocs", "alloc_bytes", "peak_bytes", "rising_windows", "falling_windows", "growth_bytes"):
+            if c.opt(s, k, p, c.int_) is None:
+                s[k] = 0
+        s["growing"] = bool(c.opt(s, "growing", p, c.bool_))
+        s["suspect"] = bool(c.opt(s, "suspect", p, c.bool_))
+
+
+def _series(c: _Checker, d: Dict[str, Any]) -> None:
+    s = c.opt(d, "series", "", c.obj)
+    if s is None:
+        s = d["series"] = {}
+    p = "/series"
+    if c.opt(s, "interval_ns", p, c.int_) is None:
+        s["interval_ns"] = 0
+    c.opt(s, "start_ns", p, c.int_)
+    if c.opt(s, "columns_dropped", p, c.int_) is None:
+        s["columns_dropped"] = 0
+    times = c.opt(s, "time_ns", p, c.arr) or []
+    s["time_ns"] = times
+    for i, t in enumerate(times):
+        c.int_(t, f"{p}/time_ns/{i}")
+    cols = c.opt(s, "columns", p, c.arr) or []
+    s["columns"] = cols
+    for i, col in enumerate(cols):
+        q = f"{p}/columns/{i}"
+        c.obj(col, q)
+        c.req(col, "device", q, lambda v, r: c.int_(v, r, -1))
+        c.req(col, "kind", q, c.str_)
+        for k in ("live_bytes", "max_bytes"):
+            vals = c.opt(col, k, q, c.arr)
+            if vals is None:
+                vals = col[k] = list(col.get("live_bytes") or [0] * len(times))
+            if len(vals) != len(times):
+                c.fail(f"{q}/{k}", f"{len(vals)} values for {len(times)} points of /series/time_ns")
+            for j, n in enumerate(vals):
+                c.int_(n, f"{q}/{k}/{j}")
+
+
+def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    h = c.opt(d, "history", "", c.obj)
+    if h is None:
+        h = d["history"] = {}
+    p = "/history"
+    for k in ("capacity", "dropped"):
+        if c.opt(h, k, p, c.int_) is None:
+            h[k] = 0
+    events = c.opt(h, "events", p, c.arr) or []
+    h["events"] = events
+    for i, e in enumerate(events):
+        q = f"{p}/events/{i}"
+        c.obj(e, q)
+        op = c.req(e, "op", q, c.str_)
+        if op not in ("alloc", "free", "oom"):
+            c.fail(f"{q}/op", f"unknown op {_short(op)}")
+        c.opt(e, "seq", q, c.int_)
+        c.req(e, "time_ns", q, c.int_)
+        c.opt(e, "address", q, c.hex_)
+        c.req(e, "size", q, c.int_)
+        c.opt(e, "kind", q, c.str_)
+        c.req(e, "device", q, lambda v, r: c.int_(v, r, -1))
+        c.opt(e, "api", q, c.str_)
+        c.opt(e, "thread", q, c.int_)
+        e["stack"] = c.opt(e, "stack", q, stack_ref) or 0
+
+
+def _leaks(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    lk = c.opt(d, "leaks", "", c.obj)
+    if lk is None:
+        return
+    p = "/leaks"
+    scan = c.opt(lk, "scan", p, c.obj) or {"done": False, "why": None}
+    lk["scan"] = scan
+    scan["done"] = bool(c.opt(scan, "done", f"{p}/scan", c.bool_))
+    c.opt(scan, "why", f"{p}/scan", c.str_)
+    for k in ("mappings", "bytes", "excluded_bytes"):
+        c.opt(scan, k, f"{p}/scan", c.int_)
+    c.opt(scan, "seconds", f"{p}/scan", c.num)
+    classes = c.opt(lk, "classes", p, c.arr) or []
+    lk["classes"] = [c.str_(x, f"{p}/classes/{i}") for i, x in enumerate(classes)]
+    c.opt(lk, "exit_status", p, lambda v, q: c.int_(v, q, -(1 << 31), (1 << 31) - 1))
+    c.opt(lk, "suppressions_error", p, c.str_)
+    totals = c.opt(lk, "totals", p, c.obj) or {}
+    lk["totals"] = totals
+    for k in ("leaked", "referenced", "cached", "suppressed", "counted"):
+        t = totals.get(k)
+        if t is None:
+            totals[k] = {"count": 0, "bytes": 0}
+            continue
+        q = f"{p}/totals/{k}"
+        c.obj(t, q)
+        c.req(t, "count", q, c.int_)
+        c.req(t, "bytes", q, c.int_)
+    sites = c.opt(lk, "sites", p, c.arr) or []
+    lk["sites"] = sites
+    for i, s in enumerate(sites):
+        q = f"{p}/sites/{i}"
+        c.obj(s, q)
+        s["stack"] = c.opt(s, "stack", q, stack_ref) or 0
+        cls = c.req(s, "class", q, c.str_)
+        if cls not in LEAK_CLASSES:
+            c.fail(f"{q}/class", f"unknown class {_short(cls)}")
+        s["counted"] = bool(c.opt(s, "counted", q, c.bool_))
+        for k in ("suppressed_by", "rule", "rule_source"):
+            c.opt(s, k, q, c.str_)
+        c.req(s, "count", q, c.int_)
+        c.req(s, "bytes", q, c.int_)
+        s["kinds"] = c.opt(s, "kinds", q, lambda v, r: _kinds_map(c, v, r)) or {}
+        devs = c.opt(s, "devices", q, c.arr) or []
+        s["devices"] = [c.int_(x, f"{q}/devices/{j}", -1) for j, x in enumerate(devs)]
+        addrs = c.opt(s, "addresses", q, c.arr) or []
+        s["addresses"] = [c.hex_(x, f"{q}/addresses/{j}") for j, x in enumerate(addrs)]
+        rf = c.opt(s, "referenced_from", q, c.obj)
+        if rf is not None:
+            r = f"{q}/referenced_from"
+            c.opt(rf, "address", r, c.hex_)
+            c.opt(rf, "value", r, c.hex_)
+            c.opt(rf, "region", r, c.str_)
+            c.opt(rf, "what", r, c.str_)
+    sus = c.opt(lk, "suspects", p, c.arr) or []
+    lk["suspects"] = sus
+    for i, s in enumerate(sus):
+        q = f"{p}/suspects/{i}"
+        c.obj(s, q)
+        c.req(s, "stack", q, stack_ref)
+        for k in ("live_bytes", "peak_bytes", "growth_bytes", "rising_windows", "falling_windows"):
+            if c.opt(s, k, q, c.int_) is None:
+                s[k] = 0
+    rules = c.opt(lk, "suppressions", p, c.arr) or []
+    lk["suppressions"] = rules
+    for i, r in enumerate(rules):
+        q = f"{p}/suppressions/{i}"
+        c.obj(r, q)
+        c.req(r, "rule", q, c.str_)
+        c.opt(r, "source", q, c.str_)
+        c.opt(r, "line", q, c.int_)
+        for k in ("hits", "bytes"):
+            if c.opt(r, k, q, c.int_) is None:
+                r[k] = 0
+
+
+def stack(doc: Dict[str, Any], sid: int) -> Optional[Dict[str, Any]]:
+    """The stack with id sid, or None (0, or none recorded)."""
+    return doc["_stack_by_id"].get(sid) if sid else None

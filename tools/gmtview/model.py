@@ -1,0 +1,189 @@
+"""What the views share: byte formatting, frame and stack labels, the key that
+matches one allocation site across processes, and the diff and merge of several
+snapshots. Functions return data; the views print it.
+
+Documents are those of load.load() (every key present, checked types).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+Doc = Dict[str, Any]
+# Modules and functions that are the CUDA call itself rather than the program's
+# code: a site's title is the first frame beyond them.
+_CUDA_MODULES = ("libcuda.so", "libcudart.so", "libgpumemtrace.so", "libcudart_static")
+_CUDA_PREFIXES = ("cudart::", "__cuda", "cuda", "cu")
+
+
+def fmt_bytes(n: Optional[int]) -> str:
+    """n bytes the way the tracer writes them: "0 B", "512 B", "4.00 MiB", "32.0 MiB"."""
+    if n is None:
+        return "?"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        n /= 1024.0
+        if n < 1024 or unit == "EiB":
+            digits = 2 if n < 10 else 1 if n < 100 else 0
+            return f"{sign}{n:.{digits}f} {unit}"
+    return f"{sign}{n} B"  # not reached
+
+
+def fmt_delta(n: int) -> str:
+    return ("+" if n > 0 else "") + fmt_bytes(n)
+
+
+def module_name(path: Optional[str]) -> str:
+    return os.path.basename(path) if path else "?"
+
+
+def frame_text(f: Dict[str, Any]) -> str:
+    """One frame in one line: "device_alloc (train_loop.c:101)", "step (train.py:49)",
+    "libfoo.so+0x1f7a" when nothing better is known."""
+    fn = f.get("function")
+    where = ""
+    if f.get("file"):
+        where = os.path.basename(f["file"]) + (f":{f['line']}" if f.get("line") is not None else "")
+    if fn:
+        text = fn
+    elif f.get("python"):
+        text = "<python>"
+    else:
+        text = module_name(f.get("module")) + ("+" + f["offset"] if f.get("offset") else "")
+    if where:
+        text += f" ({where})"
+    elif fn and not f.get("python") and f.get("module"):
+        text += f" in {module_name(f['module'])}"
+    return text + (" [inlined]" if f.get("inlined") else "")
+
+
+def _is_cuda_frame(f: Dict[str, Any]) -> bool:
+    if f.get("python"):
+        return False
+    mod = module_name(f.get("module"))
+    if any(mod.startswith(m) for m in _CUDA_MODULES):
+        return True
+    fn = f.get("function") or ""
+    return fn.startswith(_CUDA_PREFIXES[:3]) or (fn.startswith("cu") and fn[2:3].isupper())
+
+
+def user_frames(stack: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The stack's frames from the first one beyond the CUDA call (all of them
+    when every frame is CUDA's), innermost first."""
+    if not stack:
+        return []
+    frames = stack["frames"]
+    for i, f in enumerate(frames):
+        if not _is_cuda_frame(f):
+            return frames[i:]
+    return frames
+
+
+def stack_title(doc: Doc, sid: int) -> str:
+    """A site's name in one line: its first frame beyond the CUDA call, and the
+    runtime call made there ("device_alloc (train_loop.c:101) via cudaMalloc")."""
+    st = doc["_stack_by_id"].get(sid) if sid else None
+    if st is None:
+        return "(no stack recorded)"
+    frames = user_frames(st)
+    if not frames:
+        return "(empty stack)"
+    first = dict(frames[0], inlined=False)
+    title = frame_text(first)
+    # An inlined helper names the line inside it; its caller tells sites apart.
+    if frames[0].get("inlined") and len(frames) > 1:
+        title += " \u2190 " + frame_text(dict(frames[1], inlined=False))
+    if st.get("runtime_call"):
+        title += f" via {st['runtime_call']}"
+    return title
+
+
+def frame_key(f: Dict[str, Any]) -> Tuple[Any, ...]:
+    """What identifies a frame across processes: names, not addresses (ASLR)."""
+    if f.get("python"):
+        return ("py", f.get("function"), f.get("file"), f.get("line"))
+    if f.get("function"):
+        return ("c", f["function"], module_name(f.get("module")), f.get("file"), f.get("line"))
+    return ("c", None, module_name(f.get("module")), f.get("offset"))
+
+
+def stack_key(doc: Doc, sid: int) -> Tuple[Any, ...]:
+    """The site's identity across snapshots of different processes."""
+    st = doc["_stack_by_id"].get(sid) if sid else None
+    if st is None:
+        return ("none",)
+    return (st.get("runtime_call"), tuple(st["tags"])) + tuple(frame_key(f) for f in st["frames"])
+
+
+def process_label(doc: Doc) -> str:
+    """"rank 3 (pid 412 on node7)", or "pid 412" outside a distributed job."""
+    p = doc["process"]
+    host = f" on {p['host']}" if p.get("host") else ""
+    if p.get("rank") is not None:
+        return f"rank {p['rank']} (pid {doc['pid']}{host})"
+    return f"pid {doc['pid']}{host}"
+
+
+def diff(old: Doc, new: Doc) -> List[Dict[str, Any]]:
+    """Growth by site from old to new, most growth first: one row per site in
+    either, {"key", "title", "old_bytes", "new_bytes", "delta_bytes",
+    "old_count", "new_count", "delta_count", "stack" (the id in new, or in old
+    when gone: "in" says which)}. Sites unchanged in bytes and count are left out."""
+    rows: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
+    for which, doc in (("old", old), ("new", new)):
+        for s in doc["sites"]:
+            key = stack_key(doc, s["stack"])
+            r = rows.get(key)
+            if r is None:
+                r = rows[key] = {"key": key, "title": stack_title(doc, s["stack"]),
+                                 "old_bytes": 0, "new_bytes": 0, "old_count": 0, "new_count": 0,
+                                 "stack": s["stack"], "in": which}
+            elif which == "new":
+                r["stack"], r["in"], r["title"] = s["stack"], "new", stack_title(doc, s["stack"])
+            r[f"{which}_bytes"] += s["live_bytes"]
+            r[f"{which}_count"] += s["live_count"]
+    out = []
+    for r in rows.values():
+        r["delta_bytes"] = r["new_bytes"] - r["old_bytes"]
+        r["delta_count"] = r["new_count"] - r["old_count"]
+        if r["delta_bytes"] or r["delta_count"]:
+            out.append(r)
+    out.sort(key=lambda r: (-r["delta_bytes"], -r["delta_count"], r["title"]))
+    return out
+
+
+def merge(docs: Sequence[Doc]) -> Dict[str, Any]:
+    """Snapshots of several processes (ranks) as one: {"processes": [{"label",
+    "pid", "rank", "host", "reason", "live_bytes", "peak_bytes", "live_count",
+    "oom" (the failed request or None)}] in rank order, "sites": [{"key",
+    "title", "live_bytes", "live_count", "by_process": [bytes per process, in
+    the order of "processes"], "doc", "stack" (where the title came from)}],
+    most live bytes first, "live_bytes" (the sum)}."""
+    order = sorted(range(len(docs)), key=lambda i: (
+        docs[i]["process"].get("rank") is None, docs[i]["process"].get("rank") or 0,
+        docs[i]["process"].get("host") or "", docs[i]["pid"], docs[i]["time_ns"]))
+    procs = []
+    sites: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
+    for pos, i in enumerate(order):
+        d = docs[i]
+        procs.append({"label": process_label(d), "pid": d["pid"], "rank": d["process"].get("rank"),
+                      "host": d["process"].get("host"), "reason": d["reason"],
+                      "live_bytes": d["summary"]["live_bytes"], "peak_bytes": d["summary"]["peak_bytes"],
+                      "live_count": d["summary"]["live_count"], "oom": d.get("failed_request")})
+        for s in d["sites"]:
+            key = stack_key(d, s["stack"])
+            m = sites.get(key)
+            if m is None:
+                m = sites[key] = {"key": key, "title": stack_title(d, s["stack"]), "live_bytes": 0,
+                                  "live_count": 0, "by_process": [0] * len(docs), "doc": i,
+                                  "stack": s["stack"]}
+            m["live_bytes"] += s["live_bytes"]
+            m["live_count"] += s["live_count"]
+            m["by_process"][pos] += s["live_bytes"]
+    merged = sorted(sites.values(), key=lambda m: (-m["live_bytes"], m["title"]))
+    return {"processes": procs, "order": order, "sites": merged,
+            "live_bytes": sum(p["live_bytes"] for p in procs)}

@@ -420,6 +420,7 @@ static int view(int argc, char **argv)
 	for (i = 2; i < (size_t)argc; i++)
 		args[i] = argv[i];
 	execvp(args[0], args);
+	free(args);
 	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run python3 (the viewer needs Python 3.9 or newer): %s",
 	    strerror(errno));
 }

@@ -1,7 +1,8 @@
-/* Allocations from many distinct call paths: at each of LEVELS levels the call
- * goes down through one of two call sites, so 2^LEVELS allocations kept live
- * have 2^LEVELS distinct stacks. bench/run.py times the exit snapshot that
- * symbolises them all. Usage: stacks [LEVELS] */
+/* Allocations from many distinct call paths: at each level the call goes down
+ * through one of two call sites, so the COUNT allocations kept live, one per
+ * path, have COUNT distinct stacks (as many levels as COUNT - 1 has bits).
+ * bench/run.py times the exit snapshot that symbolises them all.
+ * Usage: stacks [COUNT]   (1 to 2^20; default 16384) */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,15 +44,22 @@ __attribute__((noinline)) static int down_b(int level, unsigned path)
 
 int main(int argc, char **argv)
 {
+	long count = argc > 1 ? atol(argv[1]) : 16384;
 	CUcontext ctx;
 
-	levels = argc > 1 ? atoi(argv[1]) : 14;
-	if (levels < 1 || levels > 20 || cuInit(0) != CUDA_SUCCESS ||
-	    cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+	if (count < 1 || count > (1l << 20)) {
+		fprintf(stderr, "usage: stacks [COUNT] (1 to %ld)\n", 1l << 20);
+		return 2;
+	}
+	/* At least one level, so that every path has a call site of its own. */
+	for (levels = 1; (1l << levels) < count; levels++)
+		;
+	if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
+	    cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
 		return 1;
-	for (unsigned path = 0; path < (1u << levels); path++)
+	for (unsigned path = 0; path < (unsigned)count; path++)
 		if (step(0, path) != 0)
 			return 1;
-	printf("stacks %u\n", 1u << levels);
+	printf("stacks %ld levels %d\n", count, levels);
 	return 0;
 }

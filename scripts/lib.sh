@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Shared by scripts/demo and scripts/test: find the repository root, install what
-# a fresh Debian 12 machine lacks (apt-get), locate the CUDA headers, and configure
-# and build a Meson build directory. Sourced, never run.
+# Shared by scripts/demo, scripts/test and scripts/bench: find the repository
+# root, install what a fresh Debian 12 machine lacks (apt-get), locate the CUDA
+# headers, and configure and build a Meson build directory. Sourced, never run.
 #
 # Every function returns non-zero on failure instead of exiting, and checks each
 # step itself: callers use them in `if`, where bash ignores `set -e`.
@@ -72,6 +72,7 @@ gmt__probe() {
 	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;
+	heaptrack)      gmt__have heaptrack ;;
 	*)              return 1 ;;
 	esac
 }

@@ -1793,11 +1793,13 @@ struct leak_item {
 	uint8_t kind, cls;
 };
 
-/* Each stack some item (or suspect) has: the rule its frames match, and
- * where it is in words. */
+/* Each stack some item (or suspect) has: the rule its frames match (only
+ * for a stack of items: a suspect's own stack needs none), and where it is
+ * in words. */
 struct leak_stack {
 	uint32_t id;
 	uint32_t rule;
+	bool has_items;
 	char where[192];
 };
 
@@ -1836,6 +1838,7 @@ struct leak_work {
 	size_t ngroups;
 	uint64_t total_count[TOTAL_COUNT], total_bytes[TOTAL_COUNT];
 	uint64_t *rule_hits, *rule_bytes; /* per rule of in->supp */
+	struct gmt__supp_memo memo;       /* of in->supp, for this snapshot's names */
 	struct leak_suspect suspects[LEAK_SUSPECTS];
 	int nsuspects;
 };
@@ -1850,11 +1853,12 @@ static void leak_work_free(struct leak_work *lw)
 	free(lw->groups);
 	free(lw->rule_hits);
 	free(lw->rule_bytes);
+	gmt__supp_memo_free(&lw->memo);
 }
 
-static int by_u32(const void *x, const void *y)
+static int by_u64(const void *x, const void *y)
 {
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
 
 	return a < b ? -1 : a > b;
 }
@@ -1890,10 +1894,12 @@ static int leak_collect(struct leak_work *lw, const struct gmt__entry *const *al
 			const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
 			struct idset *ids)
 {
-	uint32_t *handles = NULL, *sids = NULL;
+	uint32_t *handles = NULL;
+	uint64_t *sids = NULL; /* stack << 1 | 1 for a suspect's: an item's sorts first */
 	size_t nh = 0, nt = 0, ns = 0;
 	int r = -ENOMEM;
 
+	gmt__supp_memo_init(&lw->memo, lw->in->supp);
 	lw->items = malloc((na ? na : 1) * sizeof(*lw->items));
 	lw->targets = malloc((na + nm + 1) * sizeof(*lw->targets));
 	lw->refs = calloc(na ? na : 1, sizeof(*lw->refs));
@@ -1908,7 +1914,7 @@ static int leak_collect(struct leak_work *lw, const struct gmt__entry *const *al
 			.addr = e->addr, .size = e->size, .stack = e->stack, .rule = NO_RULE,
 			.device = e->device, .kind = e->kind, .cls = CLASS_LEAKED,
 		};
-		sids[ns++] = e->stack;
+		sids[ns++] = (uint64_t)e->stack << 1;
 		switch (e->space) {
 		case GMT_SPACE_HANDLE:
 			handles[nh++] = (uint32_t)i; /* referred to through its mappings */
@@ -1943,18 +1949,20 @@ static int leak_collect(struct leak_work *lw, const struct gmt__entry *const *al
 	lw->ntargets = nt;
 	leak_suspects(lw, h);
 	for (int i = 0; i < lw->nsuspects; i++)
-		sids[ns++] = lw->suspects[i].id;
-	qsort(sids, ns, sizeof(*sids), by_u32);
+		sids[ns++] = (uint64_t)lw->suspects[i].id << 1 | 1;
+	qsort(sids, ns, sizeof(*sids), by_u64);
 	lw->stacks = malloc((ns ? ns : 1) * sizeof(*lw->stacks));
 	if (lw->stacks == NULL)
 		goto out;
 	for (size_t i = 0; i < ns; i++) {
-		if (lw->nstacks > 0 && lw->stacks[lw->nstacks - 1].id == sids[i])
+		uint32_t id = (uint32_t)(sids[i] >> 1);
+
+		if (lw->nstacks > 0 && lw->stacks[lw->nstacks - 1].id == id)
 			continue;
-		lw->stacks[lw->nstacks] = (struct leak_stack){ .id = sids[i], .rule = NO_RULE };
+		lw->stacks[lw->nstacks] = (struct leak_stack){ .id = id, .rule = NO_RULE, .has_items = !(sids[i] & 1) };
 		snprintf(lw->stacks[lw->nstacks].where, sizeof(lw->stacks[0].where), "an unknown place");
 		lw->nstacks++;
-		r = idset_add(ids, sids[i]);
+		r = idset_add(ids, id);
 		if (r < 0)
 			goto out;
 	}
@@ -2007,9 +2015,13 @@ static void leak_scan(struct leak_work *lw)
 	}
 }
 
-/* The rule matching: each frame's names against the rules. */
+/* The rule matching: each frame's names against the rules.
+ * NOTE: through the memo, keyed by the names' addresses: every name here is
+ * owned by the loader, the frame cache (its libdw object, the program's path)
+ * or pystack.c, and stays put until the snapshot is written. Stacks repeat the same names, so each
+ * distinct one is matched once, not once per stack (issue 8). */
 struct rule_match {
-	const struct gmt__supp *supp;
+	struct gmt__supp_memo *memo;
 	size_t best;
 };
 
@@ -2018,9 +2030,9 @@ static void rule_native(void *ctx, const struct frame_info *f, const struct gmt_
 {
 	struct rule_match *m = ctx;
 
-	gmt__supp_frame(m->supp, function, f->module, sym != NULL ? sym->file : NULL, &m->best);
+	gmt__supp_memo_frame(m->memo, function, f->module, sym != NULL ? sym->file : NULL, &m->best);
 	if (f->function != NULL && f->function != function)
-		gmt__supp_frame(m->supp, f->function, NULL, NULL, &m->best);
+		gmt__supp_memo_frame(m->memo, f->function, NULL, NULL, &m->best);
 }
 
 static void rule_python(void *ctx, uintptr_t word)
@@ -2030,7 +2042,7 @@ static void rule_python(void *ctx, uintptr_t word)
 	int line = 0;
 
 	(void)gmt__py_frame(word, &function, &file, &line);
-	gmt__supp_frame(m->supp, function, NULL, file, &m->best);
+	gmt__supp_memo_frame(m->memo, function, NULL, file, &m->best);
 }
 
 /* Called by out_stacks for every stack written. */
@@ -2038,13 +2050,14 @@ static void leak_stack_seen(struct leak_work *lw, struct frame_cache *cache, uin
 			    int n)
 {
 	struct leak_stack *ls = leak_stack_of(lw, id);
-	struct rule_match m = { lw->in->supp, SIZE_MAX };
+	struct rule_match m = { &lw->memo, SIZE_MAX };
 	struct frame_sink k = { rule_native, rule_python, &m };
 
 	if (ls == NULL || ips == NULL)
 		return;
 	site_label(cache, ips, n, ls->where, sizeof(ls->where));
-	if (m.supp == NULL || m.supp->n == 0)
+	/* The rule is read through the items (leak_classify) only. */
+	if (!ls->has_items || lw->in->supp == NULL || lw->in->supp->n == 0)
 		return;
 	sink_frames(&k, cache, ips, n);
 	if (m.best != SIZE_MAX)

@@ -1,5 +1,5 @@
-/* Leak suppressions (suppress.h): the built-in rules, the file parser, and the
- * LeakSanitizer-style pattern match. */
+/* Leak suppressions (suppress.h): the built-in rules, the file parser, the
+ * LeakSanitizer-style pattern match, and the memo of what each name matched. */
 #define _GNU_SOURCE
 #include "suppress.h"
 
@@ -31,6 +31,24 @@ static const struct {
 	{ GMT_SUPP_LEAK, "libcurand", "cuRAND generator state" },
 };
 
+/* The pattern's anchors stripped, and whether a `*` is left. */
+static struct gmt__supp_glob glob_compile(const char *pattern, size_t len)
+{
+	struct gmt__supp_glob g = { .body = pattern, .len = len, .lead = true, .trail = true };
+
+	if (g.len > 0 && g.body[0] == '^') {
+		g.lead = false;
+		g.body++;
+		g.len--;
+	}
+	if (g.len > 0 && g.body[g.len - 1] == '$') {
+		g.trail = false;
+		g.len--;
+	}
+	g.star = memchr(g.body, '*', g.len) != NULL;
+	return g;
+}
+
 static int add(struct gmt__supp *s, enum gmt__supp_type type, const char *pattern, size_t len,
 	       const char *source, int line, const char *why)
 {
@@ -54,6 +72,7 @@ static int add(struct gmt__supp *s, enum gmt__supp_type type, const char *patter
 		free(r->source);
 		return -ENOMEM;
 	}
+	r->glob = glob_compile(r->pattern, len);
 	s->n++;
 	return 0;
 }
@@ -175,27 +194,19 @@ void gmt__supp_free(struct gmt__supp *s)
 	*s = (struct gmt__supp){ 0 };
 }
 
-/* The pattern as matched: p[0..pn) with an implicit `*` before it (lead)
- * and after it (trail), unless anchored. */
-struct glob_pattern {
-	const char *p;
-	size_t pn;
-	bool lead, trail;
-};
-
-static char glob_at(const struct glob_pattern *g, size_t i)
+static char glob_at(const struct gmt__supp_glob *g, size_t i)
 {
 	if (g->lead && i-- == 0)
 		return '*';
-	return i < g->pn ? g->p[i] : '*'; /* past the end only when trail */
+	return i < g->len ? g->body[i] : '*'; /* past the end only when trail */
 }
 
 /* Whether t[0..tn) matches the pattern as a whole, `*` matching any run.
  * NOTE: the classic linear backtracking: on a mismatch, the last `*` takes
  * one more character; no recursion, O(pattern * text) at worst. */
-static bool glob(const struct glob_pattern *g, const char *t, size_t tn)
+static bool glob(const struct gmt__supp_glob *g, const char *t, size_t tn)
 {
-	size_t n = g->pn + g->lead + g->trail, i = 0, j = 0, star = SIZE_MAX, mark = 0;
+	size_t n = g->len + g->lead + g->trail, i = 0, j = 0, star = SIZE_MAX, mark = 0;
 
 	while (j < tn) {
 		if (i < n && glob_at(g, i) == '*') {
@@ -216,35 +227,137 @@ static bool glob(const struct glob_pattern *g, const char *t, size_t tn)
 	return i == n;
 }
 
-bool gmt__supp_pattern_match(const char *pattern, const char *text)
+/* Whether text matches g. Without a `*` of its own a pattern asks for a
+ * substring, a prefix, a suffix or the whole name: the C library's string
+ * functions answer those, faster than the loop. */
+static bool glob_match(const struct gmt__supp_glob *g, const char *text)
 {
-	struct glob_pattern g = { .p = pattern, .pn = strlen(pattern), .lead = true, .trail = true };
+	size_t tn;
 
 	if (text == NULL)
 		return false;
-	if (g.pn > 0 && g.p[0] == '^') {
-		g.lead = false;
-		g.p++;
-		g.pn--;
+	if (!g->star && !g->lead) /* ^body or ^body$ */
+		return strncmp(text, g->body, g->len) == 0 && (g->trail || text[g->len] == '\0');
+	tn = strlen(text);
+	if (g->star)
+		return glob(g, text, tn);
+	if (g->trail) /* body */
+		return g->len == 0 || memmem(text, tn, g->body, g->len) != NULL;
+	/* body$ */
+	return tn >= g->len && memcmp(text + tn - g->len, g->body, g->len) == 0;
+}
+
+bool gmt__supp_pattern_match(const char *pattern, const char *text)
+{
+	struct gmt__supp_glob g = glob_compile(pattern, strlen(pattern));
+
+	return glob_match(&g, text);
+}
+
+size_t gmt__supp_first(const struct gmt__supp *s, const char *text)
+{
+	for (size_t i = 0; s != NULL && text != NULL && i < s->n; i++) {
+		if (glob_match(&s->v[i].glob, text))
+			return i;
 	}
-	if (g.pn > 0 && g.p[g.pn - 1] == '$') {
-		g.trail = false;
-		g.pn--;
-	}
-	return glob(&g, text, strlen(text));
+	return SIZE_MAX;
 }
 
 void gmt__supp_frame(const struct gmt__supp *s, const char *function, const char *module,
 		     const char *file, size_t *best)
 {
 	for (size_t i = 0; i < s->n && i < *best; i++) {
-		const char *pat = s->v[i].pattern;
+		const struct gmt__supp_glob *g = &s->v[i].glob;
 
-		if (gmt__supp_pattern_match(pat, function) || gmt__supp_pattern_match(pat, module) ||
-		    gmt__supp_pattern_match(pat, file)) {
+		if (glob_match(g, function) || glob_match(g, module) || glob_match(g, file)) {
 			*best = i;
 			return;
 		}
+	}
+}
+
+/* ---- the memo ------------------------------------------------------------------ */
+
+struct gmt__supp_memo_slot {
+	const char *name; /* NULL: an empty slot */
+	size_t first;
+};
+
+static size_t name_hash(const char *name)
+{
+	return (size_t)((uint64_t)(uintptr_t)name * 0x9e3779b97f4a7c15ull >> 29);
+}
+
+/* The slot of name: its entry, or the empty slot where it would go (the memo
+ * is never more than half full). */
+static struct gmt__supp_memo_slot *memo_slot(struct gmt__supp_memo_slot *v, size_t cap, const char *name)
+{
+	size_t mask = cap - 1, i;
+
+	for (i = name_hash(name) & mask; v[i].name != NULL && v[i].name != name; i = (i + 1) & mask)
+		;
+	return &v[i];
+}
+
+/* Doubles the memo; without memory it stays as it is. */
+static void memo_grow(struct gmt__supp_memo *m)
+{
+	size_t cap = m->cap ? 2 * m->cap : 256;
+	struct gmt__supp_memo_slot *v = calloc(cap, sizeof(*v));
+
+	if (v == NULL)
+		return;
+	for (size_t j = 0; j < m->cap; j++) {
+		if (m->v[j].name != NULL)
+			*memo_slot(v, cap, m->v[j].name) = m->v[j];
+	}
+	free(m->v);
+	m->v = v;
+	m->cap = cap;
+}
+
+void gmt__supp_memo_init(struct gmt__supp_memo *m, const struct gmt__supp *s)
+{
+	*m = (struct gmt__supp_memo){ .s = s };
+}
+
+void gmt__supp_memo_free(struct gmt__supp_memo *m)
+{
+	free(m->v);
+	*m = (struct gmt__supp_memo){ 0 };
+}
+
+size_t gmt__supp_memo_first(struct gmt__supp_memo *m, const char *text)
+{
+	struct gmt__supp_memo_slot *slot;
+
+	if (text == NULL || m->s == NULL || m->s->n == 0)
+		return SIZE_MAX;
+	if (m->cap != 0) {
+		slot = memo_slot(m->v, m->cap, text);
+		if (slot->name == text)
+			return slot->first;
+	}
+	if (2 * (m->n + 1) > m->cap)
+		memo_grow(m);
+	if (2 * (m->n + 1) > m->cap)
+		return gmt__supp_first(m->s, text); /* no memory: unremembered */
+	slot = memo_slot(m->v, m->cap, text);
+	*slot = (struct gmt__supp_memo_slot){ .name = text, .first = gmt__supp_first(m->s, text) };
+	m->n++;
+	return slot->first;
+}
+
+void gmt__supp_memo_frame(struct gmt__supp_memo *m, const char *function, const char *module,
+			  const char *file, size_t *best)
+{
+	/* The first rule any of the names matches: the lowest of their firsts. */
+	size_t first[3] = { gmt__supp_memo_first(m, function), gmt__supp_memo_first(m, module),
+			    gmt__supp_memo_first(m, file) };
+
+	for (int i = 0; i < 3; i++) {
+		if (first[i] < *best)
+			*best = first[i];
 	}
 }
 

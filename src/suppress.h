@@ -19,9 +19,20 @@ enum gmt__supp_type {
 	GMT_SUPP_CACHED, /* cached:PATTERN */
 };
 
+/* A pattern as matched, worked out once: body[0..len) (the pattern without
+ * its anchors, not NUL-terminated) with an implicit `*` before it (lead)
+ * unless `^` anchors it, after it (trail) unless `$` does; star: the body
+ * holds a `*` of its own. */
+struct gmt__supp_glob {
+	const char *body;
+	size_t len;
+	bool lead, trail, star;
+};
+
 struct gmt__supp_rule {
 	enum gmt__supp_type type;
 	char *pattern;      /* without the type */
+	struct gmt__supp_glob glob; /* of pattern (points into it) */
 	char *source;       /* the file it came from, or "built-in" */
 	int line;           /* its line there (0 for built-in rules) */
 	const char *why;    /* built-in rules: what the memory is, for the report */
@@ -49,14 +60,44 @@ int gmt__supp_load(struct gmt__supp *s, const char *path, char *err, size_t errl
 
 void gmt__supp_free(struct gmt__supp *s);
 
-/* Whether pattern matches text (rules above). */
+/* Whether pattern matches text (rules above); false for a NULL text. */
 bool gmt__supp_pattern_match(const char *pattern, const char *text);
+
+/* The index of the first rule that matches text; SIZE_MAX when none does
+ * (or text is NULL). */
+size_t gmt__supp_first(const struct gmt__supp *s, const char *text);
 
 /* Matching one stack: call gmt__supp_frame for each of its frames with the
  * frame's names (any may be NULL); *best holds the lowest index of a rule that
  * matched so far (start it at SIZE_MAX; SIZE_MAX at the end: none). */
 void gmt__supp_frame(const struct gmt__supp *s, const char *function, const char *module,
 		     const char *file, size_t *best);
+
+/* gmt__supp_first of each name seen, remembered by the name's address: the
+ * stacks of a snapshot repeat the same few thousand names (the frame cache's,
+ * libdw's, the Python frames') on every stack, so each is matched once.
+ * NOTE: keyed by address, not contents: every name passed must stay where it
+ * is, unchanged, until gmt__supp_memo_free — one memo per snapshot, never one
+ * that outlives the names' owners (a later string at a freed name's address
+ * would get its answer). */
+struct gmt__supp_memo {
+	const struct gmt__supp *s; /* may be NULL: no rules */
+	struct gmt__supp_memo_slot *v;
+	size_t n, cap;
+};
+
+/* Starts an empty memo of the rules s (which must not change while it is
+ * used). Allocates nothing; without memory later, names go unremembered and
+ * are matched every time (the same answers, slower). */
+void gmt__supp_memo_init(struct gmt__supp_memo *m, const struct gmt__supp *s);
+void gmt__supp_memo_free(struct gmt__supp_memo *m);
+
+/* gmt__supp_first(m->s, text), remembered. */
+size_t gmt__supp_memo_first(struct gmt__supp_memo *m, const char *text);
+
+/* gmt__supp_frame(m->s, ...), through the memo: the same *best. */
+void gmt__supp_memo_frame(struct gmt__supp_memo *m, const char *function, const char *module,
+			  const char *file, size_t *best);
 
 /* "leak:PATTERN" or "cached:PATTERN" of a rule into buf. */
 void gmt__supp_rule_text(const struct gmt__supp_rule *r, char *buf, size_t len);

@@ -1,0 +1,117 @@
+"""What the framework scripts of the real-GPU suite print for check_gpu.py
+(docs/gpu-suite.md): the same lines as the CUDA programs' gpu_test.h, and
+gmt_dump() reached through ctypes — the table `gmt_api_v1` that
+libgpumemtrace.so exports, found in the process's global scope (where
+LD_PRELOAD put it). Standard library only: the scripts import it before
+their framework, to say SKIP when the framework does not import.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Iterable, NoReturn
+
+_DUMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
+_LIVE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong))
+_VOID = ctypes.c_void_p
+
+
+class _ApiV1(ctypes.Structure):
+    # include/gpumemtrace.h, struct gmt_api_v1: fields are only ever added at
+    # the end, and size says how many the library has.
+    _fields_ = [("size", ctypes.c_size_t), ("dump", _DUMP), ("tag_push", _VOID),
+                ("tag_pop", _VOID), ("live_bytes", _LIVE)]
+
+
+def _api() -> _ApiV1 | None:
+    try:
+        return _ApiV1.in_dll(ctypes.CDLL(None), "gmt_api_v1")
+    except ValueError:
+        return None
+
+
+def traced_live_bytes(device: int) -> int | None:
+    """The live bytes the tracer counts on a device now (gmt_live_bytes), or
+    None when not traced."""
+    api = _api()
+    if api is None or api.size < ctypes.sizeof(_ApiV1):
+        return None
+    value = ctypes.c_ulonglong(0)
+    return value.value if api.live_bytes(device, ctypes.byref(value)) == 0 else None
+
+
+def begin(name: str) -> None:
+    print(f"TEST {name} {os.getpid()}", flush=True)
+
+
+def skip(reason: str) -> NoReturn:
+    """The script cannot check here: the suite counts it skipped."""
+    print(f"SKIP {reason}", flush=True)
+    sys.exit(0)
+
+
+def line(*words: object) -> None:
+    print(" ".join(str(w) for w in words), flush=True)
+
+
+def checkpoint(label: str, cover: Iterable[str] | None = None) -> str | None:
+    """Writes an api snapshot now; with cover, the LIVE lines given for the
+    label must then be exactly its allocations of those kinds."""
+    api = _api()
+    path = None
+    if api is not None and api.size >= ctypes.sizeof(ctypes.c_size_t) + ctypes.sizeof(_DUMP):
+        buf = ctypes.create_string_buffer(4096)
+        if api.dump(buf, len(buf)) == 0:
+            path = buf.value.decode()
+    line("CHECKPOINT", label, path or "-")
+    if cover is not None:
+        line("COVER", label, ",".join(cover))
+    return path
+
+
+def checkpoint_at(label: str, which: str, cover: Iterable[str] | None = None) -> None:
+    """A snapshot the tracer writes by itself: "@oom" or "@exit"."""
+    line("CHECKPOINT", label, which)
+    if cover is not None:
+        line("COVER", label, ",".join(cover))
+
+
+def live(label: str, address: int, size: int, kind: str, device: int) -> None:
+    line("LIVE", label, hex(address), size, kind, device)
+
+
+def meminfo(label: str, device: int, free: int, total: int) -> None:
+    line("MEMINFO", label, device, free, total)
+
+
+def pool(label: str, device: int, reserved: int) -> None:
+    line("POOL", label, device, reserved)
+
+
+def live_bytes(label: str, device: int, kinds: Iterable[str], nbytes: int) -> None:
+    line("BYTES", label, device, ",".join(kinds), nbytes)
+
+
+def has(label: str, address: int, kinds: Iterable[str], device: int, min_size: int) -> None:
+    line("HAS", label, hex(address), ",".join(kinds), device, min_size)
+
+
+def gone(label: str, address: int) -> None:
+    line("GONE", label, hex(address))
+
+
+def reservation(label: str, min_size: int) -> None:
+    line("RESERVATION", label, min_size)
+
+
+def oom(label: str, api: str, size: int, device: int, exact: bool) -> None:
+    line("OOM", label, api, size, device, "exact" if exact else "min")
+
+
+def verdict(label: str, name: str, primary: bool = False) -> None:
+    line("VERDICT", label, name, *(["primary"] if primary else []))
+
+
+def note(text: str) -> None:
+    line("NOTE", text)

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""PyTorch under the tracer (docs/gpu-suite.md), one allocator per mode:
+
+  caching     the default caching allocator, which cudaMallocs whole
+              segments: the tracer's device-kind allocations are exactly
+              torch.cuda.memory_snapshot()'s segments (address, total_size),
+              and they add up to torch.cuda.memory_reserved();
+  expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the runner
+              sets it): segments are VMM reservations with 2 or 20 MiB pages
+              mapped on demand; the tracer's vmm handles on the device add up
+              to memory_reserved() (each mapped page's handle once), there is
+              no device-kind memory, and a reservation at least as large as
+              the device is listed;
+  async       PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: one
+              cudaMallocAsync per tensor, listed as kind async at its
+              data_ptr() with its storage's nbytes; memory_reserved() is the
+              default pool's reserved bytes, which the snapshot's pools give;
+  oom         an oversized tensor (twice the device): the out-of-memory
+              snapshot names cuMemAlloc_v2 of at least its bytes and the
+              verdict exhaustion, and holds the one segment in use.
+
+Every mode also compares torch.cuda.mem_get_info (cudaMemGetInfo) with the
+snapshots' footprint between checkpoints. Without torch, or without a GPU
+for it, the script says SKIP.
+Usage: torch_memory.py caching|expandable|async|oom
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gmt_probe as gp  # noqa: E402
+
+MIB = 1 << 20
+MODES = ("caching", "expandable", "async", "oom")
+# A small-pool block (a 2 MiB segment), and large ones of several sizes.
+SIZES = [512 * 1024, 3 * MIB, 30 * MIB, 100 * MIB + 1]
+DEV = 0
+PEAK = [0]  # the highest memory_reserved() seen at a checkpoint
+
+
+def report(torch, label: str, mode: str, tensors: list) -> None:
+    """A checkpoint, and what PyTorch says should be in it."""
+    cover = {"caching": ["device"], "async": ["async"]}.get(mode)
+    gp.checkpoint(label, cover)
+    free, total = torch.cuda.mem_get_info(DEV)
+    gp.meminfo(label, DEV, free, total)
+    reserved = torch.cuda.memory_reserved(DEV)
+    if mode == "caching":
+        for seg in torch.cuda.memory_snapshot():
+            if seg["device"] == DEV:
+                gp.live(label, seg["address"], seg["total_size"], "device", DEV)
+        gp.live_bytes(label, DEV, ["device"], reserved)
+    elif mode == "expandable":
+        gp.live_bytes(label, DEV, ["vmm"], reserved)
+        gp.live_bytes(label, DEV, ["device"], 0)
+        if reserved:
+            gp.reservation(label, torch.cuda.get_device_properties(DEV).total_memory)
+    elif mode == "async":
+        for t in tensors:
+            gp.live(label, t.data_ptr(), t.untyped_storage().nbytes(), "async", DEV)
+        gp.pool(label, DEV, reserved)
+    PEAK[0] = max(PEAK[0], reserved)
+
+
+def run_allocator(torch, mode: str) -> None:
+    if mode == "async" and torch.cuda.get_allocator_backend() != "cudaMallocAsync":
+        sys.exit(f"torch_memory.py async: the backend is {torch.cuda.get_allocator_backend()}: "
+                 "run with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync")
+    if mode == "expandable" and os.environ.get("PYTORCH_CUDA_ALLOC_CONF") != "expandable_segments:True":
+        sys.exit("torch_memory.py expandable: run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    tensors = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in SIZES]
+    torch.cuda.synchronize()
+    report(torch, "allocated", mode, tensors)
+    # Freed: the caching allocators keep the memory (cached, reserved).
+    del tensors[1]
+    torch.cuda.synchronize()
+    report(torch, "cached", mode, tensors)
+    torch.cuda.empty_cache()
+    report(torch, "emptied", mode, tensors)
+    del tensors[:]
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    report(torch, "end", mode, tensors)
+
+
+def run_oom(torch) -> None:
+    keep = torch.empty(8 * MIB, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    segments = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s["device"] == DEV]
+    report(torch, "before", "caching", [])
+    total = torch.cuda.get_device_properties(DEV).total_memory
+    want = 2 * total
+    try:
+        torch.empty(want, dtype=torch.uint8, device="cuda")
+    except torch.cuda.OutOfMemoryError:
+        pass
+    else:
+        sys.exit(f"torch_memory.py oom: a tensor of {want} bytes was allocated on a device of {total}")
+    gp.checkpoint_at("oom", "@oom", ["device"])
+    for address, size in segments:
+        gp.live("oom", address, size, "device", DEV)
+    free, total_now = torch.cuda.mem_get_info(DEV)
+    gp.meminfo("oom", DEV, free, total_now)
+    gp.oom("oom", "cuMemAlloc_v2", want, DEV, exact=False)
+    gp.verdict("oom", "exhaustion", primary=True)
+    del keep
+    torch.cuda.empty_cache()
+    report(torch, "end", "caching", [])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in MODES:
+        print(__doc__.rstrip(), file=sys.stderr)
+        return 2
+    mode = argv[0]
+    gp.begin(f"torch-{mode}")
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 (any import failure: no torch here)
+        gp.skip(f"torch does not import: {type(e).__name__}: {e}")
+    if not torch.cuda.is_available():
+        gp.skip(f"torch {torch.__version__} sees no CUDA device")
+    torch.cuda.init()
+    # The context, and the first kernel's module, before the first checkpoint.
+    warm = torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    del warm
+    torch.cuda.empty_cache()
+    report(torch, "start", "caching" if mode == "oom" else mode, [])
+    if mode == "oom":
+        run_oom(torch)
+    else:
+        run_allocator(torch, mode)
+    gp.note(f"torch {torch.__version__}, memory_reserved() up to {PEAK[0]} bytes")
+    gp.checkpoint_at("exit", "@exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -51,7 +51,7 @@ DEPTHS = (0, 16, 64)
 BAR_PAIR_NS = {0: 150.0, 64: 1000.0}
 BAR_BYTES_PER_LIVE = 96.0
 BAR_SNAPSHOT_1M_S = 2.0
-STATS = ("ring_full", "producer_drains", "gap_waits", "gaps_skipped")
+STATS = ("ring_full", "producer_drains", "consumer_wakeups", "gap_waits", "gaps_skipped")
 
 
 # --- running the programs ----------------------------------------------------------
@@ -358,6 +358,7 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         r["untraced_calls_per_s"], r["traced_events_per_s"], None, r["ratio"],
                         f"per 1M events: ring full {r['ring_full_per_million_events']:g}, "
                         f"producer drains {r['producer_drains_per_million_events']:g}, "
+                        f"consumer wakeups {r['consumer_wakeups_per_million_events']:g}, "
                         f"gap waits {r['gap_waits_per_million_events']:g}"))
     loss = result["no_loss"]
     rows.append(row("no lost events", f"{loss['threads']} threads x {loss['pairs_per_thread']:,} pairs, depth 64",

@@ -47,12 +47,25 @@
 #define GMT_PEAK_INTERVAL_NS 1000000000ull
 #define GMT_UNDO_SLOTS 1024
 #define GMT_UNDO_ENTRIES 4
+/* The background thread's sleep when a pass found nothing, paced by what the
+ * last sleep let gather: halved when it gathered more than a quarter of a
+ * ring (or the doorbell had to wake the thread), doubled when less than a
+ * sixteenth, within these bounds. It wakes on its own timer, which costs the
+ * producers nothing, before a flooding thread's ring is half full and rings
+ * the doorbell (ring.h): that wake-up is a system call on the producer's time,
+ * a costly one in some virtual machines (34 us measured on the development
+ * VM, docs/performance.md), so it stays the backstop. */
+#define GMT_IDLE_MIN_NS 20000ull
+#define GMT_IDLE_START_NS 1000000ull
+#define GMT_IDLE_MAX_NS 16000000ull
 
 /* The tracer's own counters: X(name, meaning). One list for the struct, the
  * snapshot's "stats" and the verbose report. */
 #define GMT_STATS(X)                                                                          \
 	X(ring_full, "times a thread found its ring full")                                    \
 	X(producer_drains, "times a thread with a full ring applied the events itself")       \
+	X(consumer_events, "events the background thread applied (the rest: full rings, snapshots)") \
+	X(consumer_wakeups, "times the sleeping background thread was woken (a ring half full, a signal)") \
 	X(gap_waits, "times the consumer waited for an event in flight")                      \
 	X(gaps_skipped, "events given up on after waiting (their order may be lost)")         \
 	X(late_events, "events applied after their place in the order was given up")          \
@@ -95,6 +108,11 @@ static struct {
 	pthread_key_t ring_key;
 	_Atomic bool consumer_running;
 	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
+	/* The most frames of the tracer's own seen at the top of a captured
+	 * stack (the walk's, capture's, record's, the gmt__on_* caller's, the
+	 * hook's): each capture walks this many more than it keeps. Relaxed: a
+	 * hint; capture() re-walks when it finds more. */
+	_Atomic int own_frames;
 	/* Each device's primary context, learned from cuDevicePrimaryCtxRetain, and
 	 * a counter of context teardowns that invalidates every thread's cached
 	 * (context → device). Relaxed/acq-rel as commented where used. */
@@ -580,7 +598,8 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 
 static void *consumer_main(void *arg)
 {
-	uint64_t next_probe = 0;
+	uint64_t next_probe = 0, idle_ns = GMT_IDLE_START_NS, ring = (uint64_t)core.opt->ring_events;
+	enum { AWAKE, TIMED_OUT, WOKEN } slept = AWAKE;
 	pthread_attr_t attr;
 	void *stack;
 	size_t size;
@@ -594,6 +613,7 @@ static void *consumer_main(void *arg)
 		pthread_attr_destroy(&attr);
 	}
 	while (!atomic_load_explicit(&core.stopping, memory_order_relaxed)) {
+		bool sleep = false;
 		uint64_t n;
 
 		/* An interpreter may be loaded later than the tracer started (a
@@ -619,15 +639,26 @@ static void *consumer_main(void *arg)
 			snapshot("peak", NULL, NULL, NULL, 0); /* releases the lock */
 		} else if (atomic_exchange_explicit(&core.signal_pending, false, memory_order_relaxed)) {
 			/* Everything completed before the signal has its number. */
-			drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
+			n += drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
 			snapshot("signal", NULL, NULL, NULL, 0); /* releases the lock */
-			n = 1;
 		} else {
+			/* Nothing left: sleep, unless a ring filled up since the
+			 * pass looked (ring.h, the doorbell). */
+			sleep = n == 0 && gmt__rings_may_sleep();
 			pthread_mutex_unlock(&core.lock);
 		}
-		if (n == 0) {
-			struct timespec idle = { 0, 1000000 }; /* 1 ms */
-			nanosleep(&idle, NULL);
+		if (n > 0)
+			STAT_ADD(consumer_events, n);
+		/* The pace: what the last sleep let gather (above). */
+		if (slept == WOKEN || n > ring / 4)
+			idle_ns = idle_ns / 2 > GMT_IDLE_MIN_NS ? idle_ns / 2 : GMT_IDLE_MIN_NS;
+		else if (slept == TIMED_OUT && n < ring / 16)
+			idle_ns = 2 * idle_ns < GMT_IDLE_MAX_NS ? 2 * idle_ns : GMT_IDLE_MAX_NS;
+		slept = AWAKE;
+		if (sleep) {
+			slept = gmt__rings_sleep(idle_ns) ? WOKEN : TIMED_OUT;
+			if (slept == WOKEN)
+				STAT_ADD(consumer_wakeups, 1);
 		}
 	}
 	return NULL;
@@ -881,14 +912,17 @@ static int find_text(struct dl_phdr_info *info, size_t size, void *base)
 	return 0;
 }
 
-/* SIGUSR2: only marks the request; the background thread writes the
- * snapshot (nothing else is safe in a handler). The program's own handler,
- * installed before ours, still runs. */
+/* SIGUSR2: only marks the request and wakes the background thread, which
+ * writes the snapshot (nothing else is safe in a handler; a request that
+ * comes just before the thread goes to sleep waits for its timeout,
+ * GMT_IDLE_MAX_NS at most). The program's own handler, installed before
+ * ours, still runs. */
 static void on_signal(int sig, siginfo_t *info, void *uctx)
 {
 	int saved = errno;
 
 	atomic_store_explicit(&core.signal_pending, true, memory_order_relaxed);
+	gmt__rings_wake(); /* a futex wake: async-signal-safe */
 	if (core.signal_old.sa_flags & SA_SIGINFO) {
 		if (core.signal_old.sa_sigaction != NULL)
 			core.signal_old.sa_sigaction(sig, info, uctx);
@@ -1230,7 +1264,7 @@ static struct gmt__ring *thread_ring(void)
 static void make_room(struct gmt__ring *r)
 {
 	STAT_ADD(ring_full, 1);
-	while (gmt__ring_count(r) == gmt__ring_capacity(r)) {
+	while (!gmt__ring_has_room(r)) {
 		if (pthread_mutex_trylock(&core.lock) == 0) {
 			STAT_ADD(producer_drains, 1);
 			drain_until(atomic_load_explicit(&core.next_seq, memory_order_relaxed));
@@ -1241,25 +1275,57 @@ static void make_room(struct gmt__ring *r)
 	}
 }
 
+/* How many of the innermost frames ips[0..n) are the tracer's own (the walk,
+ * capture, record, the gmt__on_* caller, the hook): by address, which no
+ * inlining or sibling call can make wrong. */
+static int own_prefix(const uintptr_t *ips, int n)
+{
+	int first = 0;
+
+	while (first < n && ips[first] >= core.text_start && ips[first] < core.text_end)
+		first++;
+	return first;
+}
+
+/* Raises own_frames to `seen`; relaxed (a hint, see core.own_frames). */
+static void own_frames_seen(int seen)
+{
+	int own = atomic_load_explicit(&core.own_frames, memory_order_relaxed);
+
+	while (own < seen && !atomic_compare_exchange_weak_explicit(&core.own_frames, &own, seen, memory_order_relaxed,
+								    memory_order_relaxed))
+		;
+}
+
 /* The calling thread's stack, interned: its native frames without the
  * tracer's own, its Python frames, its open region tags. 0 when nothing is
  * recorded. */
 static uint32_t capture(void)
 {
 	uintptr_t ips[GMT_STACK_MAX_FRAMES];
-	int want = core.depth + 8 < GMT_STACK_MAX_DEPTH ? core.depth + 8 : GMT_STACK_MAX_DEPTH;
-	int n, first = 0, py;
+	int n = 0, first = 0, py;
 
 	if (core.depth == 0 && tls.ntags == 0)
 		return 0;
-	n = core.depth > 0 ? gmt__stack_capture(ips, want, 0) : 0;
-	/* The innermost frames are the tracer's own (this function, record,
-	 * the gmt__on_* caller, the hook): drop them by address, which no
-	 * inlining or sibling call can make wrong. */
-	while (first < n && ips[first] >= core.text_start && ips[first] < core.text_end)
-		first++;
-	if (n - first > core.depth)
-		n = first + core.depth;
+	if (core.depth > 0) {
+		int own = atomic_load_explicit(&core.own_frames, memory_order_relaxed);
+		int want = core.depth + own < GMT_STACK_MAX_DEPTH ? core.depth + own : GMT_STACK_MAX_DEPTH;
+
+		n = gmt__stack_walk(ips, want);
+		first = own_prefix(ips, n);
+		if (first > own) {
+			/* A path with more frames of ours than any before: walk
+			 * again if this walk stopped short of the program's. */
+			own_frames_seen(first);
+			if (n == want && want < GMT_STACK_MAX_DEPTH) {
+				want = core.depth + first < GMT_STACK_MAX_DEPTH ? core.depth + first : GMT_STACK_MAX_DEPTH;
+				n = gmt__stack_walk(ips, want);
+				first = own_prefix(ips, n);
+			}
+		}
+		if (n - first > core.depth)
+			n = first + core.depth;
+	}
 	/* The Python frames follow the native ones (pystack.h). */
 	py = core.python ? gmt__py_capture(ips + n, core.depth) : 0;
 	if (py > 0)
@@ -1294,7 +1360,7 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 	ev->api = (uint16_t)c->api;
 	/* Room first, then the number: a number once taken is pushed at once, so
 	 * the consumer never waits for a thread that waits for the consumer. */
-	if (gmt__ring_count(r) == gmt__ring_capacity(r))
+	if (!gmt__ring_has_room(r))
 		make_room(r);
 	ev->seq = atomic_fetch_add_explicit(&core.next_seq, 1, memory_order_relaxed);
 	gmt__ring_push(r, ev);

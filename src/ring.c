@@ -1,13 +1,19 @@
 /* The per-thread SPSC event ring (ring.h): one mmap'd block holding the
  * producer's and the consumer's counters on cache lines of their own, then the
- * slots; and the registry, a lock-free list of every thread's ring. */
+ * slots; the registry, a lock-free list of every thread's ring; and the
+ * doorbell, the futex on which the consumer sleeps while the rings are quiet. */
 #define _GNU_SOURCE
 #include "ring.h"
 
+#include <errno.h>
+#include <linux/futex.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define GMT_CACHE_LINE 64
 
@@ -19,6 +25,13 @@
  *   R4 reap's release of prev->next  -> A4 next's acquire:          (the same)
  *   R5 mark_dead's release           -> A5 is_dead's/reap's acquire: the owner's last
  *                                                                    push
+ *   F1 check's fence, half full      <-> F2 may_sleep's fence:       nothing; they
+ *      (after R1)                           (after `sleeping` = 1)   keep a wake-up
+ *      either the consumer's last look at the rings sees the push, or the
+ *      producer sees `sleeping` and wakes it (store buffering: two stores,
+ *      each followed by a full fence and a load of the other's word). No
+ *      data rides on them, only the wake-up: ThreadSanitizer, which does not
+ *      model fences (GCC says so, -Wtsan), misses nothing it could check.
  * The consumer role passes between threads only under the consumer lock
  * (core.c), which orders the consumer-private fields (head, tail_seen). */
 struct gmt__ring {
@@ -44,6 +57,37 @@ struct gmt__ring {
 /* The registry: newest ring first. Only gmt__rings_add changes the head
  * (by CAS); only the consumer (lock held) changes a linked ring's next. */
 static _Atomic(struct gmt__ring *) rings_head;
+
+/* The doorbell, and the futex word: 1 from the consumer's announcement that
+ * it sleeps (may_sleep) until it wakes or a waker clears it, else 0. Read by
+ * producers only at checks of rings half full, written when the consumer
+ * sleeps and wakes: it needs no cache line of its own. */
+static _Atomic uint32_t sleeping;
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && sizeof(sleeping) == sizeof(uint32_t),
+	       "the doorbell is a lock-free 32-bit word: a futex, rung from signal handlers");
+
+/* The doorbell's thresholds, in events. A check every eighth of the
+ * capacity (every push for rings under 8): the tail is a multiple of
+ * check_every. The producer rings from half full; the consumer stays up from
+ * a check's worth below that, so that the check at which a sleeping
+ * consumer's ring first holds half is the one that rings (may_sleep). */
+static uint64_t check_every(const struct gmt__ring *r)
+{
+	return (r->mask >> 3) + 1;
+}
+
+static uint64_t ring_from(const struct gmt__ring *r)
+{
+	return (r->mask >> 1) + 1;
+}
+
+static uint64_t stay_up_from(const struct gmt__ring *r)
+{
+	uint64_t n = ring_from(r) - check_every(r);
+
+	return n > 0 ? n : 1;
+}
 
 /* Capacities stay at or below 2^31 so that a count fits in uint32_t. */
 #define GMT_RING_MAX_CAPACITY ((uint32_t)1 << 31)
@@ -75,22 +119,55 @@ void gmt__ring_free(struct gmt__ring *r)
 		munmap(r, r->map_bytes);
 }
 
+/* Producer: room for the slot at `tail`, by the last view of head, renewed
+ * only when that view says full. */
+static bool room_at(struct gmt__ring *r, uint64_t tail)
+{
+	if (tail - r->head_seen <= r->mask)
+		return true;
+	/* A2: acquire of head; pairs with R2 in pop. The consumer's reads of the
+	 * slots it released happen before our overwrite of them. */
+	r->head_seen = atomic_load_explicit(&r->head, memory_order_acquire);
+	return tail - r->head_seen <= r->mask;
+}
+
+/* Producer, at a check, after R1 of `tail`: rings the doorbell when the ring
+ * is half full or more and the consumer sleeps. */
+static void check(struct gmt__ring *r, uint64_t tail)
+{
+	/* A2 (as in room_at): a fresh view of head, one read of the consumer's
+	 * line per check. A stale one could only make the count larger: a
+	 * needless ring, never a missed one. */
+	r->head_seen = atomic_load_explicit(&r->head, memory_order_acquire);
+	if (tail - r->head_seen < ring_from(r))
+		return;
+	/* F1: a full fence between R1 and the load of `sleeping`; pairs with F2
+	 * in may_sleep. */
+	atomic_thread_fence(memory_order_seq_cst);
+	/* Relaxed: F1 orders it; gmt__rings_wake re-reads by exchange. */
+	if (atomic_load_explicit(&sleeping, memory_order_relaxed) != 0)
+		gmt__rings_wake();
+}
+
+bool gmt__ring_has_room(struct gmt__ring *r)
+{
+	/* Relaxed: only this thread writes tail. */
+	return room_at(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
+}
+
 bool gmt__ring_push(struct gmt__ring *r, const struct gmt__event *ev)
 {
 	/* Relaxed: only this thread writes tail. */
 	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
 
-	if (tail - r->head_seen > r->mask) {
-		/* A2: acquire of head; pairs with R2 in pop. The consumer's reads of
-		 * the slots it released happen before our overwrite of them. */
-		r->head_seen = atomic_load_explicit(&r->head, memory_order_acquire);
-		if (tail - r->head_seen > r->mask)
-			return false;
-	}
+	if (!room_at(r, tail))
+		return false;
 	r->slots[tail & r->mask] = *ev;
 	/* R1: release of tail publishes the event just written; pairs with A1 in
 	 * peek. */
 	atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+	if (((tail + 1) & (check_every(r) - 1)) == 0)
+		check(r, tail + 1);
 	return true;
 }
 
@@ -261,6 +338,57 @@ void gmt__rings_after_fork(struct gmt__ring *keep)
 		atomic_store_explicit(&keep->next, NULL, memory_order_relaxed);
 	}
 	atomic_store_explicit(&rings_head, kept ? keep : NULL, memory_order_relaxed);
+	/* The parent's consumer may have been asleep; the child has none yet. */
+	atomic_store_explicit(&sleeping, 0, memory_order_relaxed);
+}
+
+/* --- the doorbell ------------------------------------------------------------ */
+
+bool gmt__rings_may_sleep(void)
+{
+	/* Relaxed: F2 orders it before the looks below. */
+	atomic_store_explicit(&sleeping, 1, memory_order_relaxed);
+	/* F2: a full fence between the store above and the loads of the list and
+	 * of every tail below; pairs with F1 in check. While we sleep no head
+	 * moves (but for a producer that drains itself, which only makes room):
+	 * the first check at which a ring holds half of it finds us asleep, or
+	 * this look (which reads every ring, one added since too, after F2) sees
+	 * its push and the ring at least that full. */
+	atomic_thread_fence(memory_order_seq_cst);
+	for (struct gmt__ring *r = gmt__rings_first(); r != NULL; r = gmt__ring_next(r)) {
+		if (gmt__ring_count(r) >= stay_up_from(r)) {
+			atomic_store_explicit(&sleeping, 0, memory_order_relaxed);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool gmt__rings_sleep(uint64_t timeout_ns)
+{
+	struct timespec ts = { (time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u) };
+	bool woken;
+
+	/* Returns at once when a waker cleared the word already (EAGAIN). Woken
+	 * or not, the caller looks at the rings again. */
+	woken = syscall(SYS_futex, &sleeping, FUTEX_WAIT_PRIVATE, 1u, timeout_ns != 0 ? &ts : NULL, NULL, 0) == 0 ||
+		errno == EAGAIN;
+	/* Relaxed: the word orders nothing; the events come through A1. */
+	atomic_store_explicit(&sleeping, 0, memory_order_relaxed);
+	return woken;
+}
+
+void gmt__rings_wake(void)
+{
+	int saved;
+
+	/* Relaxed: the wake-up publishes nothing (events come through R1/A1).
+	 * The exchange: of several wakers, only the first makes the call. */
+	if (atomic_exchange_explicit(&sleeping, 0, memory_order_relaxed) == 0)
+		return;
+	saved = errno;
+	syscall(SYS_futex, &sleeping, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	errno = saved;
 }
 
 size_t gmt__ring_bytes(const struct gmt__ring *r)

@@ -9,6 +9,12 @@
  * - push is wait-free while the ring is not full; when it is full push fails and
  *   the caller drains (takes the consumer role) or waits; nothing is ever dropped
  *   by the ring itself;
+ * - a consumer that finds the rings empty may sleep (the doorbell, below). A
+ *   push that ends an eighth of the ring (a check) reads the consumer's
+ *   counter; from half full it also loads the doorbell word and, only when
+ *   the consumer sleeps, wakes it with a futex wake, a system call that never
+ *   waits. Every other push makes no system call and touches no shared line
+ *   but the slot's;
  * - head and tail are free-running 64-bit counters on separate cache lines,
  *   compared only by unsigned difference; capacity is a power of two.
  */
@@ -30,7 +36,13 @@ struct gmt__ring *gmt__ring_new(uint32_t capacity, uint32_t tid);
 /* Unmaps a ring that is empty and no longer in the registry. */
 void gmt__ring_free(struct gmt__ring *r);
 
-/* Producer: appends a copy of *ev. Returns false, changing nothing, when full. */
+/* Producer: true when the next push will succeed. Reads the consumer's counter
+ * only when the ring looks full from the producer's last view of it. */
+bool gmt__ring_has_room(struct gmt__ring *r);
+
+/* Producer: appends a copy of *ev. Returns false, changing nothing, when full.
+ * At a check with the ring half full or more it rings the doorbell (a sleeping
+ * consumer wakes). Async-signal-safe (the doorbell is a futex). */
 bool gmt__ring_push(struct gmt__ring *r, const struct gmt__event *ev);
 
 /* Consumer: the oldest event, or NULL when empty. Valid until gmt__ring_pop. */
@@ -70,7 +82,31 @@ struct gmt__ring *gmt__ring_next(const struct gmt__ring *r);
 unsigned gmt__rings_reap(void);
 
 /* After fork(), in the child: forget every ring but `keep` (the forking
- * thread's, emptied); the other threads do not exist in the child. */
+ * thread's, emptied); the other threads do not exist in the child, and no
+ * consumer sleeps. */
 void gmt__rings_after_fork(struct gmt__ring *keep);
+
+/* --- the doorbell: the consumer sleeps while the rings are quiet ------------ */
+
+/* The one consumer thread, under the consumer lock, having found the rings
+ * empty: announces that it is about to sleep, then looks at every ring once
+ * more. True when it may sleep: every ring is under half full by more than a
+ * check's worth of events (3/8 of the capacity; 1 event for rings under 8),
+ * so that a producer that pushes on wakes it at a check before its ring is
+ * 5/8 full. False (the announcement withdrawn) when some ring is fuller:
+ * drain again instead. The doorbell is a backstop: a consumer that sleeps
+ * with a timeout paced to the producers (core.c) wakes on its own first, and
+ * costs them no system call. */
+bool gmt__rings_may_sleep(void);
+
+/* The consumer, after gmt__rings_may_sleep said true and without the lock:
+ * sleeps until the doorbell rings, gmt__rings_wake, or `timeout_ns` passes
+ * (0: no timeout), then withdraws the announcement. True when woken (also
+ * spuriously), false when the timeout passed or a signal interrupted. */
+bool gmt__rings_sleep(uint64_t timeout_ns);
+
+/* Anyone: wakes the consumer if it sleeps (a snapshot is wanted). Async-signal-
+ * safe; keeps errno. */
+void gmt__rings_wake(void);
 
 #endif /* GMT_RING_H */

@@ -104,6 +104,21 @@ int gmt__stack_init(void)
 	return unw_backtrace(warm, 4) > 0 ? 0 : -ENOTSUP;
 }
 
+_Static_assert(sizeof(void *) == sizeof(uintptr_t), "unw_backtrace fills an array of void *");
+
+int gmt__stack_walk(uintptr_t *ips, int max)
+{
+	if (max <= 0)
+		return 0;
+	if (max > GMT_STACK_MAX_DEPTH)
+		max = GMT_STACK_MAX_DEPTH;
+	/* NOTE: libunwind stores void * into the caller's uintptr_t array, the
+	 * two of one size and representation (asserted above). The stores are
+	 * in libunwind's own object, where no compiler of ours sees both types
+	 * on this memory: no copy through a void * buffer is needed. */
+	return unw_backtrace((void **)ips, max);
+}
+
 /* noinline: the frame dropped below must be this function's own. */
 __attribute__((noinline)) int gmt__stack_capture(uintptr_t *ips, int max, int skip)
 {

@@ -41,6 +41,13 @@ static inline bool gmt__word_is_tag(uintptr_t word)
  * hook. Returns 0 or a negative errno. */
 int gmt__stack_init(void);
 
+/* Unwinds the calling thread into ips[0..max), innermost first, with no copy:
+ * raw return addresses, the innermost of them the caller's own frames (and
+ * maybe this function's). For callers that drop their own frames themselves
+ * (core.c: by address). Returns the number stored (0 when unwinding fails);
+ * `max` is capped at GMT_STACK_MAX_DEPTH. */
+int gmt__stack_walk(uintptr_t *ips, int max);
+
 /* Captures up to `max` return addresses of the calling thread into ips[],
  * skipping the innermost `skip` frames (the tracer's own). Raw addresses, as the
  * unwinder gives them. Returns the number captured (0 when unwinding fails).

@@ -1,7 +1,9 @@
 /* The SPSC ring and its registry (src/ring.c): single-thread semantics across
  * the 2^32 and 2^64 counter boundaries, a producer/consumer stress in which
- * every event must arrive once, whole and in order, and concurrent registry
- * adds under a walking, reaping consumer. */
+ * every event must arrive once, whole and in order, concurrent registry
+ * adds under a walking, reaping consumer, and the doorbell: its rules on one
+ * thread, and a consumer that sleeps until the doorbell rings, whatever
+ * happens. */
 #define _GNU_SOURCE
 #include "ring.h"
 
@@ -88,8 +90,11 @@ static void test_fill_drain(uint64_t start)
 	gmt__ring_test_seek(r, start);
 	for (round = 0; round < 5; round++) {
 		for (;;) {
+			bool room = gmt__ring_has_room(r);
+
 			ev = event_of(in);
-			if (!gmt__ring_push(r, &ev))
+			CHECK_EQ(gmt__ring_push(r, &ev), room);
+			if (!room)
 				break;
 			in++;
 			CHECK_EQ(gmt__ring_count(r), in - out);
@@ -98,6 +103,7 @@ static void test_fill_drain(uint64_t start)
 		CHECK_EQ(gmt__ring_count(r), 8);
 		/* Full: refused again, nothing changed. */
 		ev = event_of(999);
+		CHECK(!gmt__ring_has_room(r));
 		CHECK(!gmt__ring_push(r, &ev));
 		CHECK_EQ(gmt__ring_count(r), 8);
 		/* One pop makes room for exactly one. */
@@ -105,9 +111,11 @@ static void test_fill_drain(uint64_t start)
 		CHECK(p != NULL && event_is(p, out));
 		gmt__ring_pop(r);
 		out++;
+		CHECK(gmt__ring_has_room(r));
 		ev = event_of(in);
 		CHECK(gmt__ring_push(r, &ev));
 		in++;
+		CHECK(!gmt__ring_has_room(r));
 		CHECK(!gmt__ring_push(r, &ev));
 		/* Drain a varying number, so later rounds start at other slots. */
 		for (i = 0; i < 8 - round; i++) {
@@ -397,6 +405,177 @@ static void test_registry_rules(void)
 	CHECK(gmt__rings_first() == NULL);
 }
 
+/* --- the doorbell ------------------------------------------------------------------ */
+
+#define SHORT_NS 1000000ull /* a sleep that nothing should end early */
+
+/* One thread: when the consumer may sleep and what ends the sleep. A sleep
+ * that nothing ends times out (false); one the doorbell or a wake ended
+ * already returns at once (true). A ring of 64: a check every
+ * 8 pushes, the doorbell rings from 32 held, the consumer stays up from 24. */
+static void test_doorbell_rules(void)
+{
+	struct gmt__ring *small, *r = gmt__ring_new(64, 1);
+	struct gmt__event ev = event_of(1);
+	int i;
+
+	gmt__rings_after_fork(NULL);
+	small = gmt__ring_new(2, 2); /* every push a check; rings from 1 held */
+	if (r == NULL || small == NULL) {
+		CHECK(r != NULL && small != NULL);
+		return;
+	}
+	gmt__rings_add(r);
+
+	/* Quiet rings: may sleep; nothing rings, so the sleep times out. */
+	CHECK(gmt__rings_may_sleep());
+	CHECK(!gmt__rings_sleep(SHORT_NS));
+
+	/* Checks under half full do not ring (at 8, 16 and 24 held). */
+	CHECK(gmt__rings_may_sleep());
+	for (i = 0; i < 31; i++)
+		CHECK(gmt__ring_push(r, &ev));
+	CHECK(!gmt__rings_sleep(SHORT_NS));
+
+	/* 31 held: 24 or more, so the consumer stays up. */
+	CHECK(!gmt__rings_may_sleep());
+
+	/* 23 held: it may sleep. The check at tail 32 (24 held) does not ring,
+	 * the one at tail 40 (32 held) does. */
+	for (i = 0; i < 8 && gmt__ring_peek(r) != NULL; i++)
+		gmt__ring_pop(r);
+	CHECK_EQ(gmt__ring_count(r), 23);
+	CHECK(gmt__rings_may_sleep());
+	for (i = 0; i < 9; i++)
+		CHECK(gmt__ring_push(r, &ev));
+	CHECK(gmt__rings_sleep(SHORT_NS));
+	CHECK_EQ(gmt__ring_count(r), 32);
+	CHECK(!gmt__rings_may_sleep());
+	while (gmt__ring_peek(r) != NULL)
+		gmt__ring_pop(r);
+	CHECK(gmt__rings_may_sleep());
+	CHECK(!gmt__rings_sleep(SHORT_NS));
+
+	/* gmt__rings_wake ends a sleep; without a sleeper it changes nothing. */
+	CHECK(gmt__rings_may_sleep());
+	gmt__rings_wake();
+	CHECK(gmt__rings_sleep(SHORT_NS));
+	gmt__rings_wake();
+	CHECK(gmt__rings_may_sleep());
+	CHECK(!gmt__rings_sleep(SHORT_NS));
+
+	/* A ring added after the consumer's look rings at its first check. */
+	CHECK(gmt__rings_may_sleep());
+	gmt__rings_add(small);
+	CHECK(gmt__ring_push(small, &ev));
+	CHECK(gmt__rings_sleep(SHORT_NS));
+	CHECK(!gmt__rings_may_sleep()); /* 1 held in a ring of 2 */
+	gmt__rings_after_fork(NULL); /* frees both */
+}
+
+/* Producers that never drain and never wake anyone themselves: when a ring is
+ * full they only yield. The consumer sleeps with no timeout whenever it may,
+ * so only the doorbell gets it going again: a lost wake-up leaves a producer
+ * spinning on a full ring and the consumer asleep, and the test never ends
+ * (meson's timeout fails it). Once the producers are done, the last events
+ * (under half a ring) are the timeout's in the core; here main wakes the
+ * consumer.
+ * Every event must arrive once, in order. */
+#define BELL_PRODUCERS 3
+
+struct bell {
+	struct gmt__ring *ring[BELL_PRODUCERS];
+	uint64_t events; /* per producer */
+	atomic_bool consumer_done;
+	uint64_t got, bad, sleeps, wakeups, full;
+};
+
+static void *bell_producer(void *arg)
+{
+	struct gmt__ring *r = arg;
+	uint64_t full = 0;
+
+	for (uint64_t seq = 1; seq <= (uint64_t)gmt__ring_tid(r); seq++) {
+		struct gmt__event ev = event_of(seq);
+
+		while (!gmt__ring_push(r, &ev)) {
+			full++;
+			sched_yield();
+		}
+	}
+	return (void *)(uintptr_t)full;
+}
+
+static void *bell_consumer(void *arg)
+{
+	struct bell *b = arg;
+	uint64_t want[BELL_PRODUCERS], total = BELL_PRODUCERS * b->events;
+
+	for (int i = 0; i < BELL_PRODUCERS; i++)
+		want[i] = 1;
+	while (b->got < total) {
+		uint64_t n = 0;
+
+		for (int i = 0; i < BELL_PRODUCERS; i++) {
+			const struct gmt__event *ev;
+
+			while ((ev = gmt__ring_peek(b->ring[i])) != NULL) {
+				if (!event_is(ev, want[i]) && b->bad++ < 5)
+					fprintf(stderr, "doorbell: ring %d: got seq %" PRIu64 ", expected %" PRIu64 "\n",
+						i, ev->seq, want[i]);
+				want[i] = ev->seq + 1;
+				gmt__ring_pop(b->ring[i]);
+				n++;
+			}
+		}
+		b->got += n;
+		if (n == 0 && b->got < total && gmt__rings_may_sleep()) {
+			b->sleeps++;
+			b->wakeups += gmt__rings_sleep(0);
+		}
+	}
+	atomic_store(&b->consumer_done, true);
+	return NULL;
+}
+
+static void test_doorbell_stress(uint64_t events)
+{
+	struct bell b = { .events = events };
+	pthread_t c, p[BELL_PRODUCERS];
+	int i;
+
+	gmt__rings_after_fork(NULL);
+	for (i = 0; i < BELL_PRODUCERS; i++) {
+		/* The tid carries the producer's event count. */
+		b.ring[i] = gmt__ring_new(64, (uint32_t)events);
+		if (b.ring[i] == NULL) {
+			CHECK(b.ring[i] != NULL);
+			return;
+		}
+		gmt__rings_add(b.ring[i]);
+	}
+	pthread_create(&c, NULL, bell_consumer, &b);
+	for (i = 0; i < BELL_PRODUCERS; i++)
+		pthread_create(&p[i], NULL, bell_producer, b.ring[i]);
+	for (i = 0; i < BELL_PRODUCERS; i++) {
+		void *full;
+
+		pthread_join(p[i], &full);
+		b.full += (uint64_t)(uintptr_t)full;
+	}
+	while (!atomic_load(&b.consumer_done)) {
+		gmt__rings_wake();
+		sched_yield();
+	}
+	pthread_join(c, NULL);
+	printf("doorbell: %" PRIu64 " events from %d producers through rings of 64; the consumer slept %" PRIu64
+	       " times, woken %" PRIu64 " times; %" PRIu64 " pushes found a ring full\n",
+	       b.got, BELL_PRODUCERS, b.sleeps, b.wakeups, b.full);
+	CHECK_EQ(b.got, BELL_PRODUCERS * events);
+	CHECK_EQ(b.bad, 0);
+	gmt__rings_after_fork(NULL); /* frees them */
+}
+
 int main(int argc, char **argv)
 {
 	/* argv[1]: events in each stress run (default 5M; fewer under valgrind) */
@@ -412,5 +591,7 @@ int main(int argc, char **argv)
 	test_stress(events / 50, UINT64_MAX - 1000);
 	test_registry_concurrent();
 	test_registry_rules();
+	test_doorbell_rules();
+	test_doorbell_stress(events / 10);
 	return check_done("ring");
 }

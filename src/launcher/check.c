@@ -165,21 +165,35 @@ static void parse_args(int argc, char **argv, struct args *a)
 		a->suppressions = getenv(SUPPRESSIONS);
 }
 
+/* The defaults with the user's value of `var` (from its flag or the
+ * environment) parsed by the tracer's parser; a bad value is a usage error. */
+static void parse_option(struct gmt__options *o, const char *flag, const char *var, const char *user)
+{
+	const char *expected = "?";
+
+	gmt__options_defaults(o);
+	if (user != NULL && gmt__options_set(o, var, user, &expected) < 0)
+		gmt__die(GMT_EXIT_USAGE, "%s or %s '%s' is invalid: expected %s", flag, var, user, expected);
+}
+
+/* Puts o's value of `var` into the environment, for the traced command. */
+static void put_option(const struct gmt__options *o, const char *var)
+{
+	char value[64];
+
+	gmt__options_format(o, var, value, sizeof(value));
+	if (setenv(var, value, 1) != 0)
+		gmt__die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
+}
+
 /* The user's triggers plus exit (unset: the default, oom). */
 static void set_triggers(const char *user)
 {
 	struct gmt__options o;
-	const char *expected = "?";
-	char value[64];
 
-	gmt__options_defaults(&o);
-	if (user != NULL && gmt__options_set(&o, SNAPSHOT_ON, user, &expected) < 0)
-		gmt__die(GMT_EXIT_USAGE, "--snapshot-on or " SNAPSHOT_ON " '%s' is invalid: expected %s",
-			 user, expected);
+	parse_option(&o, "--snapshot-on", SNAPSHOT_ON, user);
 	o.snapshot_on |= GMT_TRIGGER_EXIT;
-	gmt__options_format(&o, SNAPSHOT_ON, value, sizeof(value));
-	if (setenv(SNAPSHOT_ON, value, 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set " SNAPSHOT_ON ": %s", strerror(errno));
+	put_option(&o, SNAPSHOT_ON);
 }
 
 /* The classes that count, with the tracer's parser; the tracer gets them too,
@@ -187,16 +201,9 @@ static void set_triggers(const char *user)
 static unsigned set_classes(const char *user)
 {
 	struct gmt__options o;
-	const char *expected = "?";
-	char value[64];
 
-	gmt__options_defaults(&o);
-	if (user != NULL && gmt__options_set(&o, LEAK_CLASSES, user, &expected) < 0)
-		gmt__die(GMT_EXIT_USAGE, "--leak-classes or " LEAK_CLASSES " '%s' is invalid: expected %s",
-			 user, expected);
-	gmt__options_format(&o, LEAK_CLASSES, value, sizeof(value));
-	if (setenv(LEAK_CLASSES, value, 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set " LEAK_CLASSES ": %s", strerror(errno));
+	parse_option(&o, "--leak-classes", LEAK_CLASSES, user);
+	put_option(&o, LEAK_CLASSES);
 	return o.leak_classes;
 }
 

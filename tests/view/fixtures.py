@@ -7,6 +7,8 @@ out-of-memory and leak section — and returns it with the truth the views must
 show (live bytes per site, per device and kind). hostile() is the same with
 markup, script and control characters in every name the views print.
 
+run_tests() runs a test script's functions, reporting every failure.
+
 simulator_snapshots() runs the demo program (build/demo/train_loop) on the
 simulated GPU under the real tracer and returns the paths of its oom and exit
 snapshots: the viewer's end-to-end input.
@@ -19,7 +21,8 @@ import json
 import os
 import random
 import subprocess
-from typing import Any, Dict, List, Optional, Tuple
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 MiB = 1 << 20
 GRANULARITY = 2 * MiB
@@ -139,7 +142,6 @@ def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, d
                               "size_classes": [{"min": 1 << 20, "max": (1 << 21) - 1, "count": 1,
                                                 "bytes": 1 << 20}]},
             "other_processes": {"known": False, "why": "NVML is not installed" + evil}})
-    host = {k: v for k, v in truth_dev.get(-1, {}).items()}
 
     doc: Dict[str, Any] = {
         "format": "gpumemtrace-snapshot", "version": 1, "reason": "oom" if oom else "exit", "seq": 1,
@@ -264,3 +266,18 @@ def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, st
             raise RuntimeError(f"no {reason} snapshot in {out_dir}")
         out[reason] = found[0]
     return out
+
+
+def run_tests(tests: Sequence[Callable[[], None]]) -> int:
+    """Each test in turn, every failure reported with its traceback (the next
+    test still runs); "N of M passed"; the exit status."""
+    failed = 0
+    for fn in tests:
+        try:
+            fn()
+            print(f"ok    {fn.__name__}")
+        except Exception:  # noqa: BLE001 — every failure is reported, then the next test runs
+            failed += 1
+            print(f"FAIL  {fn.__name__}\n{traceback.format_exc()}")
+    print(f"{len(tests) - failed} of {len(tests)} passed")
+    return 1 if failed else 0

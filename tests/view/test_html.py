@@ -8,7 +8,6 @@ meson (suite 'viewer'); tests/view/test_browser.py renders the pages."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re

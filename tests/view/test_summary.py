@@ -18,7 +18,6 @@ import os
 import re
 import sys
 import tempfile
-import traceback
 import unicodedata
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -509,16 +508,7 @@ def simulator_snapshots() -> None:
 def main(argv: List[str]) -> int:
     global BUILD_DIR
     BUILD_DIR = argv[1] if len(argv) > 1 else None
-    failed = 0
-    for fn in TESTS:
-        try:
-            fn()
-            print(f"ok    {fn.__name__}")
-        except Exception:  # noqa: BLE001 — every failure is reported, then the next test runs
-            failed += 1
-            print(f"FAIL  {fn.__name__}\n{traceback.format_exc()}")
-    print(f"{len(TESTS) - failed} of {len(TESTS)} passed")
-    return 1 if failed else 0
+    return fixtures.run_tests(TESTS)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 #include "suppress.h"
 #include "table.h"
 #include "tags.h"
+#include "unwind.h"
 
 #include <dlfcn.h>
 #define UNW_LOCAL_ONLY
@@ -623,6 +624,10 @@ static void *consumer_main(void *arg)
 			if (next_probe == UINT64_MAX)
 				gmt__info("Python interpreter found: recording Python frames");
 		}
+		/* The unwinding rules of frames the producers met first (unwind.h):
+		 * until then libunwind walks stacks through them. */
+		if (core.depth > 0)
+			(void)gmt__unwind_learn();
 
 		pthread_mutex_lock(&core.lock);
 		if ((core.opt->snapshot_on & GMT_TRIGGER_PEAK) && !core.peak_armed &&
@@ -850,6 +855,7 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 static void ring_exit(void *ring)
 {
 	gmt__ring_mark_dead(ring);
+	gmt__unwind_thread_exit();
 }
 
 static void fork_prepare(void)
@@ -873,6 +879,7 @@ static void fork_child(void)
 		return;
 	pthread_mutex_unlock(&core.lock);
 	gmt__stack_after_fork();
+	gmt__unwind_after_fork();
 	gmt__py_after_fork();
 	gmt__tags_after_fork();
 	gmt__rings_after_fork(tls.ring);
@@ -1022,6 +1029,9 @@ static int init(void)
 	core.depth = (int)core.opt->stack_depth;
 	if (dladdr((void *)&find_text, &self) != 0)
 		dl_iterate_phdr(find_text, self.dli_fbase);
+	/* The consumer learns unwinding rules (unwind.h): a walk that needs one
+	 * wakes it as a full ring does. */
+	gmt__unwind_set_waker(gmt__rings_wake);
 	if (core.depth > 0 && gmt__stack_init() < 0) {
 		gmt__warn("cannot start the unwinder; recording without stacks");
 		core.depth = 0;

@@ -412,6 +412,7 @@ struct follow {
 	const struct asan *asan;
 	const struct maps *maps;
 	const struct ranges *skip;
+	const struct ranges *globals; /* the modules' data: roots, never reached */
 	struct ranges *found;  /* bookkeeping found: excluded from the scan */
 	struct ranges work;    /* still to read */
 	struct addrset seen;
@@ -475,7 +476,12 @@ static void follow_word(struct follow *f, uint64_t w)
 		return;
 	if (m->type != MT_HEAP && m->type != MT_ANON)
 		return;
-	if (in_ranges(f->skip, p))
+	/* NOTE: a module's data (its .bss is an anonymous mapping) is where the
+	 * program's roots live, never bookkeeping reached from the driver or the
+	 * tracer: a number that equals the start of its mapping (libdwfl keeps
+	 * the end of each module's file mapping, which is where .bss starts) must
+	 * not take the program's globals out of the scan. */
+	if (in_ranges(f->skip, p) || in_ranges(f->globals, p))
 		return;
 	if (f->asan->locate != NULL) {
 		void *start = NULL;
@@ -759,7 +765,7 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 	ranges_normalise(&globals);
 
 	/* The driver's and runtime's bookkeeping, followed from their globals. */
-	f = (struct follow){ .rd = &rd, .asan = &asan, .maps = &maps, .skip = &ex, .found = &found };
+	f = (struct follow){ .rd = &rd, .asan = &asan, .maps = &maps, .skip = &ex, .globals = &globals, .found = &found };
 	for (size_t i = 0; i < bookkeeping.n; i++) {
 		ranges_add(&found, bookkeeping.v[i].lo, bookkeeping.v[i].hi);
 		ranges_add(&f.work, bookkeeping.v[i].lo, bookkeeping.v[i].hi);

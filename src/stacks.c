@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "stacks.h"
 
+#include "unwind.h"
+
 #include <errno.h>
 #include <libunwind.h>
 #include <pthread.h>
@@ -100,11 +102,10 @@ int gmt__stack_init(void)
 
 	/* NOTE: libunwind's first use in a process and in each thread sets up its
 	 * caches (a thread key, a per-thread trace cache); do it here, not inside
-	 * the first hook. */
+	 * the first hook. unwind.c's walk needs no warming: what it learns, the
+	 * consumer learns. */
 	return unw_backtrace(warm, 4) > 0 ? 0 : -ENOTSUP;
 }
-
-_Static_assert(sizeof(void *) == sizeof(uintptr_t), "unw_backtrace fills an array of void *");
 
 int gmt__stack_walk(uintptr_t *ips, int max)
 {
@@ -112,18 +113,16 @@ int gmt__stack_walk(uintptr_t *ips, int max)
 		return 0;
 	if (max > GMT_STACK_MAX_DEPTH)
 		max = GMT_STACK_MAX_DEPTH;
-	/* NOTE: libunwind stores void * into the caller's uintptr_t array, the
-	 * two of one size and representation (asserted above). The stores are
-	 * in libunwind's own object, where no compiler of ours sees both types
-	 * on this memory: no copy through a void * buffer is needed. */
-	return unw_backtrace((void **)ips, max);
+	/* unwind.c's walk, or libunwind's where that cannot: the two give the
+	 * same addresses (tests/recording/test_unwind.c). */
+	return gmt__unwind_walk(ips, max);
 }
 
 /* noinline: the frame dropped below must be this function's own. */
 __attribute__((noinline)) int gmt__stack_capture(uintptr_t *ips, int max, int skip)
 {
-	void *buf[1 + GMT_STACK_SKIP_MAX + GMT_STACK_MAX_DEPTH];
-	int got, drop, i;
+	uintptr_t buf[1 + GMT_STACK_SKIP_MAX + GMT_STACK_MAX_DEPTH];
+	int got, drop;
 
 	if (max <= 0)
 		return 0;
@@ -133,13 +132,12 @@ __attribute__((noinline)) int gmt__stack_capture(uintptr_t *ips, int max, int sk
 		skip = 0;
 	if (skip > GMT_STACK_SKIP_MAX)
 		skip = GMT_STACK_SKIP_MAX;
-	/* unw_backtrace's first address lies in its caller: this function. */
+	/* The walk's first address lies in its caller: this function. */
 	drop = 1 + skip;
-	got = unw_backtrace(buf, drop + max);
+	got = gmt__unwind_walk(buf, drop + max);
 	if (got <= drop)
 		return 0;
-	for (i = 0; i < got - drop; i++)
-		ips[i] = (uintptr_t)buf[drop + i];
+	memcpy(ips, buf + drop, (size_t)(got - drop) * sizeof(*ips));
 	return got - drop;
 }
 

@@ -6,12 +6,11 @@
 #define _GNU_SOURCE
 #include "symbols.h"
 
+#include "dwlib.h"
 #include "log.h"
 
 #include <dlfcn.h>
 #include <dwarf.h>
-#include <elfutils/libdw.h>
-#include <elfutils/libdwfl.h>
 #include <errno.h>
 #include <gelf.h>
 #include <pthread.h>
@@ -19,75 +18,28 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- libdw, loaded at first use ------------------------------------------------ */
+/* ---- libdw ------------------------------------------------------------------- */
 
-/* Every libdw, libdwfl and libelf function called below. The headers give the
- * types only: nothing here links against libdw. */
-#define GMT_DW_FUNCTIONS(X) \
-	X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_child) X(dwarf_dieoffset) \
-	X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata) X(dwarf_getsrc_die) \
-	X(dwarf_getsrcfiles) X(dwarf_haspc) X(dwarf_lineno) X(dwarf_linesrc) \
-	X(dwarf_ranges) X(dwarf_siblingof) X(dwarf_tag) \
-	X(dwfl_begin) X(dwfl_build_id_find_debuginfo) X(dwfl_build_id_find_elf) \
-	X(dwfl_end) X(dwfl_module_addrdie) X(dwfl_module_addrname) \
-	X(dwfl_module_build_id) X(dwfl_module_getelf) X(dwfl_offline_section_address) \
-	X(dwfl_report_begin) X(dwfl_report_elf) X(dwfl_report_end) \
-	X(elf_getphdrnum) X(gelf_getphdr)
-
-#define GMT_DW_FIELD(name) __typeof__(&name) name;
-
-/* Filled once by dw_load; read only after pthread_once, which publishes it. */
-static struct {
-	bool ok;               /* every function found: symbolisation available */
-	Dwfl_Callbacks callbacks;
-	GMT_DW_FUNCTIONS(GMT_DW_FIELD)
-} dw;
-
+/* Set by the first gmt__symbols_new: libdw's functions (dwlib.h), NULL without
+ * libdw; and the Dwfl callbacks built from them. */
+static const struct gmt__dw *dw;
+static Dwfl_Callbacks dw_callbacks;
 static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
 
-/* NOTE: libdw is dlopen()ed rather than linked so that the tracer still loads,
- * and traces, in a container without elfutils (issue 4): frames then keep
- * module and offset. RTLD_LOCAL keeps its names (and libelf's) out of the
- * program's scope. The handle is never closed: Dwfl objects of later
- * snapshots use it until exit. Plain dlsym: inside libgpumemtrace.so it is the
- * tracer's override, which passes every name not starting with "cu" through
- * to glibc's; a lookup in a handle searches its dependencies too, so libelf's
- * functions come from the same handle. */
-static void dw_load(void)
+static void dw_setup(void)
 {
-	void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL), *sym;
-	const char *missing = NULL;
-
-	if (h == NULL) {
-		const char *why = dlerror();
-
-		gmt__info("libdw.so.1 cannot be loaded (%s): stack frames carry no file and line",
-			  why != NULL ? why : "unknown error");
+	dw = gmt__dw_load();
+	if (dw == NULL)
 		return;
-	}
-#define GMT_DW_LOAD(name) \
-	if (missing == NULL) { \
-		sym = dlsym(h, #name); \
-		if (sym == NULL) \
-			missing = #name; \
-		memcpy(&dw.name, &sym, sizeof(dw.name)); \
-	}
-	GMT_DW_FUNCTIONS(GMT_DW_LOAD)
-#undef GMT_DW_LOAD
-	if (missing != NULL) {
-		gmt__info("libdw.so.1 lacks %s: stack frames carry no file and line", missing);
-		return;
-	}
 	/* NOTE: separate debug files by build-id only (/usr/lib/debug/.build-id,
 	 * where Debian's -dbgsym packages put them). dwfl_standard_find_debuginfo
 	 * would also ask a debuginfod server whenever DEBUGINFOD_URLS is set: a
 	 * network fetch in the middle of a snapshot. */
-	dw.callbacks = (Dwfl_Callbacks){
-		.find_elf = dw.dwfl_build_id_find_elf,
-		.find_debuginfo = dw.dwfl_build_id_find_debuginfo,
-		.section_address = dw.dwfl_offline_section_address,
+	dw_callbacks = (Dwfl_Callbacks){
+		.find_elf = dw->dwfl_build_id_find_elf,
+		.find_debuginfo = dw->dwfl_build_id_find_debuginfo,
+		.section_address = dw->dwfl_offline_section_address,
 	};
-	dw.ok = true;
 }
 
 /* A function's code range (one of them: a function split hot/cold has two)
@@ -145,7 +97,7 @@ struct gmt__symbols *gmt__symbols_new(void)
 
 	if (s == NULL)
 		return NULL;
-	(void)pthread_once(&dw_once, dw_load);
+	(void)pthread_once(&dw_once, dw_setup);
 	s->page_size = page > 0 ? (uintptr_t)page : 4096;
 	/* NOTE: dlvsym, not dlsym: inside libgpumemtrace.so dlsym is the tracer's
 	 * own override (-Bsymbolic-functions). The C++ runtime is never loaded
@@ -172,7 +124,7 @@ void gmt__symbols_free(struct gmt__symbols *s)
 			free(s->mods[i].cus[j].v);
 		free(s->mods[i].cus);
 		if (s->mods[i].dwfl != NULL)
-			dw.dwfl_end(s->mods[i].dwfl);
+			dw->dwfl_end(s->mods[i].dwfl);
 		free(s->mods[i].path);
 	}
 	for (i = 0; i < s->capnames; i++)
@@ -193,18 +145,18 @@ static void module_open(struct module *m, uintptr_t page_size)
 	GElf_Phdr ph;
 	Elf *elf;
 
-	m->dwfl = dw.dwfl_begin(&dw.callbacks);
+	m->dwfl = dw->dwfl_begin(&dw_callbacks);
 	if (m->dwfl == NULL)
 		return;
-	dw.dwfl_report_begin(m->dwfl);
-	m->mod = dw.dwfl_report_elf(m->dwfl, m->path, m->path, -1, 0, false);
-	if (dw.dwfl_report_end(m->dwfl, NULL, NULL) != 0 || m->mod == NULL)
+	dw->dwfl_report_begin(m->dwfl);
+	m->mod = dw->dwfl_report_elf(m->dwfl, m->path, m->path, -1, 0, false);
+	if (dw->dwfl_report_end(m->dwfl, NULL, NULL) != 0 || m->mod == NULL)
 		goto fail;
-	elf = dw.dwfl_module_getelf(m->mod, &m->bias);
-	if (elf == NULL || dw.elf_getphdrnum(elf, &nph) != 0)
+	elf = dw->dwfl_module_getelf(m->mod, &m->bias);
+	if (elf == NULL || dw->elf_getphdrnum(elf, &nph) != 0)
 		goto fail;
 	for (i = 0; i < nph; i++) {
-		if (dw.gelf_getphdr(elf, (int)i, &ph) != NULL && ph.p_type == PT_LOAD) {
+		if (dw->gelf_getphdr(elf, (int)i, &ph) != NULL && ph.p_type == PT_LOAD) {
 			/* The loader maps the first PT_LOAD from its page: dli_fbase
 			 * is that page's address (glibc's l_map_start). */
 			m->first_page = ph.p_vaddr & ~(GElf_Addr)(page_size - 1);
@@ -212,7 +164,7 @@ static void module_open(struct module *m, uintptr_t page_size)
 		}
 	}
 fail:
-	dw.dwfl_end(m->dwfl);
+	dw->dwfl_end(m->dwfl);
 	m->dwfl = NULL;
 	m->mod = NULL;
 }
@@ -223,7 +175,7 @@ static struct module *module_get(struct gmt__symbols *s, const char *path)
 	struct module *m;
 	size_t i;
 
-	if (!dw.ok)
+	if (dw == NULL)
 		return NULL; /* no libdw: nothing to open modules with */
 	if (s->last < s->nmods && strcmp(s->mods[s->last].path, path) == 0)
 		return &s->mods[s->last];
@@ -324,12 +276,12 @@ static const char *die_function(struct gmt__symbols *s, Dwarf_Die *die)
 	Dwarf_Attribute attr;
 	const char *name;
 
-	name = dw.dwarf_formstring(dw.dwarf_attr_integrate(die, DW_AT_linkage_name, &attr));
+	name = dw->dwarf_formstring(dw->dwarf_attr_integrate(die, DW_AT_linkage_name, &attr));
 	if (name == NULL)
-		name = dw.dwarf_formstring(dw.dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr));
+		name = dw->dwarf_formstring(dw->dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr));
 	if (name != NULL)
 		return demangled(s, name);
-	return dw.dwarf_formstring(dw.dwarf_attr_integrate(die, DW_AT_name, &attr));
+	return dw->dwarf_formstring(dw->dwarf_attr_integrate(die, DW_AT_name, &attr));
 }
 
 /* ---- functions of a CU ------------------------------------------------------- */
@@ -345,7 +297,7 @@ static void funcs_add(struct funcs *fs, Dwarf_Die *die)
 	Dwarf_Addr base, lo, hi;
 	ptrdiff_t off = 0;
 
-	while ((off = dw.dwarf_ranges(die, off, &base, &lo, &hi)) > 0) {
+	while ((off = dw->dwarf_ranges(die, off, &base, &lo, &hi)) > 0) {
 		if (lo >= hi)
 			continue;
 		if (fs->n == fs->cap) {
@@ -369,10 +321,10 @@ static void funcs_collect(struct funcs *fs, Dwarf_Die *parent, int depth)
 {
 	Dwarf_Die child;
 
-	if (depth > 16 || dw.dwarf_child(parent, &child) != 0)
+	if (depth > 16 || dw->dwarf_child(parent, &child) != 0)
 		return;
 	do {
-		switch (dw.dwarf_tag(&child)) {
+		switch (dw->dwarf_tag(&child)) {
 		case DW_TAG_subprogram:
 			funcs_add(fs, &child);
 			break;
@@ -386,7 +338,7 @@ static void funcs_collect(struct funcs *fs, Dwarf_Die *parent, int depth)
 		default:
 			break;
 		}
-	} while (!fs->failed && dw.dwarf_siblingof(&child, &child) == 0);
+	} while (!fs->failed && dw->dwarf_siblingof(&child, &child) == 0);
 }
 
 static int func_order(const void *a, const void *b)
@@ -399,7 +351,7 @@ static int func_order(const void *a, const void *b)
 /* The index of cu, built on first use; NULL without memory. */
 static struct cu_index *cu_index_get(struct module *m, Dwarf_Die *cu)
 {
-	Dwarf_Off off = dw.dwarf_dieoffset(cu);
+	Dwarf_Off off = dw->dwarf_dieoffset(cu);
 	struct funcs fs = { 0 };
 	size_t lo = 0, hi = m->ncus;
 
@@ -482,14 +434,14 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 	/* A return address is one past its call, which may be the first byte of
 	 * the next function or of the next line: look up the byte before. */
 	addr = (Dwarf_Addr)(ip - 1 - module_base) + m->first_page + m->bias;
-	cu = dw.dwfl_module_addrdie(m->mod, addr, &cubias);
+	cu = dw->dwfl_module_addrdie(m->mod, addr, &cubias);
 	if (cu == NULL)
 		return 0;
 	addr -= cubias;
-	line = dw.dwarf_getsrc_die(cu, addr);
+	line = dw->dwarf_getsrc_die(cu, addr);
 	if (line != NULL) {
-		file = dw.dwarf_linesrc(line, NULL, NULL);
-		if (dw.dwarf_lineno(line, &lineno) != 0)
+		file = dw->dwarf_linesrc(line, NULL, NULL);
+		if (dw->dwarf_lineno(line, &lineno) != 0)
 			lineno = 0;
 	}
 	index = cu_index_get(m, cu);
@@ -500,16 +452,16 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 	if (fn != NULL) {
 		chain[depth++] = *fn;
 		cur = *fn;
-		while (depth < MAX_INLINE_DEPTH && dw.dwarf_child(&cur, &child) == 0) {
+		while (depth < MAX_INLINE_DEPTH && dw->dwarf_child(&cur, &child) == 0) {
 			int tag;
 
 			do {
-				tag = dw.dwarf_tag(&child);
+				tag = dw->dwarf_tag(&child);
 				if ((tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block ||
-				     tag == DW_TAG_subprogram) && dw.dwarf_haspc(&child, addr) == 1)
+				     tag == DW_TAG_subprogram) && dw->dwarf_haspc(&child, addr) == 1)
 					break;
 				tag = -1;
-			} while (dw.dwarf_siblingof(&child, &child) == 0);
+			} while (dw->dwarf_siblingof(&child, &child) == 0);
 			if (tag == -1)
 				break;
 			if (tag == DW_TAG_subprogram)
@@ -520,7 +472,7 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 		}
 	}
 	for (i = depth - 1; i >= 0 && n < max; i--) {
-		bool inlined = dw.dwarf_tag(&chain[i]) == DW_TAG_inlined_subroutine;
+		bool inlined = dw->dwarf_tag(&chain[i]) == DW_TAG_inlined_subroutine;
 		Dwarf_Attribute attr;
 		Dwarf_Word w;
 
@@ -534,17 +486,17 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 		/* Where this instance was inlined is the caller's position. */
 		file = NULL;
 		lineno = 0;
-		if (dw.dwarf_formudata(dw.dwarf_attr(&chain[i], DW_AT_call_file, &attr), &w) == 0 &&
-		    (files != NULL || dw.dwarf_getsrcfiles(cu, &files, &nfiles) == 0) && w < nfiles)
-			file = dw.dwarf_filesrc(files, w, NULL, NULL);
-		if (dw.dwarf_formudata(dw.dwarf_attr(&chain[i], DW_AT_call_line, &attr), &w) == 0 &&
+		if (dw->dwarf_formudata(dw->dwarf_attr(&chain[i], DW_AT_call_file, &attr), &w) == 0 &&
+		    (files != NULL || dw->dwarf_getsrcfiles(cu, &files, &nfiles) == 0) && w < nfiles)
+			file = dw->dwarf_filesrc(files, w, NULL, NULL);
+		if (dw->dwarf_formudata(dw->dwarf_attr(&chain[i], DW_AT_call_line, &attr), &w) == 0 &&
 		    w <= (Dwarf_Word)INT32_MAX)
 			lineno = (int)w;
 	}
 	if (n == 0 && line != NULL) {
 		/* Lines but no function around the address (assembly, some CRT
 		 * code): the ELF symbol names the function. */
-		const char *sym = dw.dwfl_module_addrname(m->mod, addr + cubias);
+		const char *sym = dw->dwfl_module_addrname(m->mod, addr + cubias);
 
 		out[0] = (struct gmt__frame_sym){
 			.function = sym != NULL ? demangled(s, sym) : NULL,
@@ -567,7 +519,7 @@ const char *gmt__symbols_data_name(struct gmt__symbols *s, const char *module_pa
 	m = module_get(s, module_path);
 	if (m == NULL || m->mod == NULL)
 		return NULL;
-	sym = dw.dwfl_module_addrname(m->mod, (Dwarf_Addr)(addr - module_base) + m->first_page + m->bias);
+	sym = dw->dwfl_module_addrname(m->mod, (Dwarf_Addr)(addr - module_base) + m->first_page + m->bias);
 	return sym != NULL ? demangled(s, sym) : NULL;
 }
 
@@ -586,7 +538,7 @@ int gmt__symbols_build_id(struct gmt__symbols *s, const char *module_path, char 
 	m = module_get(s, module_path);
 	if (m == NULL || m->mod == NULL)
 		return -ENOENT;
-	n = dw.dwfl_module_build_id(m->mod, &bits, &vaddr);
+	n = dw->dwfl_module_build_id(m->mod, &bits, &vaddr);
 	if (n <= 0)
 		return -ENOENT;
 	if (hex == NULL || len < 2 * (size_t)n + 1)

@@ -1,9 +1,11 @@
 /* The hot path allocates nothing (DESIGN.md §3): after gmt__stack_init,
  * capturing a stack and interning one seen before call no malloc, on the
- * initialising thread and on a thread started later. This executable defines
+ * initialising thread and on a thread started later, whether libunwind or
+ * unwind.c walks (before and after the rules are learnt). This executable defines
  * malloc and friends itself, counting calls, and forwards them to glibc. */
 #define _GNU_SOURCE
 #include "stacks.h"
+#include "unwind.h"
 
 #include "check.h"
 
@@ -75,9 +77,13 @@ void free(void *p)
 }
 
 /* Captures and interns the same stack `rounds` times; returns the mallocs
- * made meanwhile, the first round (a new stack: it may lock) excluded. */
-static long hot_path(int rounds, uint32_t *id_out)
+ * made meanwhile, the first two rounds excluded: a new stack (interning may
+ * lock), and new frames, whose unwinding rules are learnt after each of them
+ * (as the consumer does). *given_up: walks libunwind made in the rounds
+ * counted; 0 where unwind.c walks (x86-64), once the rules are learnt. */
+static long hot_path(int rounds, uint32_t *id_out, uint64_t *given_up)
 {
+	struct gmt__unwind_stats st = {0}, end;
 	long before = 0;
 	uint32_t id = 0;
 	int i;
@@ -86,19 +92,26 @@ static long hot_path(int rounds, uint32_t *id_out)
 		uintptr_t ips[64];
 		int n;
 
-		if (i == 1)
+		if (i == 2) {
 			before = atomic_load(&allocations);
+			gmt__unwind_stats(&st);
+		}
 		n = gmt__stack_capture(ips, 64, 0);
 		CHECK(n > 0);
 		id = gmt__stack_intern(ips, n);
 		CHECK(id != 0);
+		if (i < 2)
+			gmt__unwind_learn();
 	}
+	gmt__unwind_stats(&end);
+	*given_up = end.given_up - st.given_up;
 	*id_out = id;
 	return atomic_load(&allocations) - before;
 }
 
 static long first_capture_in_thread;
 static long thread_hot_path;
+static uint64_t thread_given_up;
 
 static void *thread_main(void *arg)
 {
@@ -109,7 +122,7 @@ static void *thread_main(void *arg)
 	(void)arg;
 	CHECK(gmt__stack_capture(ips, 64, 0) > 0);
 	first_capture_in_thread = atomic_load(&allocations) - before;
-	thread_hot_path = hot_path(1000, &id);
+	thread_hot_path = hot_path(1000, &id, &thread_given_up);
 	return NULL;
 }
 #endif
@@ -122,19 +135,27 @@ int main(void)
 #else
 	pthread_t th;
 	uint32_t id;
+	uint64_t given_up;
 	long n;
 
 	CHECK_EQ(gmt__stack_init(), 0);
-	n = hot_path(1000, &id);
-	printf("nomalloc: %ld mallocs in 999 captures+interns on the main thread\n", n);
+	n = hot_path(1000, &id, &given_up);
+	printf("nomalloc: %ld mallocs in 998 captures+interns on the main thread; libunwind walked %" PRIu64 "\n",
+	       n, given_up);
 	CHECK_EQ(n, 0);
+#if defined(__x86_64__)
+	CHECK_EQ(given_up, 0);
+#endif
 
 	pthread_create(&th, NULL, thread_main, NULL);
 	pthread_join(th, NULL);
-	printf("nomalloc: new thread: %ld mallocs in its first capture, %ld in 999 more\n",
-	       first_capture_in_thread, thread_hot_path);
+	printf("nomalloc: new thread: %ld mallocs in its first capture, %ld in 998 more; libunwind walked %" PRIu64 "\n",
+	       first_capture_in_thread, thread_hot_path, thread_given_up);
 	CHECK_EQ(first_capture_in_thread, 0);
 	CHECK_EQ(thread_hot_path, 0);
+#if defined(__x86_64__)
+	CHECK_EQ(thread_given_up, 0);
+#endif
 	return check_done("stacks-nomalloc");
 #endif
 }

@@ -51,7 +51,7 @@ from typing import Any, Callable
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHAIN = 70          # frames below the allocating call, as in bench/run.py
 SIZE = 1024         # bytes per allocation, alloc_free's default
-WARMUP = 20000      # malloc_free's untimed pairs first: past heaptrack's start-up
+WARMUP = 20000      # untimed pairs first in both programs: past each tracer's start-up
 TARGET = 0.5        # gpumemtrace added / heaptrack added, issue 8
 
 
@@ -254,7 +254,10 @@ def callgrind_ir(cmd: list[str], env: dict[str, str], stdin_path: str | None = N
     The tool is static: LD_PRELOAD reaches only the client. VALGRIND_LAUNCHER
     and VALGRIND_LIB are what the launcher would have set; --tool= must still
     be given (without it the core preloads memcheck's malloc replacement, and
-    the client's malloc breaks)."""
+    the client's malloc breaks). --fair-sched=yes: valgrind runs one thread at
+    a time, and by default a thread that never blocks may keep the CPU; then
+    gpumemtrace's consumer never learns the unwinding rules during the warm-up
+    and every walk of the counted pairs is libunwind's."""
     found = valgrind_tool("callgrind")
     if not found:
         raise RuntimeError("valgrind is not installed (Debian's `valgrind` package)")
@@ -264,7 +267,7 @@ def callgrind_ir(cmd: list[str], env: dict[str, str], stdin_path: str | None = N
         venv = dict(env)
         venv.update({"VALGRIND_LAUNCHER": shutil.which("valgrind") or "valgrind", "VALGRIND_LIB": libdir})
         with open(stdin_path or os.devnull, "rb") as stdin:
-            r = subprocess.run([binary, "--tool=callgrind", f"--callgrind-out-file={out}", *cmd], env=venv,
+            r = subprocess.run([binary, "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}", *cmd], env=venv,
                                stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                timeout=1800)
         if r.returncode != 0:
@@ -283,8 +286,14 @@ def instructions(build: str, ht: dict[str, str], depth: int, small: int, large: 
     alloc_free = os.path.join(build, "bench", "alloc_free")
     per: dict[str, float] = {}
 
+    def argv(prog: str, n: int) -> list[str]:
+        # The same warm-up before both programs' pairs (see WARMUP).
+        if prog == alloc_free:
+            return [prog, "1", str(n), str(CHAIN), str(SIZE), "2", str(WARMUP)]
+        return [prog, "1", str(n), str(CHAIN), str(SIZE), str(WARMUP)]
+
     def diff(name: str, prog: str, env: dict[str, str]) -> None:
-        ir = [callgrind_ir([prog, "1", str(n), str(CHAIN)], env) for n in (small, large)]
+        ir = [callgrind_ir(argv(prog, n), env) for n in (small, large)]
         per[name] = (ir[1] - ir[0]) / (large - small)
 
     diff("malloc_untraced", malloc_free, base_env(build, "2G"))
@@ -296,7 +305,7 @@ def instructions(build: str, ht: dict[str, str], depth: int, small: int, large: 
             env = base_env(build, "2G")
             raws.append(os.path.join(d, f"raw.{n}"))
             env.update({"LD_PRELOAD": ht["preload"], "DUMP_HEAPTRACK_OUTPUT": raws[-1]})
-            ir.append(callgrind_ir([malloc_free, "1", str(n), str(CHAIN)], env))
+            ir.append(callgrind_ir(argv(malloc_free, n), env))
         per["heaptrack_program"] = (ir[1] - ir[0]) / (large - small)
         ir = [callgrind_ir([ht["interpret"]], base_env(build, "2G"), raw) for raw in raws]
         per["heaptrack_interpret"] = (ir[1] - ir[0]) / (large - small)
@@ -340,7 +349,7 @@ def compare(build: str, quick: bool, repeat: int, pairs: int | None = None,
         return [malloc_free, str(t), str(n), str(CHAIN), str(SIZE), str(WARMUP)]
 
     def cuda_cmd(t: int, n: int) -> list[str]:
-        return [alloc_free, str(t), str(n), str(CHAIN), str(SIZE)]
+        return [alloc_free, str(t), str(n), str(CHAIN), str(SIZE), "2", str(WARMUP)]
 
     configs: dict[str, Callable[[int, int], dict[str, float]]] = {
         "malloc_untraced": lambda t, n: run_program(malloc_cmd(t, n), base_env(build)),

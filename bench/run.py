@@ -52,6 +52,10 @@ BAR_PAIR_NS = {0: 150.0, 64: 1000.0}
 BAR_BYTES_PER_LIVE = 96.0
 BAR_SNAPSHOT_1M_S = 2.0
 STATS = ("ring_full", "producer_drains", "consumer_wakeups", "gap_waits", "gaps_skipped")
+# Untimed pairs before each thread's timed ones (bench/alloc_free's WARMUP):
+# the timings are of the steady state, after the tracer's consumer has learnt
+# the unwinding rules of the loop's frames (src/unwind.h).
+WARMUP = 2000
 
 
 # --- running the programs ----------------------------------------------------------
@@ -105,7 +109,8 @@ def alloc_free(build: str, threads: int, pairs: int, depth: int | None) -> tuple
         if depth is not None:
             extra.update({"GPUMEMTRACE_STACK_DEPTH": str(depth), "GPUMEMTRACE_SNAPSHOT_ON": "exit",
                           "GPUMEMTRACE_DIR": d})
-        out = program(build, "alloc_free", threads, pairs, 70, env=bench_env(build, depth is not None, **extra))
+        out = program(build, "alloc_free", threads, pairs, 70, 1024, 2, WARMUP,
+                      env=bench_env(build, depth is not None, **extra))
         ns = [float(line.split()[1]) for line in out.splitlines() if line.startswith("ns_per_pair ")]
         if len(ns) != 1:
             raise RuntimeError(f"no timing in the output of bench/alloc_free: {out!r}")
@@ -126,7 +131,8 @@ def pair_cost(build: str, threads: int, pairs: int, depth: int, repeat: int) -> 
         traced.append(t)
         assert stats is not None
         # Each thread timed its own loop of `pairs` pairs; they ran together.
-        rates.append(stats["events"] / (t * pairs * 1e-9))
+        # The warm-up's events are not of the timed loops.
+        rates.append((stats["events"] - 2 * threads * WARMUP) / (t * pairs * 1e-9))
         calls.append(2 * threads / (b * 1e-9))
         for k in STATS:
             waits[k].append(stats[k] / stats["events"] * 1e6)

@@ -21,7 +21,7 @@
 	X(dwfl_module_addrdie) X(dwfl_module_addrname) X(dwfl_module_build_id) \
 	X(dwfl_module_eh_cfi) X(dwfl_module_getelf) X(dwfl_offline_section_address) \
 	X(dwfl_report_begin) X(dwfl_report_elf) X(dwfl_report_end) \
-	X(elf_getphdrnum) X(gelf_getphdr)
+	X(elf_begin) X(elf_end) X(elf_getphdrnum) X(gelf_getphdr)
 
 #define GMT_DW_FIELD(name) __typeof__(&name) name;
 

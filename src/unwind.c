@@ -26,6 +26,7 @@ void gmt__unwind_stats(struct gmt__unwind_stats *out)
 #include "dwlib.h"
 
 #include <dwarf.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
@@ -194,6 +195,31 @@ static int no_debuginfo(Dwfl_Module *mod, void **user, const char *name, Dwarf_A
 	return -1; /* .eh_frame is in the module itself: no separate debug file */
 }
 
+/* NOTE: libdwfl's dwfl_linux_proc_find_elf has libelf map each module's
+ * whole file writable (MAP_PRIVATE, ELF_C_READ_MMAP_PRIVATE): a writable
+ * mapping the leak scan would read through, file pages and all. Files are
+ * mapped read-only here, with a descriptor not inherited across exec;
+ * anything that does not open (a deleted file, the vdso) goes to libdwfl's
+ * own callback (failing there, its addresses are walked by libunwind). Only
+ * modules that hold code a walk went through get here: never a device's
+ * mapping. */
+static int find_elf(Dwfl_Module *mod, void **user, const char *name, Dwarf_Addr base, char **file_name, Elf **elfp)
+{
+	int fd = name[0] == '/' ? open(name, O_RDONLY | O_CLOEXEC) : -1;
+
+	if (fd < 0)
+		return dw->dwfl_linux_proc_find_elf(mod, user, name, base, file_name, elfp);
+	*file_name = strdup(name);
+	*elfp = *file_name != NULL ? dw->elf_begin(fd, ELF_C_READ_MMAP, NULL) : NULL;
+	if (*elfp == NULL) {
+		free(*file_name);
+		*file_name = NULL;
+		close(fd);
+		return -1;
+	}
+	return fd; /* libdwfl's from now on, as the Elf */
+}
+
 static int first_adds(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	(void)size;
@@ -213,10 +239,9 @@ static unsigned long long loader_adds(void)
 static bool report(void)
 {
 	static const Dwfl_Callbacks callbacks = {
-		.find_elf = NULL, /* set below: libdw's, known only at run time */
+		.find_elf = find_elf,
 		.find_debuginfo = no_debuginfo,
 	};
-	static Dwfl_Callbacks cb;
 
 	if (dwfl == NULL) {
 		if (dwfl_failed)
@@ -226,9 +251,7 @@ static bool report(void)
 			dwfl_failed = true;
 			return false;
 		}
-		cb = callbacks;
-		cb.find_elf = dw->dwfl_linux_proc_find_elf;
-		dwfl = dw->dwfl_begin(&cb);
+		dwfl = dw->dwfl_begin(&callbacks);
 		if (dwfl == NULL) {
 			dwfl_failed = true;
 			return false;

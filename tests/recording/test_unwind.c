@@ -212,6 +212,31 @@ static void from_jit(void)
 	walk_with_fallback(&jit_walks);
 }
 
+/* Writable file mappings at offset 0: the loader makes none (a module's first
+ * segment is read-only), and the rules' reading must not either (the leak
+ * scan reads writable mappings). */
+static int writable_file_heads(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[1024];
+	int n = 0;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char perms[8], path[512] = "";
+		unsigned long long off;
+
+		if (sscanf(line, "%*x-%*x %7s %llx %*s %*s %511s", perms, &off, path) >= 2 && perms[1] == 'w' &&
+		    off == 0 && path[0] == '/') {
+			fprintf(stderr, "writable file mapping: %s", line);
+			n++;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
 int main(void)
 {
 	struct gmt__unwind_stats st;
@@ -304,6 +329,8 @@ int main(void)
 			munmap(page, 4096);
 		}
 	}
+
+	CHECK_EQ(writable_file_heads(), 0);
 
 	gmt__unwind_stats(&st);
 	printf("unwind: %" PRIu64 " rules learnt, %" PRIu64 " walks given to libunwind\n", st.rules, st.given_up);

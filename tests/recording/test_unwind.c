@@ -212,9 +212,10 @@ static void from_jit(void)
 	walk_with_fallback(&jit_walks);
 }
 
-/* Writable file mappings at offset 0: the loader makes none (a module's first
- * segment is read-only), and the rules' reading must not either (the leak
- * scan reads writable mappings). */
+/* Private writable file mappings at offset 0: the loader makes none (a
+ * module's first segment is read-only), and the rules' reading must not
+ * either (the leak scan reads writable mappings). Shared ones are not
+ * modules (valgrind's vgdb keeps one). */
 static int writable_file_heads(void)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
@@ -228,7 +229,7 @@ static int writable_file_heads(void)
 		unsigned long long off;
 
 		if (sscanf(line, "%*x-%*x %7s %llx %*s %*s %511s", perms, &off, path) >= 2 && perms[1] == 'w' &&
-		    off == 0 && path[0] == '/') {
+		    perms[3] == 'p' && off == 0 && path[0] == '/') {
 			fprintf(stderr, "writable file mapping: %s", line);
 			n++;
 		}

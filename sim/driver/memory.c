@@ -187,9 +187,27 @@ static int arena_init(struct sim_arena *a, uint64_t len, int extra_flags)
 	return r;
 }
 
+/* How many times its capacity of addresses each window gets: 2, so that holes
+ * left by frees never make a request fail that the pages could satisfy; 1
+ * where the process's address space cannot hold that (valgrind gives its
+ * client tens of GiB: the default 16 GiB device needs 98 GiB at 2). */
+static uint64_t window_factor(const struct sim_config *cfg)
+{
+	uint64_t need = (uint64_t)(cfg->ndevices + 1) << 30;
+	void *p;
+
+	for (int i = 0; i < cfg->ndevices; i++)
+		need += 6 * cfg->memory[i];
+	p = mmap(NULL, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return 1;
+	munmap(p, need);
+	return 2;
+}
+
 CUresult gmtsim__memory_init(const struct sim_config *cfg)
 {
-	uint64_t total = 0, base = 0;
+	uint64_t total = 0, base = 0, k = window_factor(cfg);
 
 	gmtsim__model.ndevices = cfg->ndevices;
 	gmtsim__model.next_handle = 0x1000;
@@ -198,11 +216,9 @@ CUresult gmtsim__memory_init(const struct sim_config *cfg)
 
 		d->pages_total = cfg->memory[i] / SIM_PAGE_SIZE;
 		d->pages_other = cfg->other[i] / SIM_PAGE_SIZE; /* whole pages, at most the capacity */
-		/* NOTE: twice the capacity of addresses, so that holes left by frees
-		 * never make a request fail that the pages could satisfy. */
-		if (arena_init(&d->arena, 2 * cfg->memory[i] + ((uint64_t)1 << 30), 0) < 0 ||
-		    reserve_window(2 * cfg->memory[i], 0, &base) < 0 ||
-		    gmtsim__ranges_init(&d->managed, base, 2 * cfg->memory[i]) < 0) {
+		if (arena_init(&d->arena, k * cfg->memory[i] + ((uint64_t)1 << 30), 0) < 0 ||
+		    reserve_window(k * cfg->memory[i], 0, &base) < 0 ||
+		    gmtsim__ranges_init(&d->managed, base, k * cfg->memory[i]) < 0) {
 			fprintf(stderr, "gmtsim: cannot reserve address space for device %d\n", i);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
@@ -212,8 +228,8 @@ CUresult gmtsim__memory_init(const struct sim_config *cfg)
 		d->current_pool = &d->default_pool;
 		total += cfg->memory[i];
 	}
-	if (reserve_window(2 * total + ((uint64_t)1 << 30), 0, &base) < 0 ||
-	    gmtsim__ranges_init(&gmtsim__model.vmm_va, base, 2 * total + ((uint64_t)1 << 30)) < 0) {
+	if (reserve_window(k * total + ((uint64_t)1 << 30), 0, &base) < 0 ||
+	    gmtsim__ranges_init(&gmtsim__model.vmm_va, base, k * total + ((uint64_t)1 << 30)) < 0) {
 		fprintf(stderr, "gmtsim: cannot reserve address space for virtual memory management\n");
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}

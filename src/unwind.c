@@ -99,15 +99,17 @@ static _Atomic(struct table *) cur;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t used; /* under lock: slots filled in cur */
 
-static size_t slot_of(const struct table *t, uintptr_t pc)
+/* Where pc's probe starts in a table of 2^(64 - shift) slots (also the
+ * queue's slot, below). */
+static inline size_t hash_slot(uintptr_t pc, unsigned shift)
 {
-	return (size_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> (64 - t->bits));
+	return (size_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> shift);
 }
 
 /* The rule word of pc in t (shift = 64 - t->bits, mask = slots - 1), or 0. */
 static inline uint64_t rule_of(const struct table *t, unsigned shift, size_t mask, uintptr_t pc)
 {
-	for (size_t i = (size_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> shift);; i = (i + 1) & mask) {
+	for (size_t i = hash_slot(pc, shift);; i = (i + 1) & mask) {
 		/* A1: pairs with R1; the rule was stored before the pc. */
 		uintptr_t at = atomic_load_explicit(&t->slots[i].pc, memory_order_acquire);
 
@@ -116,6 +118,16 @@ static inline uint64_t rule_of(const struct table *t, unsigned shift, size_t mas
 		if (at == 0)
 			return 0;
 	}
+}
+
+/* Under lock: the free slot pc's probe in t ends at. */
+static size_t free_slot(const struct table *t, uintptr_t pc)
+{
+	size_t mask = ((size_t)1 << t->bits) - 1, i = hash_slot(pc, 64 - t->bits);
+
+	while (atomic_load_explicit(&t->slots[i].pc, memory_order_relaxed) != 0)
+		i = (i + 1) & mask;
+	return i;
 }
 
 static bool known(const struct table *t, uintptr_t pc)
@@ -140,7 +152,7 @@ static struct table *table_new(unsigned bits)
 static bool insert(uintptr_t pc, struct rule r)
 {
 	struct table *t = atomic_load_explicit(&cur, memory_order_relaxed);
-	size_t mask, i;
+	size_t i;
 
 	if (t == NULL || 2 * (used + 1) > ((size_t)1 << t->bits)) {
 		struct table *n = table_new(t == NULL ? GMT_RULES_MIN_BITS : t->bits + 1);
@@ -154,9 +166,7 @@ static bool insert(uintptr_t pc, struct rule r)
 
 				if (at == 0)
 					continue;
-				for (k = slot_of(n, at); atomic_load_explicit(&n->slots[k].pc, memory_order_relaxed) != 0;
-				     k = (k + 1) & (((size_t)1 << n->bits) - 1))
-					;
+				k = free_slot(n, at);
 				atomic_store_explicit(&n->slots[k].rule,
 						      atomic_load_explicit(&t->slots[j].rule, memory_order_relaxed),
 						      memory_order_relaxed);
@@ -167,9 +177,7 @@ static bool insert(uintptr_t pc, struct rule r)
 		atomic_store_explicit(&cur, n, memory_order_release);
 		t = n;
 	}
-	mask = ((size_t)1 << t->bits) - 1;
-	for (i = slot_of(t, pc); atomic_load_explicit(&t->slots[i].pc, memory_order_relaxed) != 0; i = (i + 1) & mask)
-		;
+	i = free_slot(t, pc);
 	atomic_store_explicit(&t->slots[i].rule, rule_word(r), memory_order_relaxed);
 	/* R1: pairs with A1. */
 	atomic_store_explicit(&t->slots[i].pc, pc, memory_order_release);
@@ -349,14 +357,15 @@ out:
  * address overwritten by another before the consumer took it is met again by
  * the next walk through it, and queued again. Relaxed: an address is one
  * word, and a late one is taken on a later round. */
-#define GMT_PENDING 1024u
+#define GMT_PENDING_BITS 10
+#define GMT_PENDING (1u << GMT_PENDING_BITS)
 static _Atomic uintptr_t pending[GMT_PENDING];
 static _Atomic bool pending_any;
 static void (*waker)(void); /* set before any walk (gmt__unwind_set_waker) */
 
 static void queue(uintptr_t pc)
 {
-	size_t i = (size_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> 54) & (GMT_PENDING - 1);
+	size_t i = hash_slot(pc, 64 - GMT_PENDING_BITS);
 
 	if (atomic_load_explicit(&pending[i], memory_order_relaxed) != pc)
 		atomic_store_explicit(&pending[i], pc, memory_order_relaxed);
@@ -543,8 +552,9 @@ __attribute__((noinline, no_sanitize_address)) static bool reuse(const struct me
 	return true;
 }
 
-/* After a walk of n frames (m->scratch[0..n)) that took the frames outside
- * scratch[at] from f[top] (at, top = -1: none): the memo becomes this walk.
+/* After a walk of n frames that took the frames outside scratch[at] from
+ * f[top] (at, top = -1: none; else n counts the frames taken too, and only
+ * scratch[0..at] is this walk's own): the memo becomes this walk.
  * scratch[at] replaces f[top], in the same state: where this walk read its
  * rbp is what a later check of it must read. */
 static void memo_keep(struct memo *m, uintptr_t hi, int n, bool complete, int at, int top)
@@ -678,7 +688,7 @@ __attribute__((always_inline, no_sanitize_address)) static inline int fast_walk(
 		pc = ra - 1;
 	}
 	if (m != NULL)
-		memo_keep(m, hi, hit >= 0 ? at + 1 : n, complete, at, hit);
+		memo_keep(m, hi, n, complete, at, hit);
 out:
 	if (m != NULL) {
 		atomic_signal_fence(memory_order_seq_cst);

@@ -18,7 +18,7 @@
 	X(dwarf_cfi_addrframe) X(dwarf_frame_cfa) X(dwarf_frame_info) X(dwarf_frame_register) \
 	X(dwfl_addrmodule) X(dwfl_begin) X(dwfl_build_id_find_debuginfo) X(dwfl_build_id_find_elf) \
 	X(dwfl_end) X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report) \
-	X(dwfl_module_addrdie) X(dwfl_module_addrname) X(dwfl_module_build_id) \
+	X(dwfl_module_addrdie) X(dwfl_module_addrinfo) X(dwfl_module_addrname) X(dwfl_module_build_id) \
 	X(dwfl_module_eh_cfi) X(dwfl_module_getelf) X(dwfl_offline_section_address) \
 	X(dwfl_report_begin) X(dwfl_report_elf) X(dwfl_report_end) \
 	X(elf_begin) X(elf_end) X(elf_getphdrnum) X(gelf_getphdr)

@@ -412,6 +412,24 @@ static Dwarf_Die *cu_index_find(struct cu_index *c, Dwarf_Addr addr)
 
 #define MAX_INLINE_DEPTH 64
 
+/* Without debug information for addr (a release build, most shared
+ * libraries, code the debug information leaves out): the ELF symbol tables
+ * (.symtab, else .dynsym) still name the function — only a function symbol
+ * whose size holds addr, since the nearest one before it may be another
+ * function's (a stripped program's static functions are in no table).
+ * Returns 1 frame, or 0. */
+static int symbol_only(struct gmt__symbols *s, struct module *m, Dwarf_Addr addr, struct gmt__frame_sym *out)
+{
+	GElf_Off offset = 0;
+	GElf_Sym sym;
+	const char *name = dw->dwfl_module_addrinfo(m->mod, addr, &offset, &sym, NULL, NULL, NULL);
+
+	if (name == NULL || GELF_ST_TYPE(sym.st_info) != STT_FUNC || offset >= sym.st_size)
+		return 0;
+	out[0] = (struct gmt__frame_sym){ .function = demangled(s, name) };
+	return 1;
+}
+
 int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
 			uintptr_t ip, struct gmt__frame_sym *out, int max)
 {
@@ -436,7 +454,7 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 	addr = (Dwarf_Addr)(ip - 1 - module_base) + m->first_page + m->bias;
 	cu = dw->dwfl_module_addrdie(m->mod, addr, &cubias);
 	if (cu == NULL)
-		return 0;
+		return symbol_only(s, m, addr, out);
 	addr -= cubias;
 	line = dw->dwarf_getsrc_die(cu, addr);
 	if (line != NULL) {
@@ -505,6 +523,8 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 		};
 		n = 1;
 	}
+	if (n == 0)
+		return symbol_only(s, m, addr + cubias, out);
 	return n;
 }
 

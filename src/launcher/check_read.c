@@ -46,8 +46,8 @@ struct reader {
 };
 
 /* "PATH: message" into the reader's err; returns -EINVAL for `return fail()`. */
-static int fail(struct reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(struct reader *rd, const char *fmt, ...)
+static void fail_message(struct reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_message(struct reader *rd, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -58,8 +58,13 @@ static int fail(struct reader *rd, const char *fmt, ...)
 		vsnprintf(rd->err + n, rd->errlen - (size_t)n, fmt, ap);
 		va_end(ap);
 	}
-	return -EINVAL;
 }
+
+/* Say what is wrong with the document and give -EINVAL. NOTE: a macro, so
+ * that the constant is seen where fail() is returned: a variadic function is
+ * never inlined, and GCC's -O3 would otherwise not see that the lookups set
+ * their outputs whenever they return 0 (-Wmaybe-uninitialized). */
+#define fail(rd, ...) (fail_message((rd), __VA_ARGS__), -EINVAL)
 
 static int no_memory(struct reader *rd)
 {

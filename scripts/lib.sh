@@ -28,20 +28,6 @@ gmt_cd_root() {
 
 gmt__have() { command -v "$1" >/dev/null 2>&1; }
 
-# jsonschema (4.0 or newer: draft 2020-12), importable by an interpreter the tests
-# use to check snapshots against docs/snapshot.schema.json: python3 on PATH, or
-# Debian's own. NOTE: a python3 first on PATH (pyenv) does not see Debian's
-# dist-packages; apt-get's python3-jsonschema is for /usr/bin/python3, and
-# tests/schema/schema_check.py tries both, as this does.
-gmt__have_jsonschema() {
-	local py
-	for py in python3 /usr/bin/python3; do
-		gmt__have "$py" && "$py" -c 'from jsonschema import Draft202012Validator' \
-			>/dev/null 2>&1 && return 0
-	done
-	return 1
-}
-
 # A library's development files: pkg-config is what meson asks; without pkg-config
 # (itself about to be installed) ask dpkg, the only place apt-get can fix it.
 gmt__have_lib() {
@@ -68,7 +54,14 @@ gmt__probe() {
 	libdw-dev)      gmt__have_lib libdw libdw-dev ;;
 	python3)        gmt__have python3 ;;
 	binutils)       gmt__have readelf && gmt__have nm ;;
-	python3-jsonschema) gmt__have_jsonschema ;;
+	# jsonschema 4.0 or newer (draft 2020-12) for the tests' snapshot checks,
+	# seen by Debian's own interpreter: scripts/gpu-bundle carries Debian's
+	# copy (pure Python) to GPU machines whose Python lacks it. NOTE: a python3
+	# first on PATH (pyenv) does not see Debian's dist-packages;
+	# tests/schema/schema_check.py tries it and /usr/bin/python3.
+	python3-jsonschema) /usr/bin/python3 -c 'from jsonschema import Draft202012Validator' \
+			>/dev/null 2>&1 ;;
+	patchelf)       gmt__have patchelf ;;
 	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;
@@ -78,7 +71,8 @@ gmt__probe() {
 }
 
 GMT_PACKAGES=(meson ninja-build pkg-config gcc g++ libc6-dev libunwind-dev
-	      libjansson-dev libdw-dev python3 binutils python3-jsonschema python3-pytest)
+	      libjansson-dev libdw-dev python3 binutils python3-jsonschema python3-pytest
+	      patchelf)
 
 gmt__missing() {
 	local p
@@ -157,11 +151,10 @@ gmt_ensure_deps() {
 
 # --- Build ----------------------------------------------------------------------
 
-# gmt_build DIR [MESON_OPTION...]: configure DIR if it is not configured yet,
-# reconfigure it only when the options asked for differ from those it was last
-# set up with by these scripts, then build. ninja re-runs meson by itself when a
-# meson.build changes.
-gmt_build() {
+# gmt_configure DIR [MESON_OPTION...]: configure DIR if it is not configured
+# yet, and reconfigure it only when the options asked for differ from those it
+# was last set up with by these scripts.
+gmt_configure() {
 	local dir=$1 stamp want
 	shift
 	stamp="$dir/gmt-setup-options"
@@ -174,8 +167,14 @@ gmt_build() {
 		meson setup --reconfigure "$dir" "$@" || return 1
 	fi
 	printf '%s\n' "$want" >"$stamp" || return 1
-	gmt_say "$dir: building"
-	ninja -C "$dir" || return 1
+}
+
+# gmt_build DIR [MESON_OPTION...]: gmt_configure, then build everything. ninja
+# re-runs meson by itself when a meson.build changes.
+gmt_build() {
+	gmt_configure "$@" || return 1
+	gmt_say "$1: building"
+	ninja -C "$1" || return 1
 }
 
 # Options of the sanitizer build: ASan and UBSan, every UBSan report fatal.

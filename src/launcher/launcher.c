@@ -19,6 +19,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Absolute fallbacks: the configured libdir, this source tree's viewer and the
+ * installed viewer. A relocatable build (meson -Drelocatable=true, what
+ * scripts/gpu-bundle makes) has none: it finds everything relative to itself
+ * and never reaches into the machine it was built on. */
+#ifdef GMT_RELOCATABLE
+#undef GMT_LIBDIR
+#undef GMT_VIEWER_SRC
+#undef GMT_VIEWER_INSTALLED
+#define GMT_LIBDIR ""
+#define GMT_VIEWER_SRC ""
+#define GMT_VIEWER_INSTALLED ""
+#endif
 #ifndef GMT_LIBDIR
 #define GMT_LIBDIR "/usr/local/lib"
 #endif
@@ -129,7 +141,7 @@ void gmt__help(void)
 	       "\n"
 	       "The library is looked for beside this program: in its directory and the\n"
 	       "one above (build tree), in ../lib, ../" GMT_LIBDIR_REL ", ../lib/<multiarch>,\n"
-	       "../lib64 (installed tree), and in " GMT_LIBDIR ".\n"
+	       "../lib64 (installed tree)%s%s.\n"
 	       "\n"
 	       "Exit status of run: the command's; 2 for a usage error, 125 when\n"
 	       LIBNAME " cannot be found, 127 when the command cannot be executed.\n"
@@ -145,7 +157,8 @@ void gmt__help(void)
 	       "  24   a peak limit (--max-peak, --max-growth) is exceeded\n"
 	       "  0    every limit holds\n"
 	       "\n"
-	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n");
+	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n",
+	       GMT_LIBDIR[0] != '\0' ? ", and in " : "", GMT_LIBDIR);
 }
 
 static const char *context = "";
@@ -216,8 +229,10 @@ void gmt__find_library(char *out)
 			if (rel[i] == NULL)
 				continue;
 			snprintf(path, sizeof(path), "%s/%s", exe, rel[i]);
-		} else {
+		} else if (GMT_LIBDIR[0] != '\0') {
 			snprintf(path, sizeof(path), "%s/%s", GMT_LIBDIR, LIBNAME);
+		} else {
+			continue;
 		}
 		if (is_file(path) && realpath(path, out) != NULL)
 			return;
@@ -400,6 +415,8 @@ static int view(int argc, char **argv)
 		*strrchr(exe, '/') = '\0';
 	path[0] = '\0';
 	for (i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		if (rel[i][0] == '\0')
+			continue;
 		if (rel[i][0] == '/')
 			snprintf(path, sizeof(path), "%s", rel[i]);
 		else
@@ -409,8 +426,9 @@ static int view(int argc, char **argv)
 		path[0] = '\0';
 	}
 	if (path[0] == '\0')
-		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s, %s and %s)",
-		    exe, rel[0], GMT_VIEWER_SRC, GMT_VIEWER_INSTALLED);
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
+		    exe, rel[0], GMT_VIEWER_SRC[0] != '\0' ? ", " : "", GMT_VIEWER_SRC,
+		    GMT_VIEWER_INSTALLED[0] != '\0' ? " and " : "", GMT_VIEWER_INSTALLED);
 
 	args = calloc((size_t)argc + 2, sizeof(*args));
 	if (args == NULL)

@@ -98,11 +98,35 @@ class Paths:
 
 
 def paths_for(build_dir: str, mode: str) -> Paths:
+    """Where a Meson build directory has the suite."""
     build = os.path.abspath(build_dir)
     return Paths(launcher=os.path.join(build, "src", "launcher", "gpumemtrace"),
                  programs=os.path.join(build, "tests", "gpu"),
                  prefix="sim-" if mode == "sim" else "",
                  sim_driver=os.path.join(build, "sim", "driver"))
+
+
+def paths_for_bundle(root: str, mode: str) -> Paths:
+    """Where a bundle made by scripts/gpu-bundle has the suite (its layout:
+    docs/gpu-suite.md)."""
+    root = os.path.abspath(root)
+    return Paths(launcher=os.path.join(root, "bin", "gpumemtrace"),
+                 programs=os.path.join(root, "tests", "gpu", "programs"),
+                 prefix="sim-" if mode == "sim" else "",
+                 sim_driver=os.path.join(root, "sim", "lib"))
+
+
+def add_location_args(ap: argparse.ArgumentParser) -> None:
+    """--build-dir or --bundle: where the suite's programs are."""
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--build-dir", default="build", help="a Meson build directory (default: build)")
+    where.add_argument("--bundle", metavar="DIR", help="a bundle made by scripts/gpu-bundle")
+
+
+def location(args: argparse.Namespace) -> Paths:
+    if args.bundle:
+        return paths_for_bundle(args.bundle, args.mode)
+    return paths_for(args.build_dir, args.mode)
 
 
 def case_env(case: Case, mode: str, paths: Paths, base: dict[str, str]) -> dict[str, str]:
@@ -139,13 +163,19 @@ class Row:
     workdir: str
 
 
-def run_case(case: Case, mode: str, paths: Paths, python: str, tolerance: int) -> Row:
+def run_case(case: Case, mode: str, paths: Paths, python: str, tolerance: int,
+             workdir: str | None = None) -> Row:
+    """Run one case traced in workdir (a new temporary directory when None;
+    created when missing) and judge it."""
     if mode == "sim" and case.script:
         return Row(case, check_gpu.Outcome("skip", [], "framework scripts run on a real GPU only"), "")
     cmd = command(case, paths, python)
     if not case.script and not os.access(cmd[0], os.X_OK):
         return Row(case, check_gpu.Outcome("fail", [f"{cmd[0]} is not built"], "not built"), "")
-    workdir = tempfile.mkdtemp(prefix=f"gmt-gpu-{case.name}-")
+    if workdir is None:
+        workdir = tempfile.mkdtemp(prefix=f"gmt-gpu-{case.name}-")
+    else:
+        os.makedirs(workdir, exist_ok=True)
     full = [paths.launcher, "run", "--dir", workdir, "--snapshot-on", "oom,exit", "--"] + cmd
     env = case_env(case, mode, paths, dict(os.environ))
     try:
@@ -174,6 +204,19 @@ def run_case(case: Case, mode: str, paths: Paths, python: str, tolerance: int) -
     return Row(case, outcome, workdir)
 
 
+def select(only: list[str]) -> list[Case]:
+    """The cases --only names (all when none), in the suite's order; a
+    ValueError names the unknown ones."""
+    unknown = sorted(set(only) - {c.name for c in CASES})
+    if unknown:
+        raise ValueError(f"unknown test(s): {', '.join(unknown)} (--list lists them)")
+    return [c for c in CASES if not only or c.name in only]
+
+
+def default_tolerance(mode: str) -> int:
+    return 0 if mode == "sim" else check_gpu.DEFAULT_TOLERANCE
+
+
 def table(rows: list[Row]) -> list[str]:
     width = max([len("test")] + [len(r.case.name) for r in rows])
     lines = [f"{'test':<{width}}  result  numbers"]
@@ -185,11 +228,33 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
+def problems(rows: list[Row]) -> list[str]:
+    """The failures under the table: each failed test, where its files are,
+    and its problems."""
+    out = []
+    for r in rows:
+        if r.outcome.status == "fail":
+            out.append(f"\n--- {r.case.name}: {len(r.outcome.problems)} problem(s)"
+                       + (f"; output and snapshots kept in {r.workdir}" if r.workdir else ""))
+            out += [f"- {p}" for p in r.outcome.problems]
+    return out
+
+
+def counts(rows: list[Row]) -> tuple[int, int, int]:
+    """passed, failed, skipped."""
+    return (sum(r.outcome.status == "pass" for r in rows), sum(r.outcome.status == "fail" for r in rows),
+            sum(r.outcome.status == "skip" for r in rows))
+
+
+def count_line(passed: int, failed: int, skipped: int) -> str:
+    return f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=["gpu", "sim"], required=True)
-    ap.add_argument("--build-dir", default="build")
+    add_location_args(ap)
     ap.add_argument("--only", action="append", default=[], metavar="TEST",
                     help="run only this test (again for more)")
     ap.add_argument("--python", default=sys.executable,
@@ -205,35 +270,27 @@ def main(argv: list[str]) -> int:
         for c in CASES:
             print(c.name)
         return 0
-    unknown = sorted(set(args.only) - {c.name for c in CASES})
-    if unknown:
-        ap.error(f"unknown test(s): {', '.join(unknown)} (--list lists them)")
-    cases = [c for c in CASES if not args.only or c.name in args.only]
-    tolerance = args.tolerance if args.tolerance is not None else (
-        0 if args.mode == "sim" else check_gpu.DEFAULT_TOLERANCE)
-    paths = paths_for(args.build_dir, args.mode)
+    try:
+        cases = select(args.only)
+    except ValueError as e:
+        ap.error(str(e))
+    tolerance = args.tolerance if args.tolerance is not None else default_tolerance(args.mode)
+    paths = location(args)
     if not os.access(paths.launcher, os.X_OK):
         print(f"gpu-suite: {paths.launcher} is not built", file=sys.stderr)
         return 1
 
     rows = [run_case(c, args.mode, paths, args.python, tolerance) for c in cases]
-    for line in table(rows):
+    for line in table(rows) + problems(rows):
         print(line)
     for r in rows:
-        if r.outcome.status == "fail":
-            print(f"\n--- {r.case.name}: {len(r.outcome.problems)} problem(s)"
-                  + (f"; output and snapshots kept in {r.workdir}" if r.workdir else ""))
-            for p in r.outcome.problems:
-                print(f"- {p}")
-        elif r.workdir and not args.keep:
+        if r.outcome.status != "fail" and r.workdir and not args.keep:
             shutil.rmtree(r.workdir, ignore_errors=True)
     if args.keep:
         kept = [f"{r.case.name}: {r.workdir}" for r in rows if r.workdir]
         print("\nkept:\n  " + "\n  ".join(kept))
-    passed = sum(r.outcome.status == "pass" for r in rows)
-    failed = sum(r.outcome.status == "fail" for r in rows)
-    skipped = sum(r.outcome.status == "skip" for r in rows)
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    passed, failed, skipped = counts(rows)
+    print(count_line(passed, failed, skipped))
     if failed:
         return 1
     return 0 if passed else 77

@@ -11,9 +11,10 @@ timing shown with its overhead against the untraced run:
 
 --mode gpu takes the nvcc build (BUILD/tests/gpu/overhead_alloc) on the real
 GPU; --mode sim the simulated GPU's (a smoke run: its timings say nothing
-about a GPU). Exit status 0 when every run worked.
-Usage: overhead.py --mode gpu|sim [--build-dir BUILD] [--pairs N] [--steps N]
-         [--reps N] [--python PY] [--no-torch]
+about a GPU). --bundle DIR takes them from a bundle of scripts/gpu-bundle
+instead of a build directory. Exit status 0 when every run worked.
+Usage: overhead.py --mode gpu|sim [--build-dir BUILD | --bundle DIR] [--pairs N]
+         [--steps N] [--reps N] [--python PY] [--no-torch]
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def run_once(cmd: list[str], env: dict[str, str], launcher: str, traced: dict[st
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=["gpu", "sim"], required=True)
-    ap.add_argument("--build-dir", default="build")
+    gpu_suite.add_location_args(ap)
     ap.add_argument("--pairs", type=int, default=20000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--reps", type=int, default=5)
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args(argv)
 
-    paths = gpu_suite.paths_for(args.build_dir, args.mode)
+    paths = gpu_suite.location(args)
     base = gpu_suite.Case("overhead", "overhead_alloc")
     env = gpu_suite.case_env(base, args.mode, paths, dict(os.environ))
     env.pop("CUDA_MODULE_LOADING", None)

@@ -77,6 +77,8 @@
 	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
 	X(device_unknown, "allocations whose device could not be asked")                      \
 	X(python_stacks, "allocations recorded with Python frames")                           \
+	X(python_stacks_nogil, "of those, read from memory on a thread without the GIL")      \
+	X(python_frames_dropped, "Python frames left out: not readable consistently without the GIL") \
 	X(oom_suppressed, "out-of-memory results in an episode already written")             \
 	X(snapshots, "snapshots written")                                                     \
 	X(snapshot_errors, "snapshots that could not be written")
@@ -1313,6 +1315,7 @@ static void own_frames_seen(int seen)
 static uint32_t capture(void)
 {
 	uintptr_t ips[GMT_STACK_MAX_FRAMES];
+	struct gmt__py_capture_info pyinfo = { 0 };
 	int n = 0, first = 0, py;
 
 	if (core.depth == 0 && tls.ntags == 0)
@@ -1337,9 +1340,13 @@ static uint32_t capture(void)
 			n = first + core.depth;
 	}
 	/* The Python frames follow the native ones (pystack.h). */
-	py = core.python ? gmt__py_capture(ips + n, core.depth) : 0;
+	py = core.python ? gmt__py_capture(ips + n, core.depth, &pyinfo) : 0;
 	if (py > 0)
 		STAT_ADD(python_stacks, 1);
+	if (pyinfo.nogil)
+		STAT_ADD(python_stacks_nogil, 1);
+	if (pyinfo.dropped > 0)
+		STAT_ADD(python_frames_dropped, pyinfo.dropped);
 	/* Then the open region tags (stacks.h). */
 	for (int t = 0; t < tls.ntags && t < GMT_STACK_MAX_TAGS; t++)
 		ips[n + py++] = GMT_WORD_TAG | tls.tags[t];

@@ -4,6 +4,9 @@
 #define _GNU_SOURCE
 #include "pystack.h"
 
+#include "log.h"
+#include "pyread.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
@@ -47,14 +50,17 @@ struct py_api {
 };
 
 static struct py_api api;          /* written once, before R1 */
+static bool nogil;                 /* frames readable without the GIL (pyread.h); written before R1 */
 static _Atomic bool ready;
 static uintptr_t interpreter_base; /* written once, before R1 */
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* --- the tables ------------------------------------------------------------------ */
 
-/* A code object seen in some stack: a reference is kept, so that its address
- * is never reused for another one while a word names it. */
+/* A code object seen in some stack. Seen under the GIL, a reference is kept,
+ * so that its address is never reused for another one while a word names
+ * it; read without the GIL (no reference can be taken), `code` is NULL and
+ * the slot's key tells it from a later object at the same address. */
 struct py_code {
 	py_object *code;
 	const char *function;
@@ -72,15 +78,21 @@ static _Atomic uint32_t ncodes;
 
 /* One hash set maps both (code, POS_CODE) → code id and (code, instruction
  * offset) → code id and line, so that a frame seen before costs one probe.
- * Open addressing, at most half full; only ever touched under the lock, so
- * growing frees the old array at once. */
+ * Code objects read without the GIL have keys of their own: (code,
+ * POS_CODE_NOGIL) and (code, POS_NOGIL | address), each with the code's key
+ * (struct gmt__pyframe), which must match. Open addressing, at most half
+ * full; only ever touched under the lock, so growing frees the old array at
+ * once. */
 #define POS_CODE UINT32_MAX
+#define POS_CODE_NOGIL (UINT32_MAX - 1)
+#define POS_NOGIL 0x80000000u
 
 struct py_slot {
 	uintptr_t code; /* 0: free */
 	uint32_t pos;
 	uint32_t id;
 	uint32_t line;
+	uint64_t key; /* read without the GIL: the code object's key; else 0 */
 };
 
 static struct py_slot *slots;
@@ -183,41 +195,65 @@ static const char *code_string(py_object *code, const char *attr)
 	return copy;
 }
 
+/* Under lock: the entry of the next code id, its leaf allocated, with room
+ * for one more slot; NULL when the tables are full or out of memory. */
+static struct py_code *code_next(uint32_t *id)
+{
+	struct py_code *leaf;
+
+	*id = atomic_load_explicit(&ncodes, memory_order_relaxed) + 1;
+	if (*id >= GMT_PY_MAX_CODES || slots_reserve() < 0)
+		return NULL;
+	leaf = code_leaf[*id >> GMT_PY_LEAF_BITS];
+	if (leaf == NULL) {
+		leaf = map(GMT_PY_LEAF * sizeof(*leaf));
+		if (leaf == NULL)
+			return NULL;
+		code_leaf[*id >> GMT_PY_LEAF_BITS] = leaf;
+	}
+	return &leaf[*id & (GMT_PY_LEAF - 1)];
+}
+
+/* Under lock: publishes the entry code_next gave `id`, filled in, and files
+ * it under (code, pos) with `key` (replacing an entry of an object that had
+ * the address before). */
+static void code_publish(uint32_t id, uintptr_t code, uint32_t pos, uint64_t key)
+{
+	struct py_slot *s;
+
+	/* R2: release of the count publishes the entry (and its leaf); pairs
+	 * with A2 in gmt__py_frame. */
+	atomic_store_explicit(&ncodes, id, memory_order_release);
+	s = slot_find(code, pos);
+	if (s->code == 0)
+		used++;
+	*s = (struct py_slot){ .code = code, .pos = pos, .id = id, .key = key };
+}
+
 /* Under lock, with the GIL: the id of a code object, registering it when new;
  * 0 when the tables are full or out of memory. */
 static uint32_t code_id(py_object *code)
 {
 	struct py_slot *s = slot_find((uintptr_t)code, POS_CODE);
-	uint32_t id = atomic_load_explicit(&ncodes, memory_order_relaxed) + 1;
-	struct py_code *leaf;
+	struct py_code *c;
+	uint32_t id;
 
 	if (s->code != 0)
 		return s->id;
-	if (id >= GMT_PY_MAX_CODES || slots_reserve() < 0)
+	c = code_next(&id);
+	if (c == NULL)
 		return 0;
-	leaf = code_leaf[id >> GMT_PY_LEAF_BITS];
-	if (leaf == NULL) {
-		leaf = map(GMT_PY_LEAF * sizeof(*leaf));
-		if (leaf == NULL)
-			return 0;
-		code_leaf[id >> GMT_PY_LEAF_BITS] = leaf;
-	}
 	/* 3.11 added qualified names ("Model.forward"); 3.11 is also when
 	 * PyFrame_GetLasti appeared. */
-	leaf[id & (GMT_PY_LEAF - 1)] = (struct py_code){
+	*c = (struct py_code){
 		.code = code,
 		.function = (api.frame_lasti != NULL ? code_string(code, "co_qualname") : NULL),
 		.file = code_string(code, "co_filename"),
 	};
-	if (leaf[id & (GMT_PY_LEAF - 1)].function == NULL)
-		leaf[id & (GMT_PY_LEAF - 1)].function = code_string(code, "co_name");
+	if (c->function == NULL)
+		c->function = code_string(code, "co_name");
 	api.incref(code);
-	/* R2: release of the count publishes the entry (and its leaf); pairs
-	 * with A2 in gmt__py_frame. */
-	atomic_store_explicit(&ncodes, id, memory_order_release);
-	s = slot_find((uintptr_t)code, POS_CODE); /* slots_reserve may have moved it */
-	*s = (struct py_slot){ .code = (uintptr_t)code, .pos = POS_CODE, .id = id };
-	used++;
+	code_publish(id, (uintptr_t)code, POS_CODE, 0);
 	return id;
 }
 
@@ -250,13 +286,108 @@ static uintptr_t frame_word(py_object *frame, py_object *code)
 	return GMT_WORD_PYTHON | (uintptr_t)id << 32 | (uint32_t)line;
 }
 
+/* Under lock, without the GIL: the id of the code object at `code` whose key
+ * is `key`, registering it (names read from memory) when new or when the
+ * address now holds another object; 0 when unreadable, full or out of
+ * memory. */
+static uint32_t code_id_nogil(uintptr_t code, uint64_t key)
+{
+	struct py_slot *s = slot_find(code, POS_CODE_NOGIL);
+	char function[GMT_PY_NAME_MAX], file[GMT_PY_NAME_MAX];
+	struct py_code *c;
+	uint32_t id;
+
+	if (s->code != 0 && s->key == key)
+		return s->id;
+	if (gmt__pyread_code_names(code, function, sizeof(function), file, sizeof(file)) != 0)
+		return 0;
+	c = code_next(&id);
+	if (c == NULL)
+		return 0;
+	*c = (struct py_code){ .code = NULL, .function = name_copy(function), .file = name_copy(file) };
+	code_publish(id, code, POS_CODE_NOGIL, key);
+	return id;
+}
+
+/* Under lock, without the GIL: the word of one frame read from memory, 0
+ * when it cannot be read consistently. */
+static uintptr_t frame_word_nogil(const struct gmt__pyframe *f)
+{
+	uint32_t pos = POS_NOGIL | ((uint32_t)(f->addr + 2) & ~POS_NOGIL), id;
+	struct py_slot *s;
+	uint64_t key = f->key;
+	int line;
+
+	/* A (code, instruction) seen before: one probe gives id and line. */
+	s = slot_find(f->code, pos);
+	if (s->code != 0 && s->key == key && f->traced_line <= 0)
+		return GMT_WORD_PYTHON | (uintptr_t)s->id << 32 | s->line;
+	id = code_id_nogil(f->code, key);
+	if (id == 0)
+		return 0;
+	if (f->traced_line > 0)
+		return GMT_WORD_PYTHON | (uintptr_t)id << 32 | (uint32_t)f->traced_line;
+	if (gmt__pyread_line(f->code, f->addr, &line) != 0)
+		return 0;
+	if (slots_reserve() == 0) {
+		s = slot_find(f->code, pos);
+		if (s->code == 0)
+			used++;
+		*s = (struct py_slot){ .code = f->code, .pos = pos, .id = id, .line = (uint32_t)line, .key = key };
+	}
+	return GMT_WORD_PYTHON | (uintptr_t)id << 32 | (uint32_t)line;
+}
+
+/* The frames of `tstate`, a thread state of this thread that does not hold
+ * the GIL, read from memory (pyread.h). A frame that cannot be read
+ * consistently is dropped and counted; one whose caller cannot be read ends
+ * the walk. At most GMT_PY_WALK_MAX frames are visited (a loop in corrupt
+ * memory cannot hold the thread). */
+#define GMT_PY_WALK_MAX 4096
+
+static int capture_nogil(uintptr_t tstate, uintptr_t *out, int max, struct gmt__py_capture_info *info)
+{
+	struct gmt__pyframe f;
+	uintptr_t frame;
+	int n = 0, walked = 0;
+
+	pthread_mutex_lock(&lock);
+	gmt__pyread_begin();
+	if (nslots == 0 && slots_reserve() < 0) {
+		frame = 0;
+	} else if (gmt__pyread_first(tstate, &frame) != 0) {
+		info->dropped++;
+		frame = 0;
+	}
+	while (frame != 0 && n < max && walked++ < GMT_PY_WALK_MAX) {
+		uintptr_t word;
+
+		if (gmt__pyread_frame(frame, &f) != 0) {
+			info->dropped++;
+			break;
+		}
+		if (!f.skip) {
+			word = frame_word_nogil(&f);
+			if (word != 0)
+				out[n++] = word;
+			else
+				info->dropped++;
+		}
+		frame = f.previous;
+	}
+	pthread_mutex_unlock(&lock);
+	info->nogil = n > 0;
+	return n;
+}
+
 /* --- capture ----------------------------------------------------------------------- */
 
-int gmt__py_capture(uintptr_t *out, int max)
+int gmt__py_capture(uintptr_t *out, int max, struct gmt__py_capture_info *info)
 {
 	py_object *tstate, *frame, *err = NULL, *et = NULL, *ev = NULL, *etb = NULL;
 	int n = 0, gc_was_on = 0;
 
+	*info = (struct gmt__py_capture_info){ 0 };
 	/* A1: acquire of `ready`; pairs with R1 in gmt__py_probe: the table of
 	 * functions is complete. */
 	if (max <= 0 || !atomic_load_explicit(&ready, memory_order_acquire))
@@ -267,10 +398,14 @@ int gmt__py_capture(uintptr_t *out, int max)
 	 * thread's own. NOTE: both halves are needed. Before 3.12 the attached
 	 * state is the one global "current" state, which may be another
 	 * thread's; and PyGILState_Check, which compares the two, answers 1 for
-	 * every thread once a subinterpreter exists. */
-	tstate = api.tstate_unchecked();
-	if (tstate == NULL || tstate != api.gilstate_this())
+	 * every thread once a subinterpreter exists. A thread with a state of
+	 * its own that does not hold the GIL (it released it around this call)
+	 * has its frames read from memory. */
+	tstate = api.gilstate_this();
+	if (tstate == NULL)
 		return 0;
+	if (api.tstate_unchecked() != tstate)
+		return nogil ? capture_nogil((uintptr_t)tstate, out, max, info) : 0;
 
 	/* NOTE: on 3.11+ reading a frame may create its frame object, and an
 	 * allocation may start the garbage collector, whose finalisers may free
@@ -417,7 +552,12 @@ bool gmt__py_probe(void)
 	}
 	ok = sym != NULL && lookup_api(h, &p);
 	if (ok) {
+		const char *why = NULL;
+
 		api = p;
+		nogil = gmt__pyread_setup(h, &why);
+		if (!nogil)
+			gmt__info("Python frames only where the GIL is held: %s", why);
 		if (dladdr(sym, &where) != 0)
 			interpreter_base = (uintptr_t)where.dli_fbase;
 		/* R1: release of `ready` publishes the table; pairs with A1. */

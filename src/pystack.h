@@ -1,9 +1,12 @@
-/* Python frames: when the process runs a CPython interpreter and the allocating
- * thread holds the GIL, its Python stack (function, file, line), read through
- * the public C API looked up at run time — no build-time dependency on Python,
- * and the GIL is never taken. Each frame becomes one tagged word that is
- * interned with the native frames of the same stack (stacks.h); a word names a
- * code object the tracer keeps (its names copied at first sight) and a line. */
+/* Python frames: when the process runs a CPython interpreter and the
+ * allocating thread has a Python thread state, its Python stack (function,
+ * file, line) — through the public C API looked up at run time where the
+ * thread holds the GIL, read from the interpreter's memory where it does not
+ * (pyread.h: the thread released the GIL around this call, as PyTorch, CuPy
+ * and ctypes do). No build-time dependency on Python, and the GIL is never
+ * taken. Each frame becomes one tagged word that is interned with the native
+ * frames of the same stack (stacks.h); a word names a code object the tracer
+ * knows (its names copied at first sight) and a line. */
 #ifndef GMT_PYSTACK_H
 #define GMT_PYSTACK_H
 
@@ -23,14 +26,22 @@
  * path (core.c calls it at initialisation and from its background thread). */
 bool gmt__py_probe(void);
 
+/* What one capture did, for the tracer's statistics. */
+struct gmt__py_capture_info {
+	unsigned dropped; /* frames that could not be read consistently (without the GIL) */
+	bool nogil;       /* the frames were read without the GIL */
+};
+
 /* The calling thread's Python frames, innermost first, as words into
  * out[0..max). Returns how many: 0 when no interpreter was found, while it is
- * not initialised (or finalising), and when this thread does not hold the GIL.
- * Holding the GIL, it calls into the interpreter with automatic garbage
- * collection held off (so no finaliser can run inside a hook) and the pending
- * exception kept; it allocates (with mmap) only for a code object or position
+ * not initialised (or finalising), and when this thread has no Python thread
+ * state. Holding the GIL, it calls into the interpreter with automatic
+ * garbage collection held off (so no finaliser can run inside a hook) and the
+ * pending exception kept. Not holding it, it reads the frames from memory,
+ * checking every pointer (pyread.h), and calls nothing in the interpreter.
+ * Either way it allocates (with mmap) only for a code object or position
  * never seen before. */
-int gmt__py_capture(uintptr_t *out, int max);
+int gmt__py_capture(uintptr_t *out, int max, struct gmt__py_capture_info *info);
 
 /* The function (qualified name where the interpreter has one), file and line
  * (0: unknown) of a word from gmt__py_capture. Any thread, any time after the

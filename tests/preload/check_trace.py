@@ -37,6 +37,10 @@ the one live allocation of SIZE bytes in the exit snapshot to have exactly the
 Python frames CHAIN names first (innermost first; empty: no Python frame at
 all): a comma list of FUNCTION or FUNCTION@LINE (LINE as for --frame-has, in
 the program's own file; a qualified FUNCTION also matches its last part).
+--printed-stacks N requires every line "PYSTACK <address> <chain>" the
+program printed (its own Python frames at the call, function@file:line
+innermost first) to be exactly the Python frames of the live allocation at
+that address, and at least N such lines.
 --tags requires the allocation of SIZE bytes in the exit snapshot to carry
 exactly these region tags, outermost first (empty: none). --live requires the
 main process's snapshots of REASON, in the order written, to hold exactly the
@@ -61,7 +65,7 @@ import schema_check  # noqa: E402  (tests/schema: every snapshot against docs/sn
 
 
 def run(program: str, expect: dict[str, Any], lib: str | None, python: str, workdir: str,
-        extra_env: dict[str, str], extra_args: list[str] = ()) -> tuple[int, str, str]:
+        extra_env: dict[str, str], extra_args: list[str] = (), timeout: int = 120) -> tuple[int, str, str]:
     """Runs the program, traced unless lib is None; returns its exit status,
     standard output and standard error."""
     env = {k: v for k, v in os.environ.items()
@@ -84,12 +88,12 @@ def run(program: str, expect: dict[str, Any], lib: str | None, python: str, work
         env["LD_PRELOAD"] = " ".join(preload)
     cmd = ([python, program] if program.endswith(".py") else [program]) + list(extra_args)
     proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=120)
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def comparable(output: str) -> list[str]:
-    return [line for line in output.splitlines() if not line.startswith(("PID ", "LIVE "))]
+    return [line for line in output.splitlines() if not line.startswith(("PID ", "LIVE ", "PYSTACK "))]
 
 
 def load(path: str) -> dict[str, Any]:
@@ -375,6 +379,36 @@ def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, p
     return problems
 
 
+def printed_stack_problems(snaps: list[dict[str, Any]], output: str, least: int) -> list[str]:
+    """--printed-stacks: each "PYSTACK <address> <chain>" line the program
+    printed (its Python frames at the call, as the interpreter reports them)
+    names a live allocation of the exit snapshot whose Python frames are
+    exactly the chain, in one run after a native frame; at least `least`."""
+    by_addr = {}
+    for snap in snaps:
+        stacks = {st["id"]: st for st in snap["stacks"]}
+        for a in snap["allocations"]:
+            by_addr[int(a["address"], 16)] = stacks.get(a["stack"], {"frames": []})["frames"]
+    printed = [line.split(" ", 2) for line in output.splitlines() if line.startswith("PYSTACK ")]
+    problems = [] if len(printed) >= least else [f"--printed-stacks: {len(printed)} PYSTACK lines, {least} expected"]
+    wrong = []
+    for _, addr, chain in printed:
+        frames = by_addr.get(int(addr, 16))
+        if frames is None:
+            wrong.append(f"{addr}: no live allocation there")
+            continue
+        py = [i for i, fr in enumerate(frames) if fr.get("python") is True]
+        got = ",".join(f"{frames[i]['function']}@{os.path.basename(frames[i]['file'] or '?')}:{frames[i]['line']}"
+                       for i in py)
+        if got != chain:
+            wrong.append(f"{addr}: Python frames {got!r}, the program saw {chain!r}")
+        elif py and (py[0] == 0 or py != list(range(py[0], py[0] + len(py)))):
+            wrong.append(f"{addr}: the Python frames are not one run after a native frame")
+    if wrong:
+        problems.append(f"--printed-stacks: {len(wrong)} of {len(printed)} allocations wrong, e.g. {wrong[:3]}")
+    return problems
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("program")
@@ -392,6 +426,9 @@ def main() -> int:
                     help="some frame of an exit snapshot must be at this file (base name) and line")
     ap.add_argument("--python-stack", action="append", default=[], metavar="SIZE=CHAIN",
                     help="the allocation of SIZE bytes has these Python frames first")
+    ap.add_argument("--printed-stacks", type=int, metavar="N",
+                    help="every PYSTACK line the program printed must match its allocation's Python "
+                         "frames exactly; at least N such lines")
     ap.add_argument("--tags", action="append", default=[], metavar="SIZE=TAG,...",
                     help="the allocation of SIZE bytes carries exactly these tags")
     ap.add_argument("--live", action="append", default=[], metavar="REASON=SIZES;...",
@@ -402,6 +439,9 @@ def main() -> int:
                     help="whether the oom snapshots know other processes' memory (NVML)")
     ap.add_argument("--rank", type=int, metavar="R",
                     help="every snapshot is named ...rank<R>.json and says process.rank R")
+    ap.add_argument("--timeout", type=int, default=120, help="seconds the traced run may take")
+    ap.add_argument("--stat-max", action="append", default=[], metavar="NAME=N",
+                    help="the exit snapshots must count at most N in stats.NAME")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
                     help="the main process's exit snapshot must count at least N in stats.NAME")
     argv = sys.argv[1:]
@@ -412,7 +452,8 @@ def main() -> int:
     expect = load(args.expect)
     extra_env = dict(kv.split("=", 1) for kv in args.env)
     workdir = tempfile.mkdtemp(prefix="gmt-preload-")
-    status, output, errors = run(args.program, expect, args.lib, args.python, workdir, extra_env, args.args)
+    status, output, errors = run(args.program, expect, args.lib, args.python, workdir, extra_env, args.args,
+                                 args.timeout)
     problems = []
     want = expect.get("exit_code", 0)
     if status != want:
@@ -459,6 +500,8 @@ def main() -> int:
         problems += frame_problems(exits, want_frame, output)
     for want_stack in args.python_stack:
         problems += python_stack_problems(exits, want_stack, output, args.program)
+    if args.printed_stacks is not None:
+        problems += printed_stack_problems(exits, output, args.printed_stacks)
     for item in args.tags:
         size, _, names = item.partition("=")
         want_tags = [t for t in names.split(",") if t]
@@ -501,12 +544,17 @@ def main() -> int:
                 problems.append(f"--rank {args.rank}: {name} says process {process}")
     elif any(".rank" in os.path.basename(p) for p in everything):
         problems.append("a snapshot name carries a rank, but none was set")
+    exit_paths = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))
     for item in args.stat_min:
         name, least = item.split("=", 1)
-        exits = glob.glob(os.path.join(workdir, "snapshots", "*.exit.*.json"))
-        counted = max((load(p)["stats"].get(name, 0) for p in exits), default=0)
+        counted = max((load(p)["stats"].get(name, 0) for p in exit_paths), default=0)
         if counted < int(least):
             problems.append(f"stats.{name} is {counted}, at least {least} expected")
+    for item in args.stat_max:
+        name, most = item.split("=", 1)
+        counted = max((load(p)["stats"].get(name, 0) for p in exit_paths), default=0)
+        if counted > int(most) or not exit_paths:
+            problems.append(f"stats.{name} is {counted}, at most {most} expected")
     # Every snapshot the run wrote, whatever the checks above looked at.
     written = schema_check.snapshot_files(os.path.join(workdir, "snapshots"))
     problems += schema_check.validate(written)

@@ -6,7 +6,9 @@ stack in a snapshot:
   stack must show allocate -> build_workspace -> main -> <module>, at the lines
   printed as ALLOC_LINE, BUILD_LINE, MAIN_LINE and MODULE_LINE;
 - 3 MiB + 2 through ctypes.CDLL, which releases the GIL during the call: the
-  thread does not hold the GIL in the hook, so no Python frame is recorded;
+  thread does not hold the GIL in the hook, and its frames are read from
+  memory: allocate -> main -> <module>, at NOGIL_LINE, MAIN_NOGIL_LINE and
+  MODULE_LINE;
 - 3 MiB + 3 through PyDLL on a second Python thread: its chain is
   allocate -> worker -> Thread.run ..., with WORKER_LINE for worker.
 
@@ -59,7 +61,7 @@ def main() -> int:
     ctx = make_current(with_gil)
 
     kept = [(build_workspace(with_gil), 3 * MIB + 1)]; here("MAIN_LINE")  # noqa: E702
-    kept.append((allocate(without_gil, 3 * MIB + 2, "NOGIL_LINE"), 3 * MIB + 2))
+    kept.append((allocate(without_gil, 3 * MIB + 2, "NOGIL_LINE"), 3 * MIB + 2)); here("MAIN_NOGIL_LINE")  # noqa: E702
 
     out: list = []
 

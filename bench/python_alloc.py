@@ -1,9 +1,11 @@
-"""Benchmark workload: PAIRS cuMemAlloc_v2 + cuMemFree_v2 pairs through
-ctypes.PyDLL (the GIL held, so the tracer records Python frames) from a Python
-call chain DEPTH frames deep. Prints "ns_per_pair N". bench/run.py runs it
-untraced, traced without Python frames and traced with them.
+"""Benchmark workload: PAIRS cuMemAlloc_v2 + cuMemFree_v2 pairs from a Python
+call chain DEPTH frames deep, through ctypes.PyDLL (GIL "held": the tracer
+walks the frames through the C API) or ctypes.CDLL (GIL "released": the
+tracer reads them from memory, as for PyTorch's allocations). Prints
+"ns_per_pair N". bench/run.py runs each untraced, traced without Python
+frames and traced with them.
 
-Usage: python_alloc.py [PAIRS [DEPTH]]"""
+Usage: python_alloc.py [PAIRS [DEPTH [held|released]]]"""
 
 import ctypes
 import os
@@ -14,7 +16,8 @@ import time
 def main() -> int:
     pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 100000
     depth = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    lib = ctypes.PyDLL("libcuda.so.1", mode=os.RTLD_LOCAL)
+    gil = sys.argv[3] if len(sys.argv) > 3 else "held"
+    lib = (ctypes.PyDLL if gil == "held" else ctypes.CDLL)("libcuda.so.1", mode=os.RTLD_LOCAL)
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
     ctx = ctypes.c_void_p(0)

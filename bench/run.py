@@ -252,19 +252,23 @@ def capture_cost(build: str, iterations: int, repeat: int) -> dict[str, Any]:
 
 def python_cost(build: str, pairs: int, repeat: int) -> dict[str, Any]:
     """bench/python_alloc.py: pairs through ctypes from 20 Python frames,
-    untraced, traced without Python frames and with them; medians."""
+    untraced, traced without Python frames and with them, with the GIL held
+    in the call (frames through the C API) and released (frames read from
+    memory); medians."""
     configs = {"untraced_ns": (False, {}), "traced_native_ns": (True, {"GPUMEMTRACE_PYTHON_STACKS": "0"}),
                "traced_python_ns": (True, {"GPUMEMTRACE_PYTHON_STACKS": "1"})}
-    times: dict[str, list[float]] = {k: [] for k in configs}
-    for _ in range(repeat):
-        for name, (traced, extra) in configs.items():
-            out = subprocess.run([sys.executable, os.path.join(HERE, "python_alloc.py"), str(pairs), "20"],
-                                 env=bench_env(build, traced, **extra), stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, text=True, check=True, timeout=600).stdout
-            times[name].append(numbers(out)["ns_per_pair"])
-    med = {k: round(statistics.median(v), 1) for k, v in times.items()}
-    med["python_frames"] = 20
-    med["added_by_python_ns"] = round(med["traced_python_ns"] - med["traced_native_ns"], 1)
+    med: dict[str, Any] = {"python_frames": 20}
+    for gil in ("held", "released"):
+        times: dict[str, list[float]] = {k: [] for k in configs}
+        for _ in range(repeat):
+            for name, (traced, extra) in configs.items():
+                out = subprocess.run([sys.executable, os.path.join(HERE, "python_alloc.py"), str(pairs), "20", gil],
+                                     env=bench_env(build, traced, **extra), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, text=True, check=True, timeout=600).stdout
+                times[name].append(numbers(out)["ns_per_pair"])
+        m = {k: round(statistics.median(v), 1) for k, v in times.items()}
+        m["added_by_python_ns"] = round(m["traced_python_ns"] - m["traced_native_ns"], 1)
+        med["gil_" + gil] = m
     return med
 
 
@@ -411,9 +415,11 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         c["call_ns"] + c[f"capture_intern_{d}_ns"],
                         note=f"capture alone {c[f'capture_{d}_ns']:g} ns"))
     p = result["python_frames"]
-    rows.append(row("Python frames, ns per pair through ctypes", f"{p['python_frames']} Python frames", "ns",
-                    p["traced_native_ns"], p["traced_python_ns"],
-                    note=f"baseline: traced, native frames only; untraced pair {p['untraced_ns']:g} ns"))
+    for gil, how in (("held", "GIL held, C API"), ("released", "GIL released, read from memory")):
+        g = p["gil_" + gil]
+        rows.append(row("Python frames, ns per pair through ctypes", f"{p['python_frames']} Python frames, {how}",
+                        "ns", g["traced_native_ns"], g["traced_python_ns"],
+                        note=f"baseline: traced, native frames only; untraced pair {g['untraced_ns']:g} ns"))
     sec = "exit leak scan (GPUMEMTRACE_LEAK_CHECK=1), seconds"
     for w in result["leak_scan"]:
         rows.append(row(sec, f"{w['live']:,} live, {w['host_mib']:,} MiB heap", "s", w["untraced_seconds"], None,

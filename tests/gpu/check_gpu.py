@@ -24,6 +24,9 @@ lines are ignored):
     POOL <label> <device> <reserved>    devices[].pools.reserved_bytes
     BYTES <label> <device> <kinds> <bytes>    live bytes of those kinds
     HAS <label> <addr> <kinds> <device> <min-size>   an allocation there
+    PYFRAME <label> <addr> <function> <file> <line>   the allocation there has
+                                        this as its innermost Python frame
+                                        (file: a base name)
     GONE <label> <addr>                 no allocation there
     RESERVATION <label> <min-size>      a VMM address reservation that large
     OOM <label> <api|*> <size> <device> <exact|min>   the failed request
@@ -47,7 +50,7 @@ The checks, for each checkpoint:
   stream-ordered bytes in whole pages), and its arrays in whole pages;
   managed memory counts nothing (not resident until touched);
 - the snapshot's own page count against the pages its allocations cover;
-- the other facts (POOL, BYTES, HAS, GONE, RESERVATION, OOM, VERDICT, LEAKS)
+- the other facts (POOL, BYTES, HAS, PYFRAME, GONE, RESERVATION, OOM, VERDICT, LEAKS)
   exactly as stated.
 
 And for the run: an out-of-memory snapshot exists exactly when the program
@@ -97,6 +100,7 @@ class Expectations:
     pools: list[tuple[str, int, int]] = field(default_factory=list)
     byte_sums: list[tuple[str, int, set[str], int]] = field(default_factory=list)
     has: list[tuple[str, int, set[str], int, int]] = field(default_factory=list)
+    pyframes: list[tuple[str, int, str, str, int]] = field(default_factory=list)
     gone: list[tuple[str, int]] = field(default_factory=list)
     reservations: list[tuple[str, int]] = field(default_factory=list)
     ooms: list[tuple[str, str, int, int, str]] = field(default_factory=list)
@@ -160,6 +164,8 @@ def parse(output: str) -> Expectations:
                 exp.byte_sums.append((f[0], _int(f[1]), _kinds(f[2]), _int(f[3])))
             elif word == "HAS":
                 exp.has.append((f[0], _int(f[1]), _kinds(f[2]), _int(f[3]), _int(f[4])))
+            elif word == "PYFRAME":
+                exp.pyframes.append((f[0], _int(f[1]), f[2], f[3], _int(f[4])))
             elif word == "GONE":
                 exp.gone.append((f[0], _int(f[1])))
             elif word == "RESERVATION":
@@ -179,7 +185,7 @@ def parse(output: str) -> Expectations:
     labels = set(exp.checkpoints)
     used = ({k for k in exp.live} | set(exp.cover) | {k for k, _ in exp.meminfo}
             | {k for k, _ in exp.extra} | {x[0] for x in exp.pools + exp.byte_sums + exp.has
-                                          + exp.gone + exp.reservations + exp.ooms
+                                          + exp.pyframes + exp.gone + exp.reservations + exp.ooms
                                           + exp.verdicts + exp.leaks})
     for label in sorted(used - labels):
         exp.problems.append(f"facts about {label!r}, which is no checkpoint")
@@ -448,6 +454,18 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
         if not any(k in kinds and d == device and s >= least for _, s, k, d in at):
             problems.append(f"{label}: no allocation of {'/'.join(sorted(kinds))} at {hex(addr)} on "
                             f"device {device} of at least {least} bytes (there: {[fmt_entry(e) for e in at]})")
+    for label, addr, function, file, line in exp.pyframes:
+        snap = snaps.get(label)
+        if snap is None:
+            continue
+        stacks = {st["id"]: st for st in snap.get("stacks", [])}
+        at = [a for a in snap.get("allocations", []) if int(a["address"], 16) == addr]
+        frames = stacks.get(at[0]["stack"], {}).get("frames", []) if at else []
+        py = [fr for fr in frames if fr.get("python") is True]
+        got = (py[0].get("function"), os.path.basename(py[0].get("file") or ""), py[0].get("line")) if py else None
+        if got != (function, file, line):
+            problems.append(f"{label}: the innermost Python frame of the allocation at {hex(addr)} is "
+                            f"{got if at else 'missing: no allocation there'}, {(function, file, line)} expected")
     for label, addr in exp.gone:
         snap = snaps.get(label)
         if snap is not None and any(e[0] == addr for e in snapshot_entries(snap)):

@@ -97,6 +97,10 @@ def has(label: str, address: int, kinds: Iterable[str], device: int, min_size: i
     line("HAS", label, hex(address), ",".join(kinds), device, min_size)
 
 
+def pyframe(label: str, address: int, function: str, file: str, lineno: int) -> None:
+    line("PYFRAME", label, hex(address), function, os.path.basename(file), lineno)
+
+
 def gone(label: str, address: int) -> None:
     line("GONE", label, hex(address))
 

@@ -216,6 +216,39 @@ def case_has_wrong(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
+def pyframe_base(sc: Scenario) -> None:
+    """base(), the 8 MiB allocation's stack with Python frames."""
+    base(sc)
+    frames = [{"function": "cuMemAlloc_v2", "file": None, "line": None, "python": False},
+              {"function": "make_activation", "file": "/x/torch_memory.py", "line": 42, "python": True},
+              {"function": "run_allocator", "file": "/x/torch_memory.py", "line": 77, "python": True}]
+    path = [p for p in sorted(os.listdir(sc.dir))][-1]
+    with open(os.path.join(sc.dir, path), encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["allocations"][0]["stack"] = 7
+    doc["stacks"] = [{"id": 7, "frames": frames}]
+    with open(os.path.join(sc.dir, path), "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def case_pyframe(sc: Scenario) -> dict[str, Any]:
+    pyframe_base(sc)
+    sc.lines.append(f"PYFRAME allocated {hex(A)} make_activation torch_memory.py 42")
+    return {}
+
+
+def case_pyframe_line(sc: Scenario) -> dict[str, Any]:
+    pyframe_base(sc)
+    sc.lines.append(f"PYFRAME allocated {hex(A)} make_activation torch_memory.py 43")
+    return {}
+
+
+def case_pyframe_none(sc: Scenario) -> dict[str, Any]:
+    base(sc)
+    sc.lines.append(f"PYFRAME allocated {hex(A)} make_activation torch_memory.py 42")
+    return {}
+
+
 def case_gone_wrong(sc: Scenario) -> dict[str, Any]:
     base(sc)
     sc.lines.append(f"GONE allocated {hex(A)}")
@@ -366,6 +399,9 @@ CASES: list[Case] = [
     ("fail", case_bytes_wrong, "device bytes on device 0"),
     ("fail", case_has_wrong, "no allocation of device"),
     ("fail", case_gone_wrong, "still live"),
+    ("pass", case_pyframe, None),
+    ("fail", case_pyframe_line, "innermost Python frame"),
+    ("fail", case_pyframe_none, "innermost Python frame"),
     ("pass", case_oom, None),
     ("fail", case_oom_size, "failed_request.size"),
     ("pass", case_oom_min, None),

@@ -20,7 +20,9 @@
               verdict exhaustion, and holds the one segment in use.
 
 Every mode also compares torch.cuda.mem_get_info (cudaMemGetInfo) with the
-snapshots' footprint between checkpoints. Without torch, or without a GPU
+snapshots' footprint between checkpoints; caching and async also check that
+a tensor made inside make_activation() has that function, file and line as
+its innermost Python frame (PyTorch allocates without the GIL). Without torch, or without a GPU
 for it, the script says SKIP.
 Usage: torch_memory.py caching|expandable|async|oom
 """
@@ -64,6 +66,13 @@ def report(torch, label: str, mode: str, tensors: list) -> None:
     PEAK[0] = max(PEAK[0], reserved)
 
 
+def make_activation(torch, nbytes: int):
+    """A tensor made inside a named function, and the line of the call: the
+    allocation's innermost Python frame must be this one, although PyTorch
+    runs torch.empty (and its allocator's cudaMalloc) without the GIL."""
+    t = torch.empty(nbytes, dtype=torch.uint8, device="cuda"); return t, sys._getframe().f_lineno  # noqa: E702
+
+
 def run_allocator(torch, mode: str) -> None:
     if mode == "async" and torch.cuda.get_allocator_backend() != "cudaMallocAsync":
         sys.exit(f"torch_memory.py async: the backend is {torch.cuda.get_allocator_backend()}: "
@@ -71,8 +80,15 @@ def run_allocator(torch, mode: str) -> None:
     if mode == "expandable" and os.environ.get("PYTORCH_CUDA_ALLOC_CONF") != "expandable_segments:True":
         sys.exit("torch_memory.py expandable: run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     tensors = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in SIZES]
+    # A new segment of its own (caching: no cached block is that large) or
+    # its own cudaMallocAsync: the allocation starts at the tensor.
+    act, act_line = make_activation(torch, 37 * MIB)
+    tensors.append(act)
     torch.cuda.synchronize()
     report(torch, "allocated", mode, tensors)
+    if mode != "expandable":
+        gp.pyframe("allocated", act.data_ptr(), "make_activation", __file__, act_line)
+    del act
     # Freed: the caching allocators keep the memory (cached, reserved).
     del tensors[1]
     torch.cuda.synchronize()

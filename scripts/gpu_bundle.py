@@ -201,23 +201,23 @@ def dependencies(binaries: list[str], cache: dict[str, str], dlopened: bool) -> 
     those need. (Only our own binaries are read for names: a library's own
     optional plugins, such as libdw's debuginfod client, stay out.)"""
     found: dict[str, str] = {}
-    todo = list(binaries)
+    pending = list(binaries)
     if dlopened:
         for path in binaries:
             for name in sorted(carried({n: "" for n in dlopened_names(path)})):
                 if name not in found and name in cache:
                     found[name] = cache[name]
-                    todo.append(cache[name])
+                    pending.append(cache[name])
     seen: set[str] = set()
-    while todo:
-        path = todo.pop()
+    while pending:
+        path = pending.pop()
         if path in seen:
             continue
         seen.add(path)
         for soname, lib in carried(ldd(path)).items():
             if soname not in found:
                 found[soname] = lib
-                todo.append(lib)
+                pending.append(lib)
     return found
 
 

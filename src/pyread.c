@@ -39,10 +39,10 @@ static char setup_why[160];
  * /proc/self/maps when a pointer falls outside them (a new thread's malloc
  * arena, a new chunk of a frame stack), at most once per capture: every
  * pointer a capture follows is live, so a second miss is memory that is not
- * what the layout says. Only under pystack.c's lock. NOTE: device files' mappings
- * (/dev/nvidia*: GPU memory and registers mapped by the driver) are left out
- * even when readable: a stray read there may stall or fault. */
-/* NOTE: in pages, not bytes: a word of the tracer's memory equal to a
+ * what the layout says. Only under pystack.c's lock. NOTE: device files'
+ * mappings (/dev/nvidia*: GPU memory and registers mapped by the driver) are
+ * left out even when readable: a stray read there may stall or fault. NOTE:
+ * kept in pages, not bytes: a word of the tracer's memory equal to a
  * mapping's start would be taken for a pointer by the exit leak scan, which
  * would then read the whole mapping (leaks.c, "bookkeeping"). */
 #define PAGE_SHIFT 12

@@ -105,8 +105,10 @@ static void parse_args(int argc, char **argv, struct args *a)
 		}
 		if ((v = gmt__option_value(argc, argv, &i, "--max-leak-bytes")) != NULL) {
 			a->limits.max_leak_bytes = size_arg("--max-leak-bytes", v);
+			a->limits.has_max_leak_bytes = true;
 		} else if ((v = gmt__option_value(argc, argv, &i, "--max-leaks")) != NULL) {
 			a->limits.max_leaks = count_arg("--max-leaks", v);
+			a->limits.has_max_leaks = true;
 		} else if ((v = gmt__option_value(argc, argv, &i, "--max-peak")) != NULL) {
 			a->limits.max_peak = size_arg("--max-peak", v);
 			a->limits.has_max_peak = true;
@@ -157,6 +159,14 @@ static void parse_args(int argc, char **argv, struct args *a)
 		gmt__die(GMT_EXIT_USAGE, "--max-growth needs --baseline SNAPSHOT to grow from");
 	if (growth == NULL && a->limits.baseline != NULL)
 		gmt__die(GMT_EXIT_USAGE, "--baseline needs --max-growth BYTES or PCT%% to check it");
+	/* A leak limit given alone is the only leak limit (pytest-memray's
+	 * limit_leaks reads so); none given: any counted leak fails. */
+	if (a->limits.has_max_leak_bytes != a->limits.has_max_leaks) {
+		if (!a->limits.has_max_leak_bytes)
+			a->limits.max_leak_bytes = UINT64_MAX;
+		if (!a->limits.has_max_leaks)
+			a->limits.max_leaks = UINT64_MAX;
+	}
 	if (a->snapshot_on == NULL)
 		a->snapshot_on = getenv(SNAPSHOT_ON);
 	if (a->leak_classes == NULL)

@@ -82,7 +82,10 @@ void gmt__snapshot_free(struct gmt__snapshot *s);
 
 /* The limits of one run (--max-*, --baseline, --leak-classes). */
 struct gmt__limits {
+	/* The leak limits: a limit given alone is the only one (the other is
+	 * UINT64_MAX, no limit); none given, both are 0: any counted leak fails. */
 	uint64_t max_leak_bytes, max_leaks;
+	bool has_max_leak_bytes, has_max_leaks;
 	bool has_max_peak;
 	uint64_t max_peak;
 	const char *baseline; /* its path, NULL for none */
@@ -90,6 +93,11 @@ struct gmt__limits {
 	uint64_t max_growth; /* bytes, or percent of the baseline's peak */
 	unsigned classes;    /* the GMT_CLASS_* bits that count */
 };
+
+/* The leak limits in force, for the reports: "100 bytes (--max-leak-bytes),
+ * 2 allocations (--max-leaks)", or the one given and "no limit on" the other,
+ * or that none was given. Returns out. */
+const char *gmt__leak_limits_text(const struct gmt__limits *l, char *out, size_t len);
 
 /* The verdict on one run, computed by check.c, told by check_report.c. */
 struct gmt__verdict {

@@ -157,17 +157,30 @@ static struct growth_site *grown_sites(const struct gmt__verdict *v, size_t *n)
 	return g;
 }
 
+const char *gmt__leak_limits_text(const struct gmt__limits *l, char *out, size_t len)
+{
+	if (l->has_max_leak_bytes && l->has_max_leaks)
+		snprintf(out, len, "%" PRIu64 " bytes (--max-leak-bytes), %" PRIu64 " allocations (--max-leaks)",
+			 l->max_leak_bytes, l->max_leaks);
+	else if (l->has_max_leak_bytes)
+		snprintf(out, len, "%" PRIu64 " bytes (--max-leak-bytes; no limit on allocations)",
+			 l->max_leak_bytes);
+	else if (l->has_max_leaks)
+		snprintf(out, len, "%" PRIu64 " allocations (--max-leaks; no limit on bytes)", l->max_leaks);
+	else
+		snprintf(out, len, "none given (--max-leak-bytes, --max-leaks): any counted leak fails");
+	return out;
+}
+
 static void text_leaks(const struct gmt__verdict *v)
 {
-	const struct gmt__limits *l = v->limits;
-	char h[64], label[256];
+	char h[64], label[256], lim[160];
 	size_t i;
 
 	if (v->leaks_failed)
-		say("FAILED: counted leaks: %s in %" PRIu64 " allocation%s; limits: %" PRIu64
-		    " bytes (--max-leak-bytes), %" PRIu64 " allocations (--max-leaks)",
+		say("FAILED: counted leaks: %s in %" PRIu64 " allocation%s; limits: %s",
 		    human_bytes(v->leak_bytes, h, sizeof(h)), v->leak_count, plural(v->leak_count),
-		    l->max_leak_bytes, l->max_leaks);
+		    gmt__leak_limits_text(v->limits, lim, sizeof(lim)));
 	for (i = 0; i < v->ncounted && i < TEXT_SITES; i++) {
 		const struct gmt__leak_site *s = v->counted[i];
 
@@ -217,18 +230,18 @@ void gmt__report_text(const struct gmt__verdict *v)
 	size_t i;
 
 	if (v->status == 0) {
-		char peak[200] = "", growth[300] = "";
+		char peak[200] = "", growth[300] = "", leaklim[160];
 
 		if (l->has_max_peak)
 			snprintf(peak, sizeof(peak), " (limit %" PRIu64 ")", l->max_peak);
 		if (v->baseline != NULL)
 			snprintf(growth, sizeof(growth), ", growth %s against the baseline, limit %s",
 				 signed_bytes(v->growth, d, sizeof(d)), growth_limit_text(v, lim, sizeof(lim)));
-		say("passed: %" PRIu64 " counted leak%s of %" PRIu64 " bytes (limits: %" PRIu64
-		    " allocations, %" PRIu64 " bytes; classes %s), peak %" PRIu64 " bytes%s%s; %zu exit "
-		    "snapshot%s%s%s",
-		    v->leak_count, plural(v->leak_count), v->leak_bytes, l->max_leaks,
-		    l->max_leak_bytes, classes_text(l->classes, c, sizeof(c)), v->peak, peak, growth,
+		say("passed: %" PRIu64 " counted leak%s of %" PRIu64 " bytes (limits: %s; classes %s), peak %"
+		    PRIu64 " bytes%s%s; %zu exit snapshot%s%s%s",
+		    v->leak_count, plural(v->leak_count), v->leak_bytes,
+		    gmt__leak_limits_text(l, leaklim, sizeof(leaklim)), classes_text(l->classes, c, sizeof(c)),
+		    v->peak, peak, growth,
 		    v->nsnaps, plural(v->nsnaps), v->dir_kept ? " in " : "",
 		    v->dir_kept ? one_line(v->dir, dir, sizeof(dir)) : "");
 		return;
@@ -471,11 +484,12 @@ static int write_junit(const struct gmt__verdict *v, FILE *f)
 	}
 
 	if (v->leaks_failed) {
+		char leaklim[160];
+
 		snprintf(message, sizeof(message),
-			 "counted leaks: %" PRIu64 " bytes in %" PRIu64 " allocation%s; limits: %" PRIu64
-			 " bytes (--max-leak-bytes), %" PRIu64 " allocations (--max-leaks)",
-			 v->leak_bytes, v->leak_count, plural(v->leak_count), l->max_leak_bytes,
-			 l->max_leaks);
+			 "counted leaks: %" PRIu64 " bytes in %" PRIu64 " allocation%s; limits: %s",
+			 v->leak_bytes, v->leak_count, plural(v->leak_count),
+			 gmt__leak_limits_text(l, leaklim, sizeof(leaklim)));
 		body = leak_lines(v);
 		junit_case(f, "leaks", "failure", "leaks", message, body);
 		free(body);

@@ -299,6 +299,12 @@ def test_leak_limits(c: Checker, g: Gate) -> None:
          [leaky(4000001, 100, 2).file(), leaky(4000002, 100, 2).file()], 23),
         (["--max-leak-bytes", "200", "--max-leaks", "3"],
          [leaky(4000001, 100, 2).file(), leaky(4000002, 100, 2).file()], 23),
+        # a limit given alone is the only leak limit (40 MiB in 3 allocations)
+        (["--max-leak-bytes", "100M"], [leaky(nbytes=40 * MiB, count=3).file()], 0),
+        (["--max-leak-bytes", "40M"], [leaky(nbytes=40 * MiB, count=3).file()], 0),
+        (["--max-leak-bytes", "30M"], [leaky(nbytes=40 * MiB, count=3).file()], 23),
+        (["--max-leaks", "3"], [leaky(nbytes=40 * MiB, count=3).file()], 0),
+        (["--max-leaks", "2"], [leaky(nbytes=40 * MiB, count=3).file()], 23),
     ]
     # size suffixes: all powers of 1024
     for suffix, mult in [("K", KiB), ("k", KiB), ("Ki", KiB), ("KiB", KiB), ("KB", KiB),
@@ -316,13 +322,23 @@ def test_leak_limits(c: Checker, g: Gate) -> None:
             c.eq(f"leaks {args}: one line on a pass", len(r.lines), 1, r.err)
             c.true(f"leaks {args}: passed", r.err.startswith(PREFIX + "passed: "), r.err)
 
+    # the limits in force, in the report of a pass and of a failure
+    big = [leaky(nbytes=40 * MiB, count=3).file()]
+    for args, words in [(["--max-leak-bytes", "100M"], ["104857600 bytes (--max-leak-bytes; no limit on allocations)"]),
+                        (["--max-leaks", "9"], ["9 allocations (--max-leaks; no limit on bytes)"]),
+                        (["--max-leak-bytes", "30M"], ["FAILED", "31457280 bytes (--max-leak-bytes; no limit on allocations)"]),
+                        ([], ["FAILED", "none given (--max-leak-bytes, --max-leaks): any counted leak fails"])]:
+        r = g.run(args, files=big)
+        c.true(f"leak limits in force {args}", r.has(*words), r.err)
+
     # the report of a failure: totals, the limit, the sites, where the snapshots are
     snap = (Snap(4000007).leak(3 * MiB, 3, "referenced", "make_buffer", "/work/app/src/buf.c", 77)
             .leak(2048, 1, "leaked", "other", "/work/app/src/o.c", 5))
     r = g.run([], files=[snap.file()])
     c.eq("leak report: status", r.rc, 23, r.err)
     c.true("leak report: totals", r.has("3147776 bytes", "4 allocations"), r.err)
-    c.true("leak report: the limits", r.has("FAILED", "--max-leak-bytes", "--max-leaks"), r.err)
+    c.true("leak report: the limits", r.has("FAILED", "--max-leak-bytes", "--max-leaks", "any counted leak fails"),
+           r.err)
     c.true("leak report: the site", r.has("3145728 bytes", "3 allocations", "referenced",
                                           "make_buffer (/work/app/src/buf.c:77)", "pid 4000007"), r.err)
     site_lines = [l for l in r.lines if "leak: " in l]

@@ -21,9 +21,6 @@ simulator's exit ledger (the live set). Modes:
   scan says why it did not run;
 - bad-suppressions: a malformed file: one warning naming FILE:LINE, the
   report says the rules were not applied, the workspace counts;
-- fifo-suppressions: GPUMEMTRACE_SUPPRESSIONS names a FIFO nobody writes to:
-  the program must not hang in its first CUDA call; one warning says it is
-  not a regular file, and the rest is as for bad-suppressions;
 - no-builtins: GPUMEMTRACE_LEAK_BUILTINS=0: the segment counts as referenced;
 - clean: the program frees everything that would count (only the cache and
   the suspect stay): status 0, the report lists no leak but names the suspect.
@@ -91,14 +88,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="gmt-leaks-") as work:
         supp = os.path.join(work, "supp.txt")
-        if a.mode == "fifo-suppressions":
-            os.mkfifo(supp)
-        else:
-            with open(supp, "w", encoding="utf-8") as f:
-                if a.mode == "bad-suppressions":
-                    f.write("# rules\nleak:workspace_create\nleek:typo\n")
-                else:
-                    f.write("# the test's rules\n\n  leak:no_such_function_anywhere  \nleak:workspace_create\n")
+        with open(supp, "w", encoding="utf-8") as f:
+            if a.mode == "bad-suppressions":
+                f.write("# rules\nleak:workspace_create\nleek:typo\n")
+            else:
+                f.write("# the test's rules\n\n  leak:no_such_function_anywhere  \nleak:workspace_create\n")
         env = {"GPUMEMTRACE_LEAK_CHECK": "1", "GPUMEMTRACE_SUPPRESSIONS": supp}
         args: list[str] = []
         want_status = 23
@@ -121,7 +115,7 @@ def main() -> int:
         elif mode == "clean":
             args = ["--clean"]
             want_status = 0
-        elif mode not in ("default", "bad-suppressions", "fifo-suppressions"):
+        elif mode not in ("default", "bad-suppressions"):
             print(f"unknown mode {mode}", file=sys.stderr)
             return 2
 
@@ -175,7 +169,7 @@ def main() -> int:
             if site is None:
                 continue
             want_cls, want_supp = cls, None
-            if what == "suppressed" and mode not in ("bad-suppressions", "fifo-suppressions"):
+            if what == "suppressed" and mode != "bad-suppressions":
                 want_supp = "leak:workspace_create"
             if what == "cache" and mode == "no-builtins":
                 want_cls = "referenced"
@@ -235,10 +229,6 @@ def main() -> int:
             check("no report without GPUMEMTRACE_LEAK_CHECK", "SUMMARY" not in err and "Leak suspect" not in err)
         if mode == "status-kept":
             check("status kept line", "the program's exit status 3 is kept" in err)
-        if mode == "fifo-suppressions":
-            check("fifo warning", re.search(r"GPUMEMTRACE_SUPPRESSIONS: .*supp\.txt: cannot read suppressions: "
-                                            r"not a regular file \(a FIFO\)", err) is not None)
-            check("report says not applied", "suppressions not applied" in err)
         if mode == "bad-suppressions":
             check("bad file warning", re.search(r"GPUMEMTRACE_SUPPRESSIONS: .*supp\.txt:3: expected leak:PATTERN or cached:PATTERN, got 'leek:typo'", err) is not None)
             check("report says not applied", "suppressions not applied" in err)

@@ -21,9 +21,12 @@ enum {
 struct gmt__pylayout {
 	uint32_t version; /* PY_VERSION_HEX of the minor version: 0x030b0000 */
 	uint8_t frame_kind, linetable_kind;
-	/* 3.11+: the owner values of a generator's frame and of an entry frame
-	 * on the C stack (3.12+; 255 where there is none). */
-	uint8_t owner_generator, owner_cstack;
+	/* 3.11+: the owner value of a generator's frame, and the lowest owner
+	 * value of a frame that runs no Python function: the interpreter's own
+	 * (3.14+) or an entry frame on the C stack (3.12, 3.13); 255 where
+	 * there is none (3.11). code_tag_bits: the low bits that tag the
+	 * frame's reference to its code (3.14+: a _PyStackRef). */
+	uint8_t owner_generator, owner_native, code_tag_bits;
 	/* PyThreadState: the frame (3.9, 3.10), the _PyCFrame pointer (3.11,
 	 * 3.12: its current_frame at cframe_current) or current_frame (3.13+). */
 	uint16_t tstate_frame, cframe_current;

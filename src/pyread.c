@@ -385,12 +385,13 @@ static int interpreter_frame(uintptr_t frame, struct gmt__pyframe *out)
 	if ((frame & 7) != 0 || !readable(frame, frame_span))
 		return -EFAULT;
 	out->previous = FIELD(uintptr_t, frame, L->frame_previous);
-	out->code = FIELD(uintptr_t, frame, L->frame_code);
+	out->code = FIELD(uintptr_t, frame, L->frame_code) & ~(uintptr_t)L->code_tag_bits;
 	owner = FIELD(uint8_t, frame, L->frame_owner);
-	/* An entry frame on the C stack (3.12+) is no Python frame, nor is one
-	 * whose code has not started (_PyFrame_IsIncomplete): the interpreter's
-	 * own walk skips both. */
-	if (owner == L->owner_cstack) {
+	/* A frame of the interpreter's own (3.14+) or an entry frame on the C
+	 * stack (3.12+) is no Python frame, nor is one whose code has not
+	 * started (_PyFrame_IsIncomplete): the interpreter's own walk skips
+	 * them all. */
+	if (owner >= L->owner_native) {
 		out->skip = true;
 		return 0;
 	}
@@ -617,7 +618,7 @@ bool gmt__pyread_setup(void *handle, const char **why)
 			l = &layouts[i];
 	}
 	if (l == NULL)
-		return refuse(why, version, "has no layout here (scripts/py-layouts: 3.9 to 3.13)");
+		return refuse(why, version, "has no layout here (scripts/py-layouts: 3.9 to 3.14)");
 	code_type = sym(handle, "PyCode_Type");
 	unicode_type = sym(handle, "PyUnicode_Type");
 	bytes_type = sym(handle, "PyBytes_Type");

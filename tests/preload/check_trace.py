@@ -24,6 +24,7 @@ moments (ground truth, docs/simulator.md):
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
          [--no-ledger] [--frame-has FILE:LINE]... [--python-stack SIZE=CHAIN]...
+         [--python-chain SIZE=CHAIN]...
          [--tags SIZE=TAG,...]... [--live REASON=SIZES[;SIZES]...]...
 
 --compare-untraced also runs the program without the tracer and requires the
@@ -36,7 +37,10 @@ the number the program printed on a line "W <n>"); --python-stack requires
 the one live allocation of SIZE bytes in the exit snapshot to have exactly the
 Python frames CHAIN names first (innermost first; empty: no Python frame at
 all): a comma list of FUNCTION or FUNCTION@LINE (LINE as for --frame-has, in
-the program's own file; a qualified FUNCTION also matches its last part).
+the program's own file; a qualified FUNCTION also matches its last part);
+a prefix "3.12+:" or "3.9-3.11:" limits it to the Python versions named.
+--python-chain is --python-stack without the placement checks below (a
+subinterpreter's: the native stack holds two interpreters' loops).
 --printed-stacks N requires every line "PYSTACK <address> <chain>" the
 program printed (its own Python frames at the call, function@file:line
 innermost first) to be exactly the Python frames of the live allocation at
@@ -335,8 +339,27 @@ def word_line(word: str, output: str) -> int | None:
     return int(said[0]) if said else None
 
 
-def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, program: str) -> list[str]:
-    """What is wrong with the exit snapshot for one --python-stack SIZE=CHAIN."""
+def python_version(python: str) -> tuple[int, int]:
+    out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], stdout=subprocess.PIPE,
+                         text=True, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def version_in(version: tuple[int, int], versions: str) -> bool:
+    """Whether a Python version is in "3.12+" or "3.9-3.11"."""
+    def parse(text: str) -> tuple[int, int]:
+        major, _, minor = text.partition(".")
+        return int(major), int(minor)
+    if versions.endswith("+"):
+        return version >= parse(versions[:-1])
+    low, _, high = versions.partition("-")
+    return parse(low) <= version <= parse(high)
+
+
+def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, program: str,
+                          placed: bool = True) -> list[str]:
+    """What is wrong with the exit snapshot for one --python-stack SIZE=CHAIN
+    (placed: also where the frames stand among the native ones)."""
     size, _, chain = want.partition("=")
     found = [(snap, a) for snap in snaps for a in snap["allocations"] if a["size"] == int(size)]
     if len(found) != 1:
@@ -369,6 +392,8 @@ def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, p
                                 f"{os.path.basename(program)}:{line} expected")
         if fr.get("address") is not None or fr.get("module") is not None:
             problems.append(f"--python-stack {want}: Python frame {k} has an address or module: {fr}")
+    if not placed:
+        return problems
     if py and (py[0][0] == 0 or frames[py[0][0] - 1].get("python") is not False):
         problems.append(f"--python-stack {want}: no native frame before the Python frames")
     if any(i != py[0][0] + k for k, (i, _) in enumerate(py)):
@@ -426,6 +451,8 @@ def main() -> int:
                     help="some frame of an exit snapshot must be at this file (base name) and line")
     ap.add_argument("--python-stack", action="append", default=[], metavar="SIZE=CHAIN",
                     help="the allocation of SIZE bytes has these Python frames first")
+    ap.add_argument("--python-chain", action="append", default=[], metavar="SIZE=CHAIN",
+                    help="as --python-stack, where they stand among the native frames unchecked")
     ap.add_argument("--printed-stacks", type=int, metavar="N",
                     help="every PYSTACK line the program printed must match its allocation's Python "
                          "frames exactly; at least N such lines")
@@ -498,8 +525,12 @@ def main() -> int:
             problems.append(f"no stack names the runtime call {name!r} (named: {sorted(c for c in calls if c)})")
     for want_frame in args.frame_has:
         problems += frame_problems(exits, want_frame, output)
-    for want_stack in args.python_stack:
-        problems += python_stack_problems(exits, want_stack, output, args.program)
+    wanted = [(w, True) for w in args.python_stack] + [(w, False) for w in args.python_chain]
+    version = python_version(args.python) if any(":" in w for w, _ in wanted) else (0, 0)
+    for want_stack, placed in wanted:
+        versions, _, spec = want_stack.rpartition(":")
+        if not versions or version_in(version, versions):
+            problems += python_stack_problems(exits, spec, output, args.program, placed)
     if args.printed_stacks is not None:
         problems += printed_stack_problems(exits, output, args.printed_stacks)
     for item in args.tags:

@@ -10,7 +10,13 @@ stack in a snapshot:
   memory: allocate -> main -> <module>, at NOGIL_LINE, MAIN_NOGIL_LINE and
   MODULE_LINE;
 - 3 MiB + 3 through PyDLL on a second Python thread: its chain is
-  allocate -> worker -> Thread.run ..., with WORKER_LINE for worker.
+  allocate -> worker -> Thread.run ..., with WORKER_LINE for worker;
+- 3 MiB + 4 through CDLL inside a subinterpreter: from 3.12, where a thread
+  state becomes the thread's own when it is attached, the subinterpreter's
+  frames allocate -> sub_main -> <module> (SUB_ALLOC_LINE, SUB_MAIN_LINE);
+  before, the thread's own state stays its main interpreter's: the call that
+  entered the subinterpreter, in_subinterpreter -> main -> <module>
+  (ENTER_LINE, MAIN_SUB_LINE, MODULE_LINE).
 
 Prints the PID/LIVE report of the other test programs (run_program.py)."""
 
@@ -55,6 +61,40 @@ def worker(lib: ctypes.CDLL, out: list) -> None:
     out.append(allocate(lib, 3 * MIB + 3, "THREAD_ALLOC_LINE")); here("WORKER_LINE")  # noqa: E702
 
 
+def sub_main(out: int) -> None:
+    """Runs in the subinterpreter (this module imported there anew); the
+    address allocated into the 64-bit word at `out`."""
+    lib = load(ctypes.CDLL)
+    ptr = allocate(lib, 3 * MIB + 4, "SUB_ALLOC_LINE"); here("SUB_MAIN_LINE")  # noqa: E702
+    ctypes.c_uint64.from_address(out).value = ptr
+    print("\n".join(f"{name} {LINES[name]}" for name in ("SUB_ALLOC_LINE", "SUB_MAIN_LINE")), flush=True)
+
+
+def in_subinterpreter(out: ctypes.c_uint64) -> bool:
+    """sub_main in a new subinterpreter, on this thread (its context current
+    there too); False where this Python has no way to make one."""
+    try:
+        import _interpreters as interpreters  # 3.13+
+        make = lambda: interpreters.create("legacy")  # noqa: E731 (ctypes may load there)
+        run = interpreters.exec
+    except ImportError:
+        try:
+            import _xxsubinterpreters as interpreters  # 3.9 to 3.12
+        except ImportError:
+            return False
+        make = (lambda: interpreters.create(isolated=False)) if sys.version_info >= (3, 12) else interpreters.create
+        run = interpreters.run_string
+    code = (f"import sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+            f"import python_frames\npython_frames.sub_main({ctypes.addressof(out)})\n")
+    sys.stdout.flush()
+    interp = make()
+    failed = run(interp, code); here("ENTER_LINE")  # noqa: E702
+    interpreters.destroy(interp)
+    if failed:
+        print(f"python_frames: the subinterpreter failed: {failed}", file=sys.stderr)
+    return not failed
+
+
 def main() -> int:
     with_gil = load(ctypes.PyDLL)
     without_gil = load(ctypes.CDLL)
@@ -76,6 +116,11 @@ def main() -> int:
     if not out:
         return 1
     kept.append((out[0], 3 * MIB + 3))
+    sub_ptr = ctypes.c_uint64(0)
+    entered = in_subinterpreter(sub_ptr); here("MAIN_SUB_LINE")  # noqa: E702
+    if not entered:
+        return 1
+    kept.append((sub_ptr.value, 3 * MIB + 4))
 
     lines = [f"PID {os.getpid()} main"]
     lines += [f"{name} {line}" for name, line in sorted(LINES.items())]

@@ -743,8 +743,10 @@ static void warn_write_error(int r)
 			  core.opt->dir, strerror(-r));
 }
 
-/* The oom report, a line at a time, and where the snapshot is. */
-static void warn_report(char *report, const char *path)
+/* The oom report, a line at a time, and where the snapshot is — or that it
+ * could not be written (r: the writer's error). A report, not a warning: one
+ * per episode, never capped. */
+static void oom_report(char *report, const char *path, int r)
 {
 	char *line = report, *next;
 
@@ -752,9 +754,12 @@ static void warn_report(char *report, const char *path)
 		next = strchr(line, '\n');
 		if (next != NULL)
 			*next++ = '\0';
-		gmt__warn("%s%s", line == report ? "" : "  ", line);
+		gmt__report("%s%s", line == report ? "" : "  ", line);
 	}
-	gmt__warn("  snapshot: %s", path);
+	if (r < 0)
+		gmt__report("  snapshot: not written (%s)", strerror(-r));
+	else
+		gmt__report("  snapshot: %s", path);
 }
 
 /* Writes one snapshot. Called with the lock held and everything before it
@@ -828,7 +833,12 @@ static int snapshot_leaks(const char *reason, const struct gmt__snapshot_request
 	 * number, and says which into snapshot_seq while the lock is held. */
 	s.seq = core.snapshot_seq + 1;
 	s.seq_out = &core.snapshot_seq;
+	report[0] = '\0';
 	r = gmt__snapshot_write(&s, core.opt->dir, path, sizeof(path)); /* the lock is released */
+	/* The report first, the file second: what the program ran into does
+	 * not depend on whether the file could be written. */
+	if (failed != NULL && report[0] != '\0')
+		oom_report(report, path, r);
 	if (r < 0) {
 		STAT_ADD(snapshot_errors, 1);
 		warn_write_error(r);
@@ -839,9 +849,7 @@ static int snapshot_leaks(const char *reason, const struct gmt__snapshot_request
 	STAT_ADD(snapshots, 1);
 	if (out != NULL && outlen > 0)
 		snprintf(out, outlen, "%s", path);
-	if (failed != NULL)
-		warn_report(report, path);
-	else
+	if (failed == NULL)
 		gmt__info("%s snapshot %s", reason, path);
 	return 0;
 }
@@ -850,6 +858,30 @@ static int snapshot(const char *reason, const struct gmt__snapshot_request *fail
 		    const struct gmt__device_state *state, char *out, size_t outlen)
 {
 	return snapshot_leaks(reason, failed, state, out, outlen, NULL, false);
+}
+
+/* Under the gate (GPUMEMTRACE_GATE, set by gpumemtrace check): an empty
+ * file gpumemtrace.<pid>.pending in the snapshot directory from the process's
+ * first recorded event until its exit snapshot is written. One left behind
+ * tells the gate of a process it cannot judge (it ended by _exit or a
+ * signal, or its snapshot could not be written). A process that recorded
+ * nothing (a fork child that only reads data, as a data loader's workers do)
+ * has nothing to judge and leaves no mark. */
+static void gate_mark(bool on)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if (!core.opt->gate ||
+	    snprintf(path, sizeof(path), "%s/gpumemtrace.%d.pending", core.opt->dir, (int)getpid()) >= (int)sizeof(path))
+		return;
+	if (!on) {
+		unlink(path);
+		return;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+	if (fd >= 0)
+		close(fd);
 }
 
 /* --- lifecycle ------------------------------------------------------------------------ */
@@ -1231,8 +1263,15 @@ __attribute__((destructor)) static void core_exit(void)
 		lk.skip = own.v;
 		lk.nskip = own.n;
 		/* Without the exit trigger the document goes nowhere: only the report. */
-		if (snapshot_leaks("exit", NULL, NULL, NULL, 0, &lk, !write) == 0 && check) /* releases the lock */
+		/* The verdict does not depend on the file: a leak check is judged
+		 * whether or not the exit snapshot could be written. */
+		if (snapshot_leaks("exit", NULL, NULL, NULL, 0, &lk, !write) == 0 && write) /* releases the lock */
+			gate_mark(false);
+		if (check && lk.judged)
 			exit_with = leak_verdict(&lk);
+		else if (check)
+			gmt__warn("leak check: not judged (the tracer ran out of memory); the program's exit status "
+				  "is kept");
 		free(lk.report);
 		free(own.v);
 	} else {
@@ -1366,10 +1405,13 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 		STAT_ADD(untracked_calls, 1);
 		return 0;
 	}
-	/* Exactly one thread starts the consumer (again in the child of a fork). */
+	/* Exactly one thread starts the consumer (again in the child of a fork),
+	 * at the process's first event: the moment it has memory to be judged. */
 	if (!atomic_load_explicit(&core.consumer_running, memory_order_relaxed) &&
-	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
+	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed)) {
+		gate_mark(true);
 		start_consumer();
+	}
 	if (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)
 		ev->stack = capture();
 	ev->time_ns = now_ns(CLOCK_REALTIME);

@@ -3,6 +3,8 @@
  * GMT_LOG_MAX_WARNINGS. See log.h. */
 #include "log.h"
 
+#include "fdwrite.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -30,7 +32,7 @@ static void emit(const char *fmt, va_list ap)
 	const size_t prefix = sizeof(GMT_LOG_PREFIX) - 1;
 	const size_t room = sizeof(line) - prefix - 1; /* keep one byte for '\n' */
 	int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);
-	size_t n, off = 0;
+	size_t n;
 	int len;
 
 	memcpy(line, GMT_LOG_PREFIX, prefix);
@@ -46,16 +48,8 @@ static void emit(const char *fmt, va_list ap)
 	line[n++] = '\n';
 
 	/* One write per line so that lines of several threads or processes do not
-	 * interleave; the loop is for the rare short write to a full pipe. */
-	while (off < n) {
-		ssize_t w = write(fd, line + off, n - off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		off += (size_t)w;
-	}
+	 * interleave (a short write to a full pipe is continued). */
+	gmt__write_full(fd, line, n);
 }
 
 static void emit_args(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -36,7 +36,7 @@ enum gmt__leak_class_bit {
 	X(stack_depth, "GPUMEMTRACE_STACK_DEPTH", INT, 64,                                    \
 	  "native frames recorded per allocation, 0 to 256 (0: no stacks)")                   \
 	X(python_stacks, "GPUMEMTRACE_PYTHON_STACKS", BOOL, true,                             \
-	  "also record the Python frames of a thread holding the GIL (with stacks on)")        \
+	  "also record the Python frames of a thread with a Python thread state (stacks on)") \
 	X(history, "GPUMEMTRACE_HISTORY", INT, 10000,                                         \
 	  "allocations and frees a snapshot's history keeps, 0 to 10000000 (0: none)")        \
 	X(ring_events, "GPUMEMTRACE_RING_EVENTS", INT, 4096,                                  \
@@ -53,6 +53,8 @@ enum gmt__leak_class_bit {
 	  "apply the built-in rules (framework caches, NVIDIA libraries' workspaces)")        \
 	X(leak_scan, "GPUMEMTRACE_LEAK_SCAN", BOOL, true,                                     \
 	  "at exit, scan host memory for references to live allocations")                    \
+	X(gate, "GPUMEMTRACE_GATE", BOOL, false,                                              \
+	  "set by gpumemtrace check: mark each process pending until its exit snapshot is written") \
 	X(verbose, "GPUMEMTRACE_VERBOSE", BOOL, false, "print the options and progress")
 
 #define GMT_OPTION_TYPE_BOOL bool

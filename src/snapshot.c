@@ -6,6 +6,7 @@
 #include "snapshot.h"
 
 #include "diagnose.h"
+#include "fdwrite.h"
 #include "options.h"
 #include "event.h"
 #include "pystack.h"
@@ -55,18 +56,8 @@ static void write_all(struct out *o, const char *p, size_t n)
 {
 	if (o->discard)
 		return;
-	while (o->err == 0 && n > 0) {
-		ssize_t w = write(o->fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			o->err = w < 0 ? -errno : -EIO;
-			break;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
+	if (o->err == 0)
+		o->err = gmt__write_full(o->fd, p, n);
 }
 
 static void out_flush(struct out *o)
@@ -2753,6 +2744,7 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	if (s->leaks != NULL) {
 		r = leak_classify(&lw);
 		if (r == 0) {
+			s->leaks->judged = true;
 			out_leaks(o, &cache, &lw);
 			if (s->leaks->want_report)
 				leak_report(&lw, &cache);
@@ -2761,11 +2753,13 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	cache_close(&cache);
 	if (r < 0)
 		goto out;
+	/* The report is the program's, the file the tracer's: it is made
+	 * whether or not the file could be written. */
+	if (s->report != NULL && s->report_len > 0 && view->have_diagnosis)
+		report_write(s, view, &rep);
 	out_str(o, "}\n");
 	out_flush(o);
 	r = o->err;
-	if (r == 0 && s->report != NULL && s->report_len > 0 && view->have_diagnosis)
-		report_write(s, view, &rep);
 out:
 	leak_work_free(&lw);
 	api_table_free(&apis);
@@ -2873,22 +2867,17 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	if (dir == NULL || dir[0] == '\0')
 		dir = ".";
 	if (s->no_file) {
-		o.cap = OUT_BUFFER_BYTES;
-		o.buf = malloc(o.cap);
-		o.discard = true;
-		r = o.buf != NULL ? out_document(&o, s, &done) : -ENOMEM;
-		if (path != NULL && len > 0)
-			path[0] = '\0';
-		goto out;
+		r = 0;
+		goto no_file;
 	}
 	if (!reason_ok(s->reason)) {
 		r = -EINVAL;
-		goto out;
+		goto no_file;
 	}
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0) {
 		r = -errno;
-		goto out;
+		goto no_file;
 	}
 	/* A name already taken (by anything, a symlink included) is left alone:
 	 * the next number is tried, before anything is written, so that the
@@ -2897,12 +2886,12 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		snapshot_name(s, numbered.seq, name, sizeof(name));
 		r = name_taken(dirfd, name);
 		if (r < 0)
-			goto out;
+			goto no_file;
 		if (r == 0)
 			break;
 		if (++tries == GMT_SNAPSHOT_NAME_TRIES) {
 			r = -EEXIST;
-			goto out;
+			goto no_file;
 		}
 		numbered.seq++;
 	}
@@ -2912,7 +2901,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	if (path != NULL && len > 0 &&
 	    snprintf(path, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name) >= (int)len) {
 		r = -ENAMETOOLONG;
-		goto out;
+		goto no_file;
 	}
 	o.cap = OUT_BUFFER_BYTES;
 	o.buf = malloc(o.cap);
@@ -2923,7 +2912,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	o.fd = open_temp(dirfd, name, tmp, sizeof(tmp));
 	if (o.fd < 0) {
 		r = o.fd;
-		goto out;
+		goto no_file;
 	}
 	have_tmp = true;
 	/* The umask may have taken bits off 0600, never added any: make it
@@ -2944,6 +2933,22 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	r = publish(dirfd, tmp, name);
 	if (r == 0)
 		have_tmp = false;
+	goto out;
+no_file:
+	/* No file (asked for none, or it cannot be made): the document is built
+	 * all the same, written nowhere, for the report and the leak check. */
+	o.cap = OUT_BUFFER_BYTES;
+	o.buf = malloc(o.cap);
+	o.discard = true;
+	if (path != NULL && len > 0)
+		path[0] = '\0';
+	if (o.buf == NULL) {
+		r = r < 0 ? r : -ENOMEM;
+	} else {
+		int built = out_document(&o, s, &done);
+
+		r = r < 0 ? r : built;
+	}
 out:
 	table_done(s, &done);
 	if (o.fd >= 0)

@@ -62,7 +62,9 @@ struct gmt__snapshot_leaks {
 	size_t nskip;
 	int exit_status;                /* what the program passed to exit(); -1: not known */
 	bool want_report;               /* fill `report` */
-	/* Out, valid when the writer returns. */
+	/* Out, valid when the writer returns with judged set — whether or not
+	 * the file could be written. */
+	bool judged;                    /* the allocations were classified */
 	uint64_t counted_count, counted_bytes; /* unsuppressed allocations of counted classes */
 	int suspects;                   /* growth suspects found */
 	char *report;                   /* the report, lines without prefix, malloc'd; or NULL */
@@ -92,7 +94,9 @@ struct gmt__snapshot {
 	 * when names were taken), stored before table_done. */
 	uint64_t *seq_out;
 	/* Out: for an "oom" snapshot, a few lines for a human (requested, free,
-	 * verdict, top sites; no path), NUL-terminated; may be NULL. */
+	 * verdict, top sites; no path), NUL-terminated, whether or not the file
+	 * could be written ("" when the diagnosis could not be made); may be
+	 * NULL. */
 	char *report;
 	size_t report_len;
 	/* The leak check (exit snapshots), or NULL. */
@@ -117,7 +121,8 @@ struct gmt__snapshot {
  * symlink included) the following numbers are tried first, and the document
  * carries the one used (*s->seq_out). On success stores the final path in
  * path[0..len) (path may be NULL) and returns 0; otherwise returns a negative
- * errno, sets path to "" and leaves no file behind: -EEXIST when
+ * errno, sets path to "" and leaves no file behind — the document is still
+ * built, for s->report and s->leaks, which never depend on the file: -EEXIST when
  * GMT_SNAPSHOT_NAME_TRIES names are taken or the name was taken while the
  * file was being written, -EINVAL for
  * a reason that is not one lowercase word, -ENAMETOOLONG when the path does not

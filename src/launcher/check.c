@@ -286,8 +286,8 @@ static int compare_names(const void *a, const void *b)
 	return strverscmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The exit snapshots in dir, sorted (pids in numeric order). */
-static void list_snapshots(const char *dir, struct names *out)
+/* The names in dir that match pattern, sorted (pids in numeric order). */
+static void list_names(const char *dir, const char *pattern, struct names *out)
 {
 	struct dirent *e;
 	DIR *d = opendir(dir);
@@ -296,7 +296,7 @@ static void list_snapshots(const char *dir, struct names *out)
 	if (d == NULL)
 		gmt__die(GMT_EXIT_NO_SNAPSHOT, "cannot read %s: %s", dir, strerror(errno));
 	while ((e = readdir(d)) != NULL) {
-		if (fnmatch("gpumemtrace.*.exit.*.json", e->d_name, 0) != 0)
+		if (fnmatch(pattern, e->d_name, 0) != 0)
 			continue;
 		if (out->n == out->cap) {
 			size_t cap = out->cap ? 2 * out->cap : 16;
@@ -326,6 +326,42 @@ static void names_free(struct names *n)
 		free(n->v[i]);
 	free(n->v);
 	*n = (struct names){ 0 };
+}
+
+/* The exit snapshots, and the marks of processes still owing theirs (the
+ * library's gate_mark, GPUMEMTRACE_GATE). */
+#define EXIT_SNAPSHOTS "gpumemtrace.*.exit.*.json"
+#define PENDING_MARKS "gpumemtrace.*.pending"
+
+/* The processes of this run that were traced and wrote no exit snapshot:
+ * their marks are removed, and the first one and the count go into msg.
+ * Returns whether there was one. */
+static bool unjudged(const char *dir, const struct names *before, char *msg, size_t len)
+{
+	struct names marks;
+	size_t n = 0;
+
+	list_names(dir, PENDING_MARKS, &marks);
+	for (size_t i = 0; i < marks.n; i++) {
+		char path[PATH_MAX + 256];
+		int pid = 0;
+
+		if (names_have(before, marks.v[i]))
+			continue;
+		sscanf(marks.v[i], "gpumemtrace.%d.pending", &pid);
+		if (n++ == 0)
+			snprintf(msg, len, "process %d", pid);
+		snprintf(path, sizeof(path), "%s/%s", dir, marks.v[i]);
+		unlink(path);
+	}
+	names_free(&marks);
+	if (n > 1)
+		snprintf(msg + strlen(msg), len - strlen(msg), " and %zu more", n - 1);
+	if (n > 0)
+		snprintf(msg + strlen(msg), len - strlen(msg),
+			 " wrote no exit snapshot: it ended through _exit or a signal, or its snapshot could not "
+			 "be written (its warning says why); the run cannot be judged");
+	return n > 0;
 }
 
 static bool dir_is_empty(const char *dir)
@@ -536,7 +572,8 @@ int gmt__check(int argc, char **argv)
 {
 	struct gmt__snapshot baseline = { 0 };
 	struct gmt__verdict v = { 0 };
-	struct names before = { 0 }, after;
+	struct names before = { 0 }, marked = { 0 }, after;
+	char unjudged_msg[512];
 	char lib[PATH_MAX], dir[PATH_MAX], err[1024], path[PATH_MAX + 256];
 	const char *workspace;
 	struct args a;
@@ -562,9 +599,13 @@ int gmt__check(int argc, char **argv)
 	gmt__find_library(lib);
 
 	temporary = make_dir(a.dir, dir);
-	if (!temporary)
-		list_snapshots(dir, &before);
+	if (!temporary) {
+		list_names(dir, EXIT_SNAPSHOTS, &before);
+		list_names(dir, PENDING_MARKS, &marked);
+	}
 	gmt__set_option("--dir", "GPUMEMTRACE_DIR", dir);
+	if (setenv("GPUMEMTRACE_GATE", "1", 1) != 0)
+		gmt__die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_GATE: %s", strerror(errno));
 	/* The gate judges: the library must not replace the exit status. */
 	if (setenv("GPUMEMTRACE_LEAK_CHECK", "0", 1) != 0)
 		gmt__die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_LEAK_CHECK: %s", strerror(errno));
@@ -578,7 +619,7 @@ int gmt__check(int argc, char **argv)
 			 strerror(-v.command_status));
 	}
 
-	list_snapshots(dir, &after);
+	list_names(dir, EXIT_SNAPSHOTS, &after);
 	v.snaps = calloc(after.n ? after.n : 1, sizeof(*v.snaps));
 	if (v.snaps == NULL)
 		gmt__die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
@@ -593,7 +634,9 @@ int gmt__check(int argc, char **argv)
 		}
 		v.nsnaps++;
 	}
-	if (v.error == NULL && v.nsnaps == 0 && v.command_status == 0)
+	if (v.error == NULL && unjudged(dir, &marked, unjudged_msg, sizeof(unjudged_msg)))
+		v.error = unjudged_msg;
+	else if (v.error == NULL && v.nsnaps == 0 && v.command_status == 0)
 		v.error = "the command exited without writing an exit snapshot: did it call _exit "
 			  "or exec?";
 	else if (v.error == NULL && v.nsnaps == 0)
@@ -631,6 +674,7 @@ int gmt__check(int argc, char **argv)
 	free(v.counted);
 	gmt__snapshot_free(&baseline);
 	names_free(&before);
+	names_free(&marked);
 	names_free(&after);
 	return v.status;
 }

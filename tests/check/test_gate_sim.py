@@ -8,7 +8,8 @@ verdict (leaked and referenced count: exit 23, each counted site in the
 report), a suppressions file (the workspace no longer counts), --max-leak-bytes
 and --max-leaks at the counted total and one below, --leak-classes leaked
 (LeakSanitizer's reading), a clean run (0), the program's own failure winning
-(3), --max-peak (24), JUnit XML parsed, and --baseline/--max-growth between a
+(3), a child whose exit snapshot cannot be written (125, never a pass),
+--max-peak (24), JUnit XML parsed, and --baseline/--max-growth between a
 clean and a leaking run, with the verdict derived from their snapshots' peaks.
 
 Usage: test_gate_sim.py LAUNCHER PROGRAM
@@ -19,6 +20,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -122,6 +124,18 @@ def main() -> int:
     clean = exit_snapshot(d2)
     r = gate(launcher, [], program, ["--status", "3"])
     check("program's status 3 wins", r.returncode == 3, f"{r.returncode}\n{r.stderr}")
+
+    # A run the gate cannot judge never passes: the clean program runs as a
+    # child whose exit snapshot cannot be written (a 1 KiB file-size limit),
+    # under a Python parent that exits 0 with its own (empty) snapshot.
+    d3 = os.path.join(work, "unjudged")
+    parent = ("import subprocess, sys; "
+              f"subprocess.run(['/bin/sh', '-c', 'ulimit -f 1; exec {program} --clean'], stdout=sys.stderr)")
+    r = gate(launcher, ["--dir", d3], sys.executable, ["-c", parent])
+    check("unjudged child: exit 125", r.returncode == 125, f"{r.returncode}\n{r.stderr}")
+    check("unjudged child: the gate says which process",
+          re.search(r"process \d+ wrote no exit snapshot", r.stderr) is not None, r.stderr[-600:])
+    check("unjudged child: its mark is gone", not glob.glob(os.path.join(d3, "*.pending")), str(os.listdir(d3)))
 
     # The peak budget.
     if clean:

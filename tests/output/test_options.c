@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 14
+#define NOPTIONS 15
 #define MAX_ENV 4
 #define MAX_WANT 3
 

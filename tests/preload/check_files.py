@@ -7,11 +7,21 @@ writer alone):
 - read-only-dir: GPUMEMTRACE_DIR is a directory the program may not write into
   (as root: the program runs as uid/gid 65534, for which DAC applies);
 - full-disk: a full tmpfs (when it can be mounted; else a 1 KiB RLIMIT_FSIZE);
-- file-size-limit: a 1 KiB RLIMIT_FSIZE with SIGXFSZ ignored (EFBIG);
-  in these three every snapshot fails the same way: the program must behave as
+- file-size-limit: a 1 KiB RLIMIT_FSIZE with SIGXFSZ at its default action
+  (as `ulimit -f` leaves it: a write past the limit kills the writer's
+  process unless the signal is blocked), file-size-limit-ignored the same
+  with SIGXFSZ ignored (EFBIG);
+  in these every snapshot fails the same way: the program must behave as
   without the tracer (exit status, stdout, its own stderr), the tracer must say
-  "cannot write a snapshot into DIR: REASON (...)" exactly once, and nothing
-  (no temporary file either) may be left in the directory;
+  "cannot write a snapshot into DIR: REASON (...)" exactly once, the
+  out-of-memory report must still come for every episode (its verdict, and
+  "snapshot: not written (REASON)"), and nothing (no temporary file either)
+  may be left in the directory;
+- stderr-over-limit: the same limit and default action, and stderr is a file
+  already at the limit, so that the tracer's own message cannot be written
+  either; stderr-closed: stderr is a pipe nobody reads (SIGPIPE at its
+  default action) and GPUMEMTRACE_DIR cannot be made: in both the program
+  must behave as without the tracer, and nothing may be left;
 - errors-counted: the directory is read-only until that one warning, writable
   afterwards: the later snapshots are written, and the exit snapshot counts the
   failure in stats.snapshot_errors;
@@ -77,6 +87,7 @@ class Setup:
     preload: list[str]
     workdir: str
     notes: list[str] = field(default_factory=list)  # what the case saw, printed by main
+    ooms: int = 0  # oom snapshots of the baseline run
 
 
 def base_env(extra: dict[str, str]) -> dict[str, str]:
@@ -101,15 +112,16 @@ def traced_env(setup: Setup, snapdir: str) -> dict[str, str]:
     return env
 
 
-def child_setup(as_nobody: bool, fsize: int | None) -> Callable[[], None]:
+def child_setup(as_nobody: bool, fsize: int | None, xfsz_ignored: bool) -> Callable[[], None]:
     """What the child does between fork and exec: a fixed umask (so that the
     mode of a snapshot is the library's choice alone), then the file-size
     limit and the identity the case asks for."""
     def setup() -> None:
         os.umask(0)
         if fsize is not None:
-            # SIG_IGN survives exec: write() fails with EFBIG instead.
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            # SIG_IGN survives exec: write() fails with EFBIG instead; the
+            # default action kills (Python ignores SIGXFSZ itself).
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN if xfsz_ignored else signal.SIG_DFL)
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         if as_nobody:
             os.setgroups([])
@@ -119,20 +131,22 @@ def child_setup(as_nobody: bool, fsize: int | None) -> Callable[[], None]:
 
 
 def run(command: list[str], env: dict[str, str], workdir: str, *, as_nobody: bool = False,
-        fsize: int | None = None, on_stderr_line: Callable[[str], None] | None = None) -> Outcome:
+        fsize: int | None = None, xfsz_ignored: bool = False, stderr_fd: int | None = None,
+        on_stderr_line: Callable[[str], None] | None = None) -> Outcome:
     """Runs command to its end; stderr is read line by line and each line
-    handed to on_stderr_line while it runs."""
+    handed to on_stderr_line while it runs (stderr_fd: stderr goes there
+    instead, and the outcome has none)."""
     # NOTE: stdout through a pipe, not a file, which RLIMIT_FSIZE would cut.
     proc = subprocess.Popen(command, env=env, cwd=workdir, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=child_setup(as_nobody, fsize))
-    assert proc.stdout is not None and proc.stderr is not None
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr_fd is None else stderr_fd,
+                            text=True, preexec_fn=child_setup(as_nobody, fsize, xfsz_ignored))
+    assert proc.stdout is not None
     stdout: list[str] = []
     pipe = proc.stdout
     reader = threading.Thread(target=lambda: stdout.append(pipe.read()))
     reader.start()
     lines = []
-    for line in proc.stderr:
+    for line in proc.stderr if proc.stderr is not None else []:
         lines.append(line)
         if on_stderr_line is not None:
             on_stderr_line(line.rstrip("\n"))
@@ -232,6 +246,28 @@ def pid_problems(outcome: Outcome) -> list[str]:
     return []
 
 
+def report_problems(stderr: str, ooms: int, err: int) -> list[str]:
+    """The out-of-memory report must not depend on the file: one per episode
+    (as many as oom snapshots when they can be written), each with its
+    verdict, and ending in "snapshot: not written (REASON)"."""
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("gpumemtrace: out of memory: ")]
+    problems = [] if len(starts) == ooms else [f"{len(starts)} out-of-memory reports, {ooms} expected "
+                                               "(one per episode, written or not)"]
+    for i in starts:
+        body = []
+        for line in lines[i + 1:]:
+            if not line.startswith("gpumemtrace:   "):
+                break
+            body.append(line)
+        if not any(line.startswith("gpumemtrace:   verdict: ") for line in body):
+            problems.append(f"an out-of-memory report without its verdict: {lines[i:i + len(body) + 1]}")
+        want = f"gpumemtrace:   snapshot: not written ({os.strerror(err)})"
+        if not body or body[-1] != want:
+            problems.append(f"an out-of-memory report ends in {body[-1:] or lines[i:i + 1]}, {want!r} expected")
+    return problems
+
+
 def baseline(setup: Setup) -> tuple[int, list[str]]:
     """Runs the program traced into a writable directory: how many snapshots
     it writes when nothing is in the way (at least two oom and one exit, or
@@ -248,19 +284,24 @@ def baseline(setup: Setup) -> tuple[int, list[str]]:
         return 0, [f"baseline: with a writable directory the program exits {outcome.status} and writes "
                    f"{len(ooms)} oom and {len(exits)} exit snapshots; 0, at least 2 and 1 are needed "
                    f"(stderr: {outcome.stderr.splitlines()[-3:]})"]
+    setup.ooms = len(ooms)
     return len(ooms) + len(exits), []
 
 
 def unwritable_case(setup: Setup, snapdir: str, err: int, *, as_nobody: bool = False,
-                    fsize: int | None = None, allowed: frozenset[str] = frozenset()) -> list[str]:
+                    fsize: int | None = None, xfsz_ignored: bool = False,
+                    allowed: frozenset[str] = frozenset()) -> list[str]:
     """The checks shared by the cases where every snapshot fails with err."""
     attempts, problems = baseline(setup)
     if problems:
         return problems
-    plain = run(setup.command, setup.env, setup.workdir, as_nobody=as_nobody, fsize=fsize)
-    traced = run(setup.command, traced_env(setup, snapdir), setup.workdir, as_nobody=as_nobody, fsize=fsize)
+    plain = run(setup.command, setup.env, setup.workdir, as_nobody=as_nobody, fsize=fsize,
+                xfsz_ignored=xfsz_ignored)
+    traced = run(setup.command, traced_env(setup, snapdir), setup.workdir, as_nobody=as_nobody, fsize=fsize,
+                 xfsz_ignored=xfsz_ignored)
     problems += behaviour_problems(traced, plain)
     problems += warning_problems(traced.stderr, snapdir, err)
+    problems += report_problems(traced.stderr, setup.ooms, err)
     problems += leftover_problems(snapdir, set(allowed))
     warned = [line for line in traced.stderr.splitlines() if "cannot write a snapshot" in line]
     setup.notes.append(f"{attempts} snapshots failed with {errno.errorcode[err]}: "
@@ -282,6 +323,57 @@ def case_file_size_limit(setup: Setup) -> list[str]:
     snapdir = os.path.join(setup.workdir, "snapshots")
     os.mkdir(snapdir)
     return unwritable_case(setup, snapdir, errno.EFBIG, fsize=FSIZE_LIMIT)
+
+
+def case_file_size_limit_ignored(setup: Setup) -> list[str]:
+    snapdir = os.path.join(setup.workdir, "snapshots")
+    os.mkdir(snapdir)
+    return unwritable_case(setup, snapdir, errno.EFBIG, fsize=FSIZE_LIMIT, xfsz_ignored=True)
+
+
+def silent_stderr_case(setup: Setup, snapdir: str, stderr_fd: Callable[[], int], fsize: int | None) -> list[str]:
+    """The program traced and untraced with stderr on a descriptor that
+    takes no write: the same exit status and stdout, nothing left."""
+    _, problems = baseline(setup)
+    if problems:
+        return problems
+    outcomes = []
+    for env in (setup.env, traced_env(setup, snapdir)):
+        fd = stderr_fd()
+        try:
+            outcomes.append(run(setup.command, env, setup.workdir, fsize=fsize, stderr_fd=fd))
+        finally:
+            os.close(fd)
+    plain, traced = outcomes
+    problems += behaviour_problems(traced, plain)
+    if os.path.isdir(snapdir):
+        problems += leftover_problems(snapdir, set())
+    setup.notes.append(f"exit status {traced.status} traced, {plain.status} untraced")
+    return problems
+
+
+def case_stderr_over_limit(setup: Setup) -> list[str]:
+    snapdir = os.path.join(setup.workdir, "snapshots")
+    os.mkdir(snapdir)
+    full = os.path.join(setup.workdir, "stderr.txt")
+
+    def stderr_fd() -> int:
+        with open(full, "wb") as f:
+            f.write(b"x" * FSIZE_LIMIT)
+        return os.open(full, os.O_WRONLY | os.O_APPEND)
+    problems = silent_stderr_case(setup, snapdir, stderr_fd, FSIZE_LIMIT)
+    if os.path.getsize(full) != FSIZE_LIMIT:
+        problems.append(f"stderr grew past the file-size limit: {os.path.getsize(full)} bytes")
+    return problems
+
+
+def case_stderr_closed(setup: Setup) -> list[str]:
+    def stderr_fd() -> int:
+        r, w = os.pipe()
+        os.close(r)  # before the program starts: its first write to stderr raises SIGPIPE
+        return w
+    # A directory that cannot be made: the tracer has something to say.
+    return silent_stderr_case(setup, os.path.join(setup.workdir, "absent", "snapshots"), stderr_fd, None)
 
 
 def fill(path: str) -> None:
@@ -482,6 +574,9 @@ CASES: dict[str, Callable[[Setup], list[str]]] = {
     "read-only-dir": case_read_only_dir,
     "full-disk": case_full_disk,
     "file-size-limit": case_file_size_limit,
+    "file-size-limit-ignored": case_file_size_limit_ignored,
+    "stderr-over-limit": case_stderr_over_limit,
+    "stderr-closed": case_stderr_closed,
     "errors-counted": case_errors_counted,
     "symlink": case_symlink,
     "dangling-symlink": case_dangling_symlink,

@@ -22,6 +22,9 @@ simulator's exit ledger (the live set). Modes:
 - bad-suppressions: a malformed file: one warning naming FILE:LINE, the
   report says the rules were not applied, the workspace counts;
 - no-builtins: GPUMEMTRACE_LEAK_BUILTINS=0: the segment counts as referenced;
+- no-file-dir, no-file-limit: the exit snapshot cannot be written (no such
+  directory; a 1 KiB file-size limit, SIGXFSZ at its default action): the
+  report and the exit status as when it can, one warning, nothing left;
 - clean: the program frees everything that would count (only the cache and
   the suspect stay): status 0, the report lists no leak but names the suspect.
 
@@ -34,6 +37,8 @@ import glob
 import json
 import os
 import re
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,8 +50,15 @@ import schema_check  # noqa: E402
 MIB = 1024 * 1024
 
 
+def limit_file_size(limit: int) -> None:
+    """In the child: RLIMIT_FSIZE with SIGXFSZ at its default action (as
+    `ulimit -f` leaves it; Python itself ignores it)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
 def run(program: str, lib: str, workdir: str, env_extra: dict[str, str],
-        args: list[str]) -> subprocess.CompletedProcess[str]:
+        args: list[str], fsize: int | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("GMTSIM_") and not k.startswith("GPUMEMTRACE_")}
     env["GMTSIM_LEDGER_DIR"] = os.path.join(workdir, "ledgers")
@@ -62,7 +74,46 @@ def run(program: str, lib: str, workdir: str, env_extra: dict[str, str],
     env["LD_PRELOAD"] = " ".join(preload)
     env.update(env_extra)
     return subprocess.run([program] + args, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120,
+                          preexec_fn=None if fsize is None else lambda: limit_file_size(fsize))
+
+
+REPORT_LINE = re.compile(r"^gpumemtrace: (SUMMARY|Leaked|Referenced|Not counted|Suppressed|Leak suspect|leak check)")
+
+
+def no_file_problems(a: argparse.Namespace) -> list[str]:
+    """no-file-dir, no-file-limit: the exit snapshot cannot be written (its
+    directory does not exist; a 1 KiB file-size limit): the leak verdict,
+    the report and the exit status must be those of a run that could write
+    it, beside one "cannot write a snapshot" warning."""
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="gmt-leaks-") as work:
+        written = run(a.program, a.lib, os.path.join(work, "written"), {"GPUMEMTRACE_LEAK_CHECK": "1"}, [])
+        env = {"GPUMEMTRACE_LEAK_CHECK": "1"}
+        fsize = None
+        if a.mode == "no-file-dir":
+            env["GPUMEMTRACE_DIR"] = os.path.join(work, "absent")
+        else:
+            fsize = 1024
+        # The simulator writes no ledger here: the limit is for the tracer.
+        env["GMTSIM_LEDGER_DIR"] = ""
+        failed = run(a.program, a.lib, os.path.join(work, "failed"), env, [], fsize=fsize)
+        sys.stderr.write(failed.stderr)
+        if written.returncode != 23:
+            problems.append(f"the run that could write its snapshot exits {written.returncode}, 23 expected")
+        if failed.returncode != written.returncode:
+            problems.append(f"exit status {failed.returncode} without the file, {written.returncode} with it")
+        want = [line for line in written.stderr.splitlines() if REPORT_LINE.match(line)]
+        got = [line for line in failed.stderr.splitlines() if REPORT_LINE.match(line)]
+        if not want or got != want:
+            problems.append(f"the report differs without the file: {got[:3]}, expected {want[:3]}")
+        warned = [line for line in failed.stderr.splitlines() if "cannot write a snapshot" in line]
+        if len(warned) != 1:
+            problems.append(f"{len(warned)} 'cannot write a snapshot' warnings, 1 expected")
+        left = os.listdir(os.path.join(work, "failed", "snapshots"))
+        if left:
+            problems.append(f"left in the snapshot directory: {left}")
+    return problems
 
 
 def expectations(stdout: str) -> dict[int, tuple[str, int, str]]:
@@ -85,6 +136,14 @@ def main() -> int:
     def check(what: str, cond: bool, detail: str = "") -> None:
         if not cond:
             problems.append(what + (f": {detail}" if detail else ""))
+
+    if a.mode in ("no-file-dir", "no-file-limit"):
+        problems = no_file_problems(a)
+        for prob in problems:
+            print("FAIL " + prob, file=sys.stderr)
+        if not problems:
+            print(f"ok: {a.mode}")
+        return 1 if problems else 0
 
     with tempfile.TemporaryDirectory(prefix="gmt-leaks-") as work:
         supp = os.path.join(work, "supp.txt")

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "suppress.h"
 
+#include "input.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -137,12 +139,9 @@ int gmt__supp_load(struct gmt__supp *s, const char *path, char *err, size_t errl
 
 	if (errlen > 0)
 		err[0] = '\0';
-	f = fopen(path, "re");
-	if (f == NULL) {
-		r = -errno;
-		snprintf(err, errlen, "%s: cannot read suppressions: %s", path, strerror(errno));
-		return r;
-	}
+	f = gmt__input_open(path, "suppressions", GMT_SUPPRESSIONS_MAX_BYTES, err, errlen);
+	if (f == NULL)
+		return -errno;
 	errno = 0;
 	while ((got = getline(&line, &cap, f)) >= 0) {
 		lineno++;

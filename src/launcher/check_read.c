@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "check.h"
 
+#include "input.h"
+
 #include <jansson.h>
 #include <gpumemtrace.h>
 
@@ -516,12 +518,9 @@ int gmt__snapshot_read(const char *path, unsigned flags, struct gmt__snapshot *o
 	*out = (struct gmt__snapshot){ 0 };
 	if (errlen > 0)
 		err[0] = '\0';
-	f = fopen(path, "re");
-	if (f == NULL) {
-		r = -errno;
-		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-		return r;
-	}
+	f = gmt__input_open(path, "snapshot", GMT_SNAPSHOT_MAX_BYTES, err, errlen);
+	if (f == NULL)
+		return -errno;
 	/* NOTE: JSON_DISABLE_EOF_CHECK off: trailing junk after the document (a
 	 * torn write) is an error too. */
 	doc = json_loadf(f, 0, &jerr);

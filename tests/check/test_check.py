@@ -525,6 +525,8 @@ def test_usage(c: Checker, g: Gate) -> None:
     bad_base = os.path.join(g.tmp, "bad-base.json")
     with open(bad_base, "w", encoding="utf-8") as f:
         f.write("{ not json")
+    fifo = os.path.join(g.tmp, "fifo")
+    os.mkfifo(fifo)
     wrong_base = os.path.join(g.tmp, "wrong-base.json")
     with open(wrong_base, "w", encoding="utf-8") as f:
         json.dump({"format": "gpumemtrace-snapshot", "version": 1, "reason": "exit"}, f)
@@ -551,6 +553,11 @@ def test_usage(c: Checker, g: Gate) -> None:
         (["--baseline", os.path.join(g.tmp, "none.json"), "--max-growth", "1"],
          ["--baseline", "none.json"]),
         (["--junit", os.path.join(g.tmp, "no", "such", "dir", "j.xml")], ["--junit", "no/such/dir"]),
+        # special files: refused at once, never read (a FIFO would hang, /dev/zero never end)
+        (["--suppressions", fifo], ["--suppressions", fifo, "not a regular file (a FIFO)"]),
+        (["--suppressions", "/dev/zero"], ["--suppressions", "/dev/zero", "not a regular file (a character device)"]),
+        (["--baseline", fifo, "--max-growth", "1"], ["--baseline", fifo, "not a regular file (a FIFO)"]),
+        (["--baseline", "/dev/zero", "--max-growth", "1"], ["--baseline", "not a regular file (a character device)"]),
     ]
     for args, words in cases:
         r = g.run(args, files=[clean().file()])

@@ -21,6 +21,9 @@ simulator's exit ledger (the live set). Modes:
   scan says why it did not run;
 - bad-suppressions: a malformed file: one warning naming FILE:LINE, the
   report says the rules were not applied, the workspace counts;
+- fifo-suppressions: GPUMEMTRACE_SUPPRESSIONS names a FIFO nobody writes to:
+  the program must not hang in its first CUDA call; one warning says it is
+  not a regular file, and the rest is as for bad-suppressions;
 - no-builtins: GPUMEMTRACE_LEAK_BUILTINS=0: the segment counts as referenced;
 - no-file-dir, no-file-limit: the exit snapshot cannot be written (no such
   directory; a 1 KiB file-size limit, SIGXFSZ at its default action): the
@@ -38,6 +41,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,9 +77,41 @@ def run(program: str, lib: str, workdir: str, env_extra: dict[str, str],
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     env["LD_PRELOAD"] = " ".join(preload)
     env.update(env_extra)
-    return subprocess.run([program] + args, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=120,
-                          preexec_fn=None if fsize is None else lambda: limit_file_size(fsize))
+    proc = subprocess.Popen([program] + args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=None if fsize is None else lambda: limit_file_size(fsize))
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        where = hang_report(proc.pid)
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"\n(killed after {TIMEOUT_S} s; where its threads were:)\n{where}"
+        return subprocess.CompletedProcess(proc.args, -9, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+TIMEOUT_S = 100  # below the meson test timeout (120 s), so that a hang is reported with its place
+
+
+def hang_report(pid: int) -> str:
+    """Where each thread of a hung process is: the kernel's view (its system
+    call and wait channel), and the stacks gdb gives where gdb is installed."""
+    lines = []
+    for task in sorted(glob.glob(f"/proc/{pid}/task/*")):
+        def read(name: str) -> str:
+            try:
+                with open(os.path.join(task, name), encoding="utf-8", errors="replace") as f:
+                    return f.read().strip()
+            except OSError as e:
+                return f"({e.strerror})"
+        lines.append(f"thread {os.path.basename(task)} {read('comm')}: wchan {read('wchan')}, syscall {read('syscall')}")
+    gdb = shutil.which("gdb")
+    if gdb is not None:
+        r = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60, check=False)
+        lines += [line for line in r.stdout.splitlines() if line.startswith(("Thread", "#"))]
+    return "\n".join(lines)
 
 
 REPORT_LINE = re.compile(r"^gpumemtrace: (SUMMARY|Leaked|Referenced|Not counted|Suppressed|Leak suspect|leak check)")
@@ -147,11 +183,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="gmt-leaks-") as work:
         supp = os.path.join(work, "supp.txt")
-        with open(supp, "w", encoding="utf-8") as f:
-            if a.mode == "bad-suppressions":
-                f.write("# rules\nleak:workspace_create\nleek:typo\n")
-            else:
-                f.write("# the test's rules\n\n  leak:no_such_function_anywhere  \nleak:workspace_create\n")
+        if a.mode == "fifo-suppressions":
+            os.mkfifo(supp)
+        else:
+            with open(supp, "w", encoding="utf-8") as f:
+                if a.mode == "bad-suppressions":
+                    f.write("# rules\nleak:workspace_create\nleek:typo\n")
+                else:
+                    f.write("# the test's rules\n\n  leak:no_such_function_anywhere  \nleak:workspace_create\n")
         env = {"GPUMEMTRACE_LEAK_CHECK": "1", "GPUMEMTRACE_SUPPRESSIONS": supp}
         args: list[str] = []
         want_status = 23
@@ -174,7 +213,7 @@ def main() -> int:
         elif mode == "clean":
             args = ["--clean"]
             want_status = 0
-        elif mode not in ("default", "bad-suppressions"):
+        elif mode not in ("default", "bad-suppressions", "fifo-suppressions"):
             print(f"unknown mode {mode}", file=sys.stderr)
             return 2
 
@@ -228,7 +267,7 @@ def main() -> int:
             if site is None:
                 continue
             want_cls, want_supp = cls, None
-            if what == "suppressed" and mode != "bad-suppressions":
+            if what == "suppressed" and mode not in ("bad-suppressions", "fifo-suppressions"):
                 want_supp = "leak:workspace_create"
             if what == "cache" and mode == "no-builtins":
                 want_cls = "referenced"
@@ -288,6 +327,10 @@ def main() -> int:
             check("no report without GPUMEMTRACE_LEAK_CHECK", "SUMMARY" not in err and "Leak suspect" not in err)
         if mode == "status-kept":
             check("status kept line", "the program's exit status 3 is kept" in err)
+        if mode == "fifo-suppressions":
+            check("fifo warning", re.search(r"GPUMEMTRACE_SUPPRESSIONS: .*supp\.txt: cannot read suppressions: "
+                                            r"not a regular file \(a FIFO\)", err) is not None)
+            check("report says not applied", "suppressions not applied" in err)
         if mode == "bad-suppressions":
             check("bad file warning", re.search(r"GPUMEMTRACE_SUPPRESSIONS: .*supp\.txt:3: expected leak:PATTERN or cached:PATTERN, got 'leek:typo'", err) is not None)
             check("report says not applied", "suppressions not applied" in err)

@@ -3,6 +3,7 @@
  * pattern on every short name; rules from a file; and the memo (what a
  * snapshot matches through) against direct matching, frame by frame. */
 #define _GNU_SOURCE
+#include "input.h"
 #include "suppress.h"
 
 #include "../output/check.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- the pattern match ---------------------------------------------------------- */
@@ -336,6 +338,47 @@ static void test_memo_empty(void)
 	gmt__supp_memo_free(&memo);
 }
 
+/* Special files are refused at once, never read (a FIFO would block, a device
+ * never end), and so is a file over the size cap. */
+static void test_special_files(void)
+{
+	static const struct {
+		const char *path, *words;
+	} cases[] = {
+		{ NULL, "not a regular file (a FIFO)" }, /* a FIFO made here */
+		{ "/dev/zero", "not a regular file (a character device)" },
+		{ "/", "not a regular file (a directory)" },
+		{ NULL, "larger than" }, /* a sparse file one byte over the cap */
+		{ "/nonexistent/supp.txt", "cannot read suppressions: No such file or directory" },
+	};
+	char fifo[] = "/tmp/gmt-test-fifo-XXXXXX", big[] = "/tmp/gmt-test-big-XXXXXX", err[256];
+	int fd;
+
+	fd = mkstemp(fifo);
+	CHECK(fd >= 0);
+	close(fd);
+	unlink(fifo);
+	CHECK_INT(mkfifo(fifo, 0600), 0);
+	fd = mkstemp(big);
+	CHECK(fd >= 0);
+	CHECK_INT(ftruncate(fd, (off_t)GMT_SUPPRESSIONS_MAX_BYTES + 1), 0);
+	close(fd);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gmt__supp s = { 0 };
+		const char *path = cases[i].path != NULL ? cases[i].path : i == 0 ? fifo : big;
+
+		CHECK(gmt__supp_load(&s, path, err, sizeof(err)) < 0);
+		if (strstr(err, cases[i].words) == NULL || strstr(err, path) == NULL) {
+			fprintf(stderr, "load(%s): \"%s\" does not say \"%s\"\n", path, err, cases[i].words);
+			check_failed++;
+		}
+		CHECK_INT(s.n, 0);
+		gmt__supp_free(&s);
+	}
+	unlink(fifo);
+	unlink(big);
+}
+
 int main(void)
 {
 	struct gmt__supp s = { 0 };
@@ -349,6 +392,7 @@ int main(void)
 		check_failed++;
 	}
 	test_memo_empty();
+	test_special_files();
 	gmt__supp_free(&s);
 	if (check_failed == 0)
 		printf("suppress: ok\n");

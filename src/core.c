@@ -1050,6 +1050,11 @@ static int init(void)
 
 	core.opt = gmt__options();
 	gmt__log_set_verbose(core.opt->verbose);
+	if (gmt__secure()) {
+		gmt__warn("secure execution (set-user-ID, set-group-ID or capabilities): not tracing; every call "
+			  "passes through");
+		return -EPERM;
+	}
 	read_ranks(&core.process);
 	core.table = gmt__table_new();
 	if (core.table == NULL) {

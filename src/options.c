@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #define GMT_OPTION_PREFIX "GPUMEMTRACE_"
@@ -456,9 +457,17 @@ static pthread_once_t options_once = PTHREAD_ONCE_INIT;
 /* NOTE: pthread_once is safe here because parsing never re-enters the tracer
  * (no dlsym, no CUDA call, no malloc); the hooks' own initialisation, which
  * can re-enter dlsym, uses an atomic state instead (DESIGN.md §2). */
+bool gmt__secure(void)
+{
+	return getauxval(AT_SECURE) != 0;
+}
+
 static void options_init(void)
 {
-	gmt__options_parse(&options, environ);
+	/* NOTE: in secure execution the environment is the less privileged
+	 * caller's, as for glibc's own LD_PRELOAD rule: no path and no behaviour
+	 * is taken from it. */
+	gmt__options_parse(&options, gmt__secure() ? NULL : environ);
 	gmt__log_set_verbose(options.verbose);
 }
 

@@ -74,6 +74,11 @@ struct gmt__options {
  * strings point into the environment). Sets gmt__log_set_verbose() from them. */
 const struct gmt__options *gmt__options(void);
 
+/* Whether the process runs in secure-execution mode (AT_SECURE: set-user-ID,
+ * set-group-ID or file capabilities): then gmt__options() reads nothing from
+ * the environment (every option its default) and the tracer stays off. */
+bool gmt__secure(void);
+
 /* Parses the "NAME=value" list envp (NULL-terminated; NULL for none) into *out:
  * every option its default, then each GPUMEMTRACE_* variable of envp. Warns
  * through the log once for each invalid value (naming the variable and the

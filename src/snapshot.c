@@ -14,12 +14,15 @@
 #include "tags.h"
 #include "symbols.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <link.h>
 #include <stdio.h>
@@ -2809,6 +2812,50 @@ static int open_temp(int dirfd, const char *name, char *tmp, size_t len)
 	return -EEXIST;
 }
 
+/* A temporary file of a writer that died (killed during a write) stays
+ * forever: the first write of each process removes those it can tell are
+ * dead — of a pid that no longer exists here, and untouched for
+ * STALE_TEMP_SECONDS (a live writer keeps writing; the age also spares the
+ * files of writers on other hosts or in other pid namespaces that share the
+ * directory, whose pids mean nothing here). */
+#define STALE_TEMP_SECONDS 600
+
+static void sweep_stale_temps(int dirfd)
+{
+	static atomic_bool swept; /* NOTE: two first writers at once both sweep: harmless */
+	struct timespec now;
+	struct dirent *e;
+	DIR *d;
+	int fd;
+
+	if (atomic_exchange_explicit(&swept, true, memory_order_relaxed))
+		return;
+	fd = dup(dirfd);
+	d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (d == NULL) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	while ((e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+		struct stat st;
+		int pid;
+
+		if (n < 5 || strcmp(e->d_name + n - 4, ".tmp") != 0 ||
+		    sscanf(e->d_name, ".gpumemtrace.%d.", &pid) != 1 || pid <= 0 || pid == getpid())
+			continue;
+		/* NOTE: the system call: glibc's fstatat is versioned anew in 2.33. */
+		if (syscall(SYS_newfstatat, dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+		    now.tv_sec - st.st_mtim.tv_sec < STALE_TEMP_SECONDS)
+			continue;
+		if (kill(pid, 0) != 0 && errno == ESRCH)
+			unlinkat(dirfd, e->d_name, 0);
+	}
+	closedir(d);
+}
+
 /* Moves tmp to name within dirfd unless name exists (as anything: a symlink
  * there is neither followed nor replaced). Returns 0 or a negative errno
  * (-EEXIST when the name is taken). */
@@ -2879,6 +2926,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		r = -errno;
 		goto no_file;
 	}
+	sweep_stale_temps(dirfd);
 	/* A name already taken (by anything, a symlink included) is left alone:
 	 * the next number is tried, before anything is written, so that the
 	 * document says the number its name has. */

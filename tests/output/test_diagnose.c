@@ -185,6 +185,53 @@ static void test_growth(void)
 	CHECK(strstr(d.summary, "free memory not known") != NULL);
 }
 
+/* The rule for the primary verdict at its edges: a cause that alone covers
+ * the shortfall is primary when it holds at least a quarter of the
+ * process's own memory (diagnose.c, rule 3), and applies only when it covers
+ * the shortfall; one byte either side of each edge. */
+static void test_edges(void)
+{
+	/* 10 GiB used of 16: 8 GiB this process's, 2 GiB another's; 7 GiB
+	 * asked for with 6 GiB free: 1 GiB short. A quarter of 8 GiB is 2 GiB. */
+	struct gmt__device_state st = device(6 * GIB);
+	struct gmt__diag_input in = input(&st, 7 * GIB, 8 * GIB);
+	struct gmt__diagnosis d;
+
+	st.have_others = true;
+	st.others_why = NULL;
+	st.nothers = 1;
+	st.others_bytes = 2 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.shortfall, 1 * GIB);
+	CHECK_U64(d.untracked, 0);
+	CHECK_STR(names(&d), "other_processes,exhaustion");
+	st.others_bytes = 2 * GIB - 1; /* a byte under a quarter: not to blame first */
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.shortfall, 1 * GIB);
+	CHECK_STR(names(&d), "exhaustion,other_processes");
+
+	/* Fragmentation: stranded bytes exactly the shortfall apply, a byte
+	 * fewer do not (no page's worth is then free anywhere). 4 MiB asked
+	 * for, nothing free, 8 GiB live in 16 GiB of half-used pages. */
+	st = device(0);
+	in = input(&st, 4 * MIB, 8 * GIB);
+	in.pages.pages = 8192;
+	in.pages.partial = 8192;
+	in.pages.stranded_bytes = 4 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion,fragmentation");
+	in.pages.stranded_bytes = 4 * MIB - 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion");
+	/* And at a quarter of the process's memory it is primary. */
+	in.pages.stranded_bytes = 2 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "fragmentation,exhaustion");
+	in.pages.stranded_bytes = 2 * GIB - 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion,fragmentation");
+}
+
 static void test_granularity(void)
 {
 	struct gmt__device_state st = device(2 * MIB);
@@ -220,6 +267,7 @@ int main(void)
 	test_pool();
 	test_others();
 	test_growth();
+	test_edges();
 	test_granularity();
 	test_human();
 	printf("diagnose: %d failed\n", check_failed);

@@ -110,6 +110,7 @@ static struct {
 	bool python; /* Python frames wanted (found or not yet) */
 	pthread_key_t ring_key;
 	_Atomic bool consumer_running;
+	_Atomic bool gate_marked; /* gate_mark(true) done in this process */
 	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
 	/* The most frames of the tracer's own seen at the top of a captured
 	 * stack (the walk's, capture's, record's, the gmt__on_* caller's, the
@@ -933,6 +934,7 @@ static void fork_child(void)
 #undef GMT_X_ZERO
 	core.expected = core.first_seq = atomic_load_explicit(&core.next_seq, memory_order_relaxed);
 	atomic_store_explicit(&core.consumer_running, false, memory_order_relaxed);
+	atomic_store_explicit(&core.gate_marked, false, memory_order_relaxed);
 }
 
 /* The executable segment of the object holding this code. */
@@ -1410,13 +1412,14 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 		STAT_ADD(untracked_calls, 1);
 		return 0;
 	}
-	/* Exactly one thread starts the consumer (again in the child of a fork),
-	 * at the process's first event: the moment it has memory to be judged. */
+	/* Exactly one thread starts the consumer (again in the child of a fork). */
 	if (!atomic_load_explicit(&core.consumer_running, memory_order_relaxed) &&
-	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed)) {
-		gate_mark(true);
+	    !atomic_exchange_explicit(&core.consumer_running, true, memory_order_relaxed))
 		start_consumer();
-	}
+	/* Under the gate, the process's first event: it has memory to judge. */
+	if (core.opt->gate && !atomic_load_explicit(&core.gate_marked, memory_order_relaxed) &&
+	    !atomic_exchange_explicit(&core.gate_marked, true, memory_order_relaxed))
+		gate_mark(true);
 	if (ev->op == GMT_OP_ALLOC || ev->op == GMT_OP_MAP || ev->op == GMT_OP_RESERVE)
 		ev->stack = capture();
 	ev->time_ns = now_ns(CLOCK_REALTIME);

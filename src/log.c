@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,26 +25,49 @@ static atomic_int log_fd = 2;
 static atomic_bool log_verbose;
 static atomic_uint log_warnings;
 
-/* Formats one line and writes it whole. NOTE: vsnprintf is not
- * async-signal-safe; nothing calls the log from a signal handler. */
+/* Formats one line and writes it whole. Every byte of it outside printable
+ * ASCII (a newline, a terminal escape, UTF-8) is written as \xNN, as
+ * options.c quotes a bad value (which comes here quoted already: its
+ * backslashes are left alone): a path or a suppression line with a newline
+ * in it cannot split a message or forge another. NOTE:
+ * vsnprintf is not async-signal-safe; nothing calls the log from a signal
+ * handler. */
 static void emit(const char *fmt, va_list ap)
 {
-	char line[GMT_LOG_LINE_MAX];
+	char text[GMT_LOG_LINE_MAX], line[GMT_LOG_LINE_MAX];
 	const size_t prefix = sizeof(GMT_LOG_PREFIX) - 1;
-	const size_t room = sizeof(line) - prefix - 1; /* keep one byte for '\n' */
+	const size_t room = sizeof(line) - 1; /* keep one byte for '\n' */
 	int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);
-	size_t n;
+	size_t n = prefix;
 	int len;
 
-	memcpy(line, GMT_LOG_PREFIX, prefix);
-	len = vsnprintf(line + prefix, room, fmt, ap);
+	len = vsnprintf(text, sizeof(text), fmt, ap);
 	if (len < 0)
 		return;
-	if ((size_t)len >= room) {
-		n = prefix + room - 1; /* vsnprintf's NUL sits there */
-		memcpy(line + n - 3, "...", 3);
-	} else {
-		n = prefix + (size_t)len;
+	memcpy(line, GMT_LOG_PREFIX, prefix);
+	for (size_t i = 0; text[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)text[i];
+		bool plain = c >= 0x20 && c < 0x7f;
+
+		if (n + (plain ? 1 : 4) > room - 3) {
+			memcpy(line + n, "...", 3);
+			n += 3;
+			break;
+		}
+		if (plain) {
+			line[n++] = (char)c;
+		} else {
+			static const char hex[] = "0123456789abcdef";
+
+			line[n++] = '\\';
+			line[n++] = 'x';
+			line[n++] = hex[c >> 4];
+			line[n++] = hex[c & 15];
+		}
+	}
+	if ((size_t)len >= sizeof(text) && n <= room - 3) {
+		memcpy(line + n, "...", 3);
+		n += 3;
 	}
 	line[n++] = '\n';
 

@@ -31,19 +31,24 @@ struct gmt__supp_glob {
 
 struct gmt__supp_rule {
 	enum gmt__supp_type type;
-	char *pattern;      /* without the type */
+	const char *pattern; /* without the type (kept by the list) */
 	struct gmt__supp_glob glob; /* of pattern (points into it) */
-	char *source;       /* the file it came from, or "built-in" */
+	const char *source; /* the file it came from, or "built-in" (kept by the list) */
 	int line;           /* its line there (0 for built-in rules) */
 	const char *why;    /* built-in rules: what the memory is, for the report */
 	/* Filled by whoever matches: allocations and bytes it took. */
 	uint64_t hits, bytes;
 };
 
-/* An ordered list of rules: the first rule that matches a stack wins. */
+/* An ordered list of rules: the first rule that matches a stack wins.
+ * store: the patterns' and sources' text, and an index of the rules
+ * without a `*` by their text, so that a name is matched against millions
+ * of rules in time that grows with the name, not with the rules. */
+struct gmt__supp_store;
 struct gmt__supp {
 	struct gmt__supp_rule *v;
 	size_t n, cap;
+	struct gmt__supp_store *store;
 };
 
 /* Appends the built-in rules (docs/ci.md lists them). Returns 0 or -ENOMEM. */
@@ -64,7 +69,11 @@ void gmt__supp_free(struct gmt__supp *s);
 bool gmt__supp_pattern_match(const char *pattern, const char *text);
 
 /* The index of the first rule that matches text; SIZE_MAX when none does
- * (or text is NULL). */
+ * (or text is NULL). Cost: rules with a `*` (or a body over 256 bytes) are
+ * tried one by one; the others are looked up by every piece of text of a
+ * length some rule has (about the text's length times the sum of the
+ * distinct rule lengths, in hash probes), or tried one by one where that is
+ * cheaper. */
 size_t gmt__supp_first(const struct gmt__supp *s, const char *text);
 
 /* Matching one stack: call gmt__supp_frame for each of its frames with the

@@ -67,8 +67,15 @@ static void test_info(void)
 	CHECK_INT(errno, EDOM);
 	CHECK_STR(drain(), PREFIX "hello world 42\n");
 
-	/* A message with its own newline is still the caller's business, but a
-	 * long one is cut to one line that says so. */
+	/* A value with a newline, a terminal escape or a byte past ASCII (a
+	 * path, a suppression line) cannot split the message or reach the
+	 * terminal raw; a backslash stays (quoted values arrive escaped). */
+	gmt__info("cannot write into %s: %s", "/tmp/a\nb\x1b[31m\\c\xc3\xa9", "done");
+	CHECK_STR(drain(), PREFIX "cannot write into /tmp/a\\x0ab\\x1b[31m\\c\\xc3\\xa9: done\n");
+	gmt__info("%s", "gpumemtrace: forged\ngpumemtrace: line");
+	CHECK_INT(count_lines(drain()), 1);
+
+	/* A long message is cut to one line that says so, escapes included. */
 	{
 		static char big[5000];
 
@@ -80,6 +87,12 @@ static void test_info(void)
 		CHECK(strlen(got) > 1000);
 		CHECK(strlen(got) >= 4 && strcmp(got + strlen(got) - 4, "...\n") == 0);
 		CHECK(all_prefixed(got));
+		memset(big, '\n', sizeof(big) - 1);
+		gmt__info("%s", big);
+		got = drain();
+		CHECK_INT(count_lines(got), 1);
+		CHECK(strlen(got) <= 1024);
+		CHECK(strlen(got) >= 4 && strcmp(got + strlen(got) - 4, "...\n") == 0);
 	}
 }
 

@@ -379,12 +379,67 @@ static void test_special_files(void)
 	unlink(big);
 }
 
+/* The index against the rules' meaning: thousands of random rules of every
+ * shape (a `*`, anchors, lengths from 1 to past the index's limit, repeated
+ * bodies), then random names from empty to longer than any rule: the first
+ * rule that matches must be the first one gmt__supp_pattern_match says
+ * matches, in order, whichever way gmt__supp_first finds it. */
+static void test_index_random(void)
+{
+	enum { RULES = 3000, TEXTS = 3000 };
+	static char rules[RULES][300], path[] = "/tmp/gmt-test-index-XXXXXX";
+	struct gmt__supp s = { 0 };
+	unsigned seed = 12345;
+	char err[256], name[400];
+	size_t wrong = 0;
+	FILE *f;
+	int fd = mkstemp(path);
+
+	CHECK(fd >= 0);
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (f == NULL)
+		return;
+	for (int i = 0; i < RULES; i++) {
+		size_t n = 0, len = rand_r(&seed) % 50 == 0 ? 257 + rand_r(&seed) % 20 : 1 + rand_r(&seed) % 6;
+
+		if (rand_r(&seed) % 4 == 0)
+			rules[i][n++] = '^';
+		for (size_t k = 0; k < len; k++)
+			rules[i][n++] = rand_r(&seed) % 40 == 0 ? '*' : "abc"[rand_r(&seed) % 3];
+		if (rand_r(&seed) % 4 == 0)
+			rules[i][n++] = '$';
+		rules[i][n] = '\0';
+		fprintf(f, "%s:%s\n", i % 2 ? "leak" : "cached", rules[i]);
+	}
+	fclose(f);
+	CHECK_INT(gmt__supp_load(&s, path, err, sizeof(err)), 0);
+	unlink(path);
+	CHECK_INT(s.n, RULES);
+	for (int j = 0; j < TEXTS && s.n == RULES; j++) {
+		size_t n = j % 100 == 0 ? 300 + rand_r(&seed) % 60 : rand_r(&seed) % 14, want = SIZE_MAX, got;
+
+		for (size_t k = 0; k < n; k++)
+			name[k] = "abc"[rand_r(&seed) % 3];
+		name[n] = '\0';
+		for (size_t i = 0; i < RULES && want == SIZE_MAX; i++) {
+			if (gmt__supp_pattern_match(rules[i], name))
+				want = i;
+		}
+		got = gmt__supp_first(&s, name);
+		if (got != want && wrong++ < 10)
+			fprintf(stderr, "first(\"%.40s\") is %zu, the rules in order say %zu\n", name, got, want);
+	}
+	CHECK_INT(wrong, 0);
+	gmt__supp_free(&s);
+}
+
 int main(void)
 {
 	struct gmt__supp s = { 0 };
 
 	test_match_table();
 	test_match_exhaustive();
+	test_index_random();
 	if (load(&s) == 0 && gmt__supp_add_builtins(&s) == 0) {
 		test_rules(&s);
 		test_memo(&s);

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "history.h"
 #include "log.h"
+#include "modules.h"
 #include "options.h"
 #include "pystack.h"
 #include "ring.h"
@@ -1396,7 +1397,7 @@ static uint32_t capture(void)
 	/* Then the open region tags (stacks.h). */
 	for (int t = 0; t < tls.ntags && t < GMT_STACK_MAX_TAGS; t++)
 		ips[n + py++] = GMT_WORD_TAG | tls.tags[t];
-	return gmt__stack_intern(ips + first, n + py - first);
+	return gmt__stack_intern_at(ips + first, n + py - first, gmt__modules_epoch());
 }
 
 /* Stamps and pushes one event; returns its sequence number, 0 when not

@@ -21,8 +21,9 @@
  * libc.so.6; older ones define them in libpthread.so.0 and libdl.so.2, which the
  * library links explicitly (--no-as-needed). */
 #define GMT_GLIBC_PIN(sym, ver) __asm__(".symver " #sym "," #sym "@" ver)
+/* dlclose is not pinned: the library defines it (hooks.c), and reaches
+ * glibc's through dlvsym (modules.c), as it does dlsym. */
 GMT_GLIBC_PIN(dlopen, GMT_GLIBC_BASE);
-GMT_GLIBC_PIN(dlclose, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dlerror, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dlvsym, GMT_GLIBC_BASE);
 GMT_GLIBC_PIN(dladdr, GMT_GLIBC_BASE);

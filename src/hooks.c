@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "core.h"
 #include "hooks.h"
+#include "modules.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -53,6 +54,13 @@ GMT_EXPORT GMT_NO_SANITIZE void *dlsym(void *handle, const char *symbol)
 	if (hook != NULL)
 		return hook;
 	return gmt__real_dlsym(handle, symbol);
+}
+
+/* A module unloaded: frames captured while it was there keep its name
+ * (modules.h). */
+GMT_EXPORT GMT_NO_SANITIZE int dlclose(void *handle)
+{
+	return gmt__modules_dlclose(handle);
 }
 
 /* --- cuGetProcAddress: how cudart, NCCL and cuBLAS reach the driver ------------ */

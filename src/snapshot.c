@@ -7,6 +7,7 @@
 
 #include "diagnose.h"
 #include "fdwrite.h"
+#include "modules.h"
 #include "options.h"
 #include "event.h"
 #include "pystack.h"
@@ -363,6 +364,17 @@ struct frame_cache {
 	struct module_ref *mods;      /* each (path, base) once, in the order first seen */
 	size_t nmods, capmods;
 	size_t lastmod;               /* the module of the previous lookup */
+	/* The module epoch of the stack being resolved (modules.h), and the
+	 * frames of modules unloaded since some stack's capture: kept apart,
+	 * since their addresses may hold another module now. */
+	uint32_t epoch;
+	struct gone_frame *gone;
+	size_t ngone, capgone;
+};
+
+struct gone_frame {
+	uint32_t epoch; /* the unload's (tells modules at one address apart) */
+	struct frame_info f;
 };
 
 static size_t ip_hash(uintptr_t ip)
@@ -486,12 +498,51 @@ static void frame_resolve(struct frame_cache *c, struct frame_info *f, uintptr_t
 	frame_symbolise(c, f);
 }
 
+/* The frame at ip of a module unloaded after the current stack's capture:
+ * named from the module's file by its path and load base, never by what the
+ * loader maps at ip now. */
+static const struct frame_info *gone_lookup(struct frame_cache *c, uintptr_t ip, const struct gmt__unloaded *u,
+					    struct frame_info *spare)
+{
+	struct frame_info *f = spare;
+
+	for (size_t i = 0; i < c->ngone; i++) {
+		if (c->gone[i].f.ip == ip && c->gone[i].epoch == u->epoch)
+			return &c->gone[i].f;
+	}
+	if (c->ngone == c->capgone) {
+		size_t cap = c->capgone ? 2 * c->capgone : 16;
+		struct gone_frame *v = realloc(c->gone, cap * sizeof(*v));
+
+		if (v != NULL) {
+			c->gone = v;
+			c->capgone = cap;
+		}
+	}
+	if (c->ngone < c->capgone) {
+		c->gone[c->ngone].epoch = u->epoch;
+		f = &c->gone[c->ngone++].f;
+	}
+	memset(f, 0, sizeof(*f));
+	f->ip = ip;
+	f->module = u->path;
+	f->base = u->base;
+	module_note(c, f);
+	frame_symbolise(c, f);
+	return f;
+}
+
 /* What the loader knows of ip: from the cache, else resolved (into the cache,
- * or into *spare when the cache has no room or ip is 0). */
+ * or into *spare when the cache has no room or ip is 0). A frame of a module
+ * unloaded since the stack's capture comes from gone_lookup. */
 static const struct frame_info *frame_lookup(struct frame_cache *c, uintptr_t ip,
 					     struct frame_info *spare)
 {
 	struct frame_info *f = spare;
+	struct gmt__unloaded u;
+
+	if (ip != 0 && gmt__modules_unloaded(ip, c->epoch, &u))
+		return gone_lookup(c, ip, &u, spare);
 
 	if (ip != 0 && c->cap != 0) {
 		f = cache_slot(c, ip);
@@ -895,6 +946,7 @@ static void cache_open(struct frame_cache *cache)
 
 static void cache_close(struct frame_cache *cache)
 {
+	free(cache->gone);
 	gmt__symbols_free(cache->symbols);
 	free(cache->syms);
 	free(cache->mods);
@@ -920,6 +972,7 @@ static void out_stacks(struct out *o, struct frame_cache *cache, struct idset *i
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
 		char *p = out_room(o, OUT_RECORD_BYTES);
 
+		cache->epoch = gmt__stack_epoch(ids->v[i]);
 		p = put_lit(p, i ? ",\n  {\"id\": " : "\n  {\"id\": ");
 		p = put_u64(p, ids->v[i]);
 		p = put_lit(p, ", \"runtime_call\": ");
@@ -2546,6 +2599,7 @@ static void leak_report(struct leak_work *lw, struct frame_cache *cache)
 			text_add(&t, "\n");
 		}
 		ips = gmt__stack_get(g->stack, &depth);
+		cache->epoch = gmt__stack_epoch(g->stack);
 		while (ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]))
 			ntags++;
 		if (ips != NULL && depth - ntags > 0) {

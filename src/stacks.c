@@ -36,6 +36,7 @@ struct stack_rec {
 	uint64_t hash;
 	uint32_t n;
 	uint32_t id;
+	uint32_t epoch; /* modules.h: the module epoch of its capture */
 	uintptr_t ips[];
 };
 
@@ -213,7 +214,7 @@ static int dir_set(uint32_t id, struct stack_rec *rec)
 }
 
 /* The id of ips[0..n) in set s, or 0. Lock-free; allocates nothing. */
-static uint32_t set_lookup(struct stack_set *s, uint64_t h, const uintptr_t *ips, int n)
+static uint32_t set_lookup(struct stack_set *s, uint64_t h, const uintptr_t *ips, int n, uint32_t epoch)
 {
 	uint32_t tag = (uint32_t)(h >> 32);
 	uint64_t i, v;
@@ -231,7 +232,7 @@ static uint32_t set_lookup(struct stack_set *s, uint64_t h, const uintptr_t *ips
 		if ((uint32_t)(v >> 32) != tag)
 			continue;
 		rec = dir_get((uint32_t)v);
-		if (rec != NULL && rec->hash == h && rec->n == (uint32_t)n &&
+		if (rec != NULL && rec->hash == h && rec->n == (uint32_t)n && rec->epoch == epoch &&
 		    memcmp(rec->ips, ips, (size_t)n * sizeof(*ips)) == 0)
 			return (uint32_t)v;
 	}
@@ -308,6 +309,11 @@ static struct stack_rec *arena_alloc(size_t len)
 
 uint32_t gmt__stack_intern(const uintptr_t *ips, int n)
 {
+	return gmt__stack_intern_at(ips, n, 0);
+}
+
+uint32_t gmt__stack_intern_at(const uintptr_t *ips, int n, uint32_t epoch)
+{
 	struct stack_set *s;
 	struct stack_rec *rec;
 	uint64_t h;
@@ -317,10 +323,10 @@ uint32_t gmt__stack_intern(const uintptr_t *ips, int n)
 		return 0;
 	if (n > GMT_STACK_MAX_FRAMES)
 		n = GMT_STACK_MAX_FRAMES;
-	h = stack_hash(ips, n);
+	h = stack_hash(ips, n) ^ (uint64_t)epoch * 0x9e3779b97f4a7c15ull;
 
 	/* A2: acquire of the set pointer; pairs with R2 in set_reserve. */
-	id = set_lookup(atomic_load_explicit(&cur_set, memory_order_acquire), h, ips, n);
+	id = set_lookup(atomic_load_explicit(&cur_set, memory_order_acquire), h, ips, n, epoch);
 	if (id != 0)
 		return id;
 
@@ -329,7 +335,7 @@ uint32_t gmt__stack_intern(const uintptr_t *ips, int n)
 	 * state the child can use after gmt__stack_after_fork: record, id,
 	 * directory, then set; an interrupted insert costs at most a duplicate. */
 	pthread_mutex_lock(&lock);
-	id = set_lookup(atomic_load_explicit(&cur_set, memory_order_relaxed), h, ips, n);
+	id = set_lookup(atomic_load_explicit(&cur_set, memory_order_relaxed), h, ips, n, epoch);
 	if (id != 0 || next_id >= GMT_STACK_MAX_IDS)
 		goto out;
 	s = set_reserve();
@@ -343,6 +349,7 @@ uint32_t gmt__stack_intern(const uintptr_t *ips, int n)
 	rec->hash = h;
 	rec->n = (uint32_t)n;
 	rec->id = id;
+	rec->epoch = epoch;
 	memcpy(rec->ips, ips, (size_t)n * sizeof(*ips));
 	if (dir_set(id, rec) < 0) {
 		id = 0; /* burnt: its directory entry stays NULL */
@@ -364,6 +371,13 @@ const uintptr_t *gmt__stack_get(uint32_t id, int *n)
 		return NULL;
 	*n = (int)rec->n;
 	return rec->ips;
+}
+
+uint32_t gmt__stack_epoch(uint32_t id)
+{
+	struct stack_rec *rec = dir_get(id);
+
+	return rec != NULL ? rec->epoch : 0;
 }
 
 uint32_t gmt__stack_count(void)

@@ -62,6 +62,14 @@ int gmt__stack_capture(uintptr_t *ips, int max, int skip);
  * 0 for n == 0 and when the stack cannot be stored (memory). */
 uint32_t gmt__stack_intern(const uintptr_t *ips, int n);
 
+/* The same for a stack captured in module epoch `epoch` (modules.h): equal
+ * words of different epochs are different stacks, since an address may lie
+ * in another module after an unload. gmt__stack_intern is epoch 0. */
+uint32_t gmt__stack_intern_at(const uintptr_t *ips, int n, uint32_t epoch);
+
+/* The module epoch stack `id` was captured in (0 for an unknown id). */
+uint32_t gmt__stack_epoch(uint32_t id);
+
 /* The frames of stack `id` (valid for the life of the process), or NULL for an
  * unknown id; *n gets the depth. Safe from any thread for ids already returned
  * by gmt__stack_intern. */

@@ -3,7 +3,7 @@
 
 - exports: its dynamic symbol table defines exactly the symbols of the version
   script (src/libgpumemtrace.map), and those are exactly the hooks of
-  src/hooks.h's GMT_HOOKS list plus dlsym and the public API's table
+  src/hooks.h's GMT_HOOKS list plus dlsym, dlclose and the public API's table
   gmt_api_v1 — nothing internal leaks out;
 - glibc: no symbol version newer than the architecture's baseline (2.17) is
   required, and libdl.so.2 and libpthread.so.0 are NEEDED where their functions
@@ -61,13 +61,13 @@ def main() -> int:
     syms = dynamic_symbols(args.objdump, args.lib)
     exported = {name for name, _, defined in syms if defined}
     wanted = map_globals(f"{args.srcdir}/src/libgpumemtrace.map")
-    hooks = hook_list(f"{args.srcdir}/src/hooks.h") | {"dlsym", "gmt_api_v1"}
+    hooks = hook_list(f"{args.srcdir}/src/hooks.h") | {"dlsym", "dlclose", "gmt_api_v1"}
     problems = []
     if exported != wanted:
         problems.append(f"exported but not in the version script: {sorted(exported - wanted)}; "
                         f"in the version script but not exported: {sorted(wanted - exported)}")
     if wanted != hooks:
-        problems.append(f"version script vs GMT_HOOKS + dlsym + gmt_api_v1: only in the script: {sorted(wanted - hooks)}; "
+        problems.append(f"version script vs GMT_HOOKS + dlsym + dlclose + gmt_api_v1: only in the script: {sorted(wanted - hooks)}; "
                         f"only in GMT_HOOKS: {sorted(hooks - wanted)}")
     too_new = sorted({f"{name}@{ver}" for name, ver, defined in syms
                       if not defined and ver.startswith("GLIBC_") and version_tuple(ver) > (2, 17)})

@@ -24,7 +24,8 @@ moments (ground truth, docs/simulator.md):
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
          [--no-ledger] [--frame-has FILE:LINE]... [--python-stack SIZE=CHAIN]...
-         [--python-chain SIZE=CHAIN]...
+         [--python-chain SIZE=CHAIN]... [--output-has REGEX]...
+         [--stack-has SIZE=FUNCTION]... [--stack-lacks SIZE=FUNCTION]...
          [--tags SIZE=TAG,...]... [--live REASON=SIZES[;SIZES]...]...
 
 --compare-untraced also runs the program without the tracer and requires the
@@ -453,6 +454,12 @@ def main() -> int:
                     help="the allocation of SIZE bytes has these Python frames first")
     ap.add_argument("--python-chain", action="append", default=[], metavar="SIZE=CHAIN",
                     help="as --python-stack, where they stand among the native frames unchecked")
+    ap.add_argument("--output-has", action="append", default=[], metavar="REGEX",
+                    help="a line of the traced run's stdout matches")
+    ap.add_argument("--stack-has", action="append", default=[], metavar="SIZE=FUNCTION",
+                    help="the allocation of SIZE bytes has a frame named FUNCTION")
+    ap.add_argument("--stack-lacks", action="append", default=[], metavar="SIZE=FUNCTION",
+                    help="the allocation of SIZE bytes has no frame named FUNCTION")
     ap.add_argument("--printed-stacks", type=int, metavar="N",
                     help="every PYSTACK line the program printed must match its allocation's Python "
                          "frames exactly; at least N such lines")
@@ -531,6 +538,19 @@ def main() -> int:
         versions, _, spec = want_stack.rpartition(":")
         if not versions or version_in(version, versions):
             problems += python_stack_problems(exits, spec, output, args.program, placed)
+    for pattern in args.output_has:
+        if not any(re.search(pattern, line) for line in output.splitlines()):
+            problems.append(f"no line of the program's output matches {pattern!r}")
+    for item, want_it in [(i, True) for i in args.stack_has] + [(i, False) for i in args.stack_lacks]:
+        size, _, function = item.partition("=")
+        found = [(snap, a) for snap in exits for a in snap["allocations"] if a["size"] == int(size)]
+        if len(found) != 1:
+            problems.append(f"{item}: {len(found)} live allocations of {size} bytes, 1 expected")
+            continue
+        stacks = {st["id"]: st for st in found[0][0]["stacks"]}
+        names = [fr.get("function") for fr in stacks.get(found[0][1]["stack"], {}).get("frames", [])]
+        if (function in names) != want_it:
+            problems.append(f"--stack-{'has' if want_it else 'lacks'} {item}: the frames are {names}")
     if args.printed_stacks is not None:
         problems += printed_stack_problems(exits, output, args.printed_stacks)
     for item in args.tags:

@@ -340,6 +340,16 @@ def word_line(word: str, output: str) -> int | None:
     return int(said[0]) if said else None
 
 
+def stack_of_size(snaps: list[dict[str, Any]], size: int) -> tuple[dict[str, Any], str | None]:
+    """The stack of the one live allocation of `size` bytes in snaps (empty
+    when it has none), or what is wrong."""
+    found = [(snap, a) for snap in snaps for a in snap["allocations"] if a["size"] == size]
+    if len(found) != 1:
+        return {}, f"{len(found)} live allocations of {size} bytes, 1 expected"
+    stacks = {st["id"]: st for st in found[0][0]["stacks"]}
+    return stacks.get(found[0][1]["stack"], {}), None
+
+
 def python_version(python: str) -> tuple[int, int]:
     out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], stdout=subprocess.PIPE,
                          text=True, check=True).stdout.split()
@@ -543,12 +553,11 @@ def main() -> int:
             problems.append(f"no line of the program's output matches {pattern!r}")
     for item, want_it in [(i, True) for i in args.stack_has] + [(i, False) for i in args.stack_lacks]:
         size, _, function = item.partition("=")
-        found = [(snap, a) for snap in exits for a in snap["allocations"] if a["size"] == int(size)]
-        if len(found) != 1:
-            problems.append(f"{item}: {len(found)} live allocations of {size} bytes, 1 expected")
+        stack, problem = stack_of_size(exits, int(size))
+        if problem:
+            problems.append(f"{item}: {problem}")
             continue
-        stacks = {st["id"]: st for st in found[0][0]["stacks"]}
-        names = [fr.get("function") for fr in stacks.get(found[0][1]["stack"], {}).get("frames", [])]
+        names = [fr.get("function") for fr in stack.get("frames", [])]
         if (function in names) != want_it:
             problems.append(f"--stack-{'has' if want_it else 'lacks'} {item}: the frames are {names}")
     if args.printed_stacks is not None:
@@ -556,12 +565,11 @@ def main() -> int:
     for item in args.tags:
         size, _, names = item.partition("=")
         want_tags = [t for t in names.split(",") if t]
-        found = [(snap, a) for snap in exits for a in snap["allocations"] if a["size"] == int(size)]
-        if len(found) != 1:
-            problems.append(f"--tags {item}: {len(found)} live allocations of {size} bytes, 1 expected")
+        stack, problem = stack_of_size(exits, int(size))
+        if problem:
+            problems.append(f"--tags {item}: {problem}")
             continue
-        stacks = {st["id"]: st for st in found[0][0]["stacks"]}
-        got = stacks[found[0][1]["stack"]]["tags"] if found[0][1]["stack"] in stacks else []
+        got = stack.get("tags", [])
         if got != want_tags:
             problems.append(f"--tags {item}: the allocation carries {got}")
     pid = next((ln.split()[1] for ln in output.splitlines() if ln.startswith("PID ") and ln.endswith(" main")), "")

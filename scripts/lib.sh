@@ -62,6 +62,7 @@ gmt__probe() {
 	python3-jsonschema) /usr/bin/python3 -c 'from jsonschema import Draft202012Validator' \
 			>/dev/null 2>&1 ;;
 	patchelf)       gmt__have patchelf ;;
+	clang)          gmt__have clang ;;
 	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;
@@ -72,7 +73,7 @@ gmt__probe() {
 
 GMT_PACKAGES=(meson ninja-build pkg-config gcc g++ libc6-dev libunwind-dev
 	      libjansson-dev libdw-dev python3 binutils python3-jsonschema python3-pytest
-	      patchelf)
+	      patchelf clang)
 
 gmt__missing() {
 	local p
@@ -176,6 +177,20 @@ gmt_build() {
 	gmt_say "$1: building"
 	ninja -C "$1" || return 1
 }
+
+# The ThreadSanitizer build (Clang): the recording core's concurrent parts
+# through their unit stress tests — the ring and its doorbell, the live
+# table, stack interning, the unwinder's memos. NOTE: only those: the
+# library itself, preloaded, cannot bring TSan's runtime into an
+# uninstrumented program (the runtime must come first and initialise before
+# anything calls dlsym), so the whole-library stress runs under ASan only.
+# shellcheck disable=SC2034 # for scripts/test
+GMT_TSAN_OPTIONS=(-Db_sanitize=thread -Db_lundef=false)
+# shellcheck disable=SC2034
+GMT_TSAN_TARGETS=(tests/recording/test_ring tests/recording/test_table tests/recording/test_stacks
+		  tests/recording/test_stacks_nomalloc tests/recording/test_unwind)
+# shellcheck disable=SC2034
+GMT_TSAN_TESTS=(ring table stacks stacks-nomalloc unwind)
 
 # Options of the sanitizer build: ASan and UBSan, every UBSan report fatal.
 # NOTE: b_lundef=false because -fsanitize=address leaves the ASan runtime's

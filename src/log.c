@@ -32,6 +32,7 @@ static atomic_uint log_warnings;
  * in it cannot split a message or forge another. NOTE:
  * vsnprintf is not async-signal-safe; nothing calls the log from a signal
  * handler. */
+static void emit(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static void emit(const char *fmt, va_list ap)
 {
 	char text[GMT_LOG_LINE_MAX], line[GMT_LOG_LINE_MAX];

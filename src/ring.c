@@ -142,7 +142,11 @@ static void check(struct gmt__ring *r, uint64_t tail)
 	if (tail - r->head_seen < ring_from(r))
 		return;
 	/* F1: a full fence between R1 and the load of `sleeping`; pairs with F2
-	 * in may_sleep. */
+	 * in may_sleep. NOTE: ThreadSanitizer does not model fences, and needs
+	 * no variant here: F1 and F2 order atomic accesses only (a missed
+	 * wake-up is what they prevent, not a race), while every plain access
+	 * between threads (the slots) is ordered by R1/A1 and R2/A2, which it
+	 * does see (build-tsan, scripts/test). */
 	atomic_thread_fence(memory_order_seq_cst);
 	/* Relaxed: F1 orders it; gmt__rings_wake re-reads by exchange. */
 	if (atomic_load_explicit(&sleeping, memory_order_relaxed) != 0)

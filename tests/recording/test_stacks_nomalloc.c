@@ -13,9 +13,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+/* GCC says so with __SANITIZE_*__, Clang with __has_feature. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define GMT_SANITIZED 1
-#else
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GMT_SANITIZED 1
+#endif
+#endif
+#ifndef GMT_SANITIZED
 #define GMT_SANITIZED 0
 #endif
 

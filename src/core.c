@@ -75,6 +75,7 @@
 	X(replaced, "allocations at an address already live (a free was not seen)")          \
 	X(undone, "records undone because the real call failed")                              \
 	X(undo_lost, "failed calls whose record could no longer be undone")                   \
+	X(failed_frees, "frees the driver refused (not recorded: nothing was freed)")           \
 	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
 	X(device_unknown, "allocations whose device could not be asked")                      \
 	X(python_stacks, "allocations recorded with Python frames")                           \
@@ -185,11 +186,50 @@ struct gmt__thread {
 	 * ntags counts deeper ones too, which are not recorded. */
 	int ntags;
 	uint32_t tags[GMT_STACK_MAX_TAGS];
+	/* A free between gmt__on_free and gmt__on_result: its stripe is held. */
+	uint64_t free_addr;
+	uint8_t free_kind;
+	uint16_t free_stripe;
 };
 
 /* NOTE: initial-exec TLS needs no allocation on first access; the library is
  * always loaded at start-up (LD_PRELOAD), where static TLS space is reserved. */
 static _Thread_local struct gmt__thread tls __attribute__((tls_model("initial-exec")));
+
+/* --- stripes: one address's frees and allocations in the driver's order ------------ */
+
+/* A free is recorded after its real call, and only when it succeeded: two
+ * frees of one address racing (a program's double free) then record exactly
+ * the one the driver honoured, with nothing to undo. What keeps the order
+ * of an address freed and allocated again right is its stripe, a lock by
+ * address: a free holds it from before its real call until its record, an
+ * allocation takes it for its record, after its real call — so an
+ * allocation that got the address back from the driver records after the
+ * free that gave it. Frees of different addresses share a stripe only by
+ * hash. NOTE: a spin with sched_yield: the holder may be inside cuMemFree
+ * (which synchronises the device); a waiter is an allocation of the same
+ * stripe, rare. The consumer and snapshots never take a stripe: a holder
+ * waiting for ring room cannot deadlock with them. */
+#define STRIPES 1024
+static struct {
+	_Alignas(64) atomic_flag held;
+} stripes[STRIPES];
+
+static unsigned stripe_of(uint64_t addr)
+{
+	return (unsigned)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 56) % STRIPES;
+}
+
+static void stripe_lock(unsigned i)
+{
+	while (atomic_flag_test_and_set_explicit(&stripes[i].held, memory_order_acquire))
+		sched_yield();
+}
+
+static void stripe_unlock(unsigned i)
+{
+	atomic_flag_clear_explicit(&stripes[i].held, memory_order_release);
+}
 
 static uint64_t now_ns(clockid_t clock)
 {
@@ -397,6 +437,49 @@ static void apply_context_gone(uintptr_t ctx, int device, bool primary)
 	free(g.v);
 }
 
+/* A free the driver honoured of an address the table does not hold (its
+ * record comes after the call, stripes above) freed either memory the tracer
+ * never saw, or an allocation whose call had returned the address but not
+ * yet recorded it — a stale free racing another thread's allocation of the
+ * same address, a program's own bug. The second is told by the allocation's
+ * window: its record carries the sequence number current when its call began
+ * (link), and a free of its address that found nothing, recorded inside
+ * [link, seq), came after the driver gave the address out. NOTE: a free of
+ * memory the tracer never saw, overlapping in time a new allocation of the
+ * same address, would be taken for the second: a rarer conjunction than
+ * either. The table is direct-mapped: a slot lost to a collision loses a
+ * kill, never makes a wrong one (the address is compared). */
+#define UNKNOWN_FREES 1024
+static struct {
+	uint64_t addr, seq;
+	uint8_t space;
+} unknown_frees_seen[UNKNOWN_FREES];
+
+static size_t unknown_slot(uint64_t addr)
+{
+	return (size_t)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 54) % UNKNOWN_FREES;
+}
+
+static void unknown_free(enum gmt__space space, uint64_t addr, uint64_t seq)
+{
+	size_t i = unknown_slot(addr);
+
+	unknown_frees_seen[i].addr = addr;
+	unknown_frees_seen[i].seq = seq;
+	unknown_frees_seen[i].space = (uint8_t)space;
+}
+
+static bool freed_in_flight(enum gmt__space space, uint64_t addr, uint64_t began, uint64_t seq)
+{
+	size_t i = unknown_slot(addr);
+
+	if (began == 0 || unknown_frees_seen[i].addr != addr || unknown_frees_seen[i].space != (uint8_t)space ||
+	    unknown_frees_seen[i].seq < began || unknown_frees_seen[i].seq > seq)
+		return false;
+	unknown_frees_seen[i].addr = 0;
+	return true;
+}
+
 /* Puts back what the removal with sequence number `seq` took away: its real
  * call failed, so nothing was freed. */
 static void apply_undo(uint64_t seq)
@@ -452,11 +535,17 @@ static void apply(const struct gmt__event *ev)
 			e.aux = ev->extra; /* the context it belongs to */
 		if (insert(&e) && counts_as_memory(space))
 			core.total_allocs++;
+		/* Freed already: a free that found nothing, recorded while this
+		 * allocation's call was under way, freed it (freed_in_flight). */
+		if (freed_in_flight(space, ev->addr, ev->link, ev->seq))
+			remove_key(space, ev->addr, NULL);
 		break;
 	case GMT_OP_FREE:
 		/* The undo record even when nothing is removed: a failed free finds it. */
-		if (!remove_key(space, ev->addr, undo_begin(ev->seq)))
+		if (!remove_key(space, ev->addr, undo_begin(ev->seq))) {
 			STAT_ADD(unknown_frees, 1);
+			unknown_free(space, ev->addr, ev->seq);
+		}
 		break;
 	case GMT_OP_FREE_FAILED:
 		apply_undo(ev->link);
@@ -516,9 +605,10 @@ static void apply(const struct gmt__event *ev)
  * next_seq) only once its ring has room, and pushes right after, so every
  * number below `target` is in some ring or about to be. When the event with
  * the expected number is not visible yet, its thread is between those two
- * steps: wait for it. A free is pushed before the real free returns and an
- * allocation's number is taken after the real allocation, so a reused address
- * always gets a larger number than the free that released it. */
+ * steps: wait for it. A free's number is taken after the real free, with
+ * its address's stripe held since before it, and an allocation's after the
+ * real allocation under the same stripe, so a reused address always gets a
+ * larger number than the free that released it. */
 static uint64_t drain_until(uint64_t target)
 {
 	uint64_t applied = 0, wait_start = 0;
@@ -936,6 +1026,10 @@ static void fork_child(void)
 	core.expected = core.first_seq = atomic_load_explicit(&core.next_seq, memory_order_relaxed);
 	atomic_store_explicit(&core.consumer_running, false, memory_order_relaxed);
 	atomic_store_explicit(&core.gate_marked, false, memory_order_relaxed);
+	memset(unknown_frees_seen, 0, sizeof(unknown_frees_seen));
+	/* A thread of the parent may have held a stripe; it does not exist here. */
+	for (unsigned i = 0; i < STRIPES; i++)
+		atomic_flag_clear_explicit(&stripes[i].held, memory_order_relaxed);
 }
 
 /* The executable segment of the object holding this code. */
@@ -1470,6 +1564,8 @@ void gmt__call_enter(struct gmt__call *c, enum gmt__api api)
 
 	c->api = api;
 	c->record = tls.depth++ == 0 && ready();
+	/* Where this call's window begins in the global order (freed_in_flight). */
+	c->began = c->record ? atomic_load_explicit(&core.next_seq, memory_order_relaxed) : 0;
 	errno = saved;
 }
 
@@ -1490,9 +1586,14 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
 
 		/* A VMM handle is no context's; everything else goes with the
 		 * context it was allocated in. */
+		unsigned stripe = stripe_of(addr);
+
 		ev.device = device == GMT_DEVICE_CURRENT ? current : (int16_t)device;
 		ev.extra = kind == GMT_KIND_VMM ? 0 : ctx;
+		ev.link = c->began;
+		stripe_lock(stripe);
 		record(c, &ev);
+		stripe_unlock(stripe);
 	}
 	errno = saved;
 }
@@ -1509,9 +1610,18 @@ static uint64_t record_op(const struct gmt__call *c, enum gmt__op op, enum gmt__
 	return seq;
 }
 
+/* The token of a free whose record waits for its result (tls.free_*). */
+#define FREE_PENDING UINT64_MAX
+
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr)
 {
-	return record_op(c, GMT_OP_FREE, kind, addr, 0, 0, 0);
+	if (!c->record)
+		return 0;
+	tls.free_addr = addr;
+	tls.free_kind = (uint8_t)kind;
+	tls.free_stripe = (uint16_t)stripe_of(addr);
+	stripe_lock(tls.free_stripe);
+	return FREE_PENDING;
 }
 
 void gmt__on_retain(const struct gmt__call *c, uint64_t handle)
@@ -1584,7 +1694,17 @@ void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 	/* NOTE: at teardown the driver answers CUDA_ERROR_DEINITIALIZED to frees of
 	 * memory it has already released with the context: a release, not an
 	 * error (DESIGN.md §2, "exit"). */
-	if (token == 0 || r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
+	bool done = r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED;
+
+	if (token == FREE_PENDING) {
+		if (done)
+			record_op(c, GMT_OP_FREE, (enum gmt__kind)tls.free_kind, tls.free_addr, 0, 0, 0);
+		else
+			STAT_ADD(failed_frees, 1);
+		stripe_unlock(tls.free_stripe);
+		return;
+	}
+	if (token == 0 || done)
 		return;
 	record_op(c, GMT_OP_FREE_FAILED, GMT_KIND_DEVICE, 0, 0, token, 0);
 }

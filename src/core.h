@@ -17,7 +17,8 @@
 /* One intercepted call, from the hook's entry to its return. */
 struct gmt__call {
 	enum gmt__api api;
-	bool record; /* outermost intercepted call on this thread, and tracing on */
+	bool record;    /* outermost intercepted call on this thread, and tracing on */
+	uint64_t began; /* the global sequence number when it began (record only) */
 };
 
 /* Entry of every hook: counts call depth (only the outermost call records,
@@ -34,8 +35,10 @@ void gmt__call_leave(struct gmt__call *c);
 void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr, uint64_t size,
 		   int device);
 
-/* Before the real free of `addr`. Returns a token for gmt__on_result (0 when
- * nothing was recorded). */
+/* Before the real free of `addr`: takes the address's stripe (core.c), held
+ * until gmt__on_result, which records the free when it succeeded. Returns a
+ * token for gmt__on_result (0 when nothing will be recorded). The caller
+ * must call gmt__on_result with it on every path. */
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr);
 
 /* VMM operations: after success for retain, map and reserve; before the real
@@ -47,10 +50,11 @@ uint64_t gmt__on_unmap(const struct gmt__call *c, uint64_t addr, uint64_t size);
 void gmt__on_reserve(const struct gmt__call *c, uint64_t addr, uint64_t size);
 uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t size);
 
-/* After the real call of an operation recorded before it (`token` from
- * gmt__on_free, _release, _unmap, _unreserve): undoes the record when the call
- * failed — except CUDA_ERROR_DEINITIALIZED, which at teardown means the driver
- * has already released the memory. */
+/* After the real call (`token` from gmt__on_free, _release, _unmap,
+ * _unreserve): a free is recorded now when it succeeded, and its stripe let
+ * go; the others, recorded before the call, are undone when it failed —
+ * except CUDA_ERROR_DEINITIALIZED, which at teardown means the driver has
+ * already released the memory. */
 void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r);
 
 /* Contexts: a device's primary context was retained (`ctx` is its handle); a

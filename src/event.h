@@ -52,7 +52,7 @@ struct gmt__event {
 	uint64_t time_ns;  /* CLOCK_REALTIME */
 	uint64_t addr;
 	uint64_t size;
-	uint64_t link;     /* FREE_FAILED: the FREE's seq; MAP: the handle */
+	uint64_t link;     /* FREE_FAILED: the FREE's seq; MAP: the handle; ALLOC: the seq when its call began */
 	uint64_t extra;    /* MAP: offset into the handle; ALLOC: the context */
 	uint32_t stack;    /* interned stack id, 0 = none */
 	uint32_t tid;      /* kernel thread id */

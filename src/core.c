@@ -201,34 +201,45 @@ static _Thread_local struct gmt__thread tls __attribute__((tls_model("initial-ex
 /* A free is recorded after its real call, and only when it succeeded: two
  * frees of one address racing (a program's double free) then record exactly
  * the one the driver honoured, with nothing to undo. What keeps the order
- * of an address freed and allocated again right is its stripe, a lock by
- * address: a free holds it from before its real call until its record, an
- * allocation takes it for its record, after its real call — so an
- * allocation that got the address back from the driver records after the
- * free that gave it. Frees of different addresses share a stripe only by
- * hash. NOTE: a spin with sched_yield: the holder may be inside cuMemFree
- * (which synchronises the device); a waiter is an allocation of the same
- * stripe, rare. The consumer and snapshots never take a stripe: a holder
- * waiting for ring room cannot deadlock with them. */
+ * of an address freed and allocated again right is its stripe, a flag by
+ * address: a free holds it from before its real call until its record, and
+ * an allocation, after its real call, waits while it is held before it
+ * records — the driver gave the address back only after a free's real call,
+ * so that free's record comes first. An allocation only reads the flag (A3
+ * pairs with R3): a free that takes the stripe after that read frees nothing
+ * the allocation got, or frees it and is caught by its window
+ * (freed_in_flight). Frees of different addresses share a stripe only by
+ * hash. NOTE: waits spin with sched_yield: the holder may be inside
+ * cuMemFree (which synchronises the device), rare for one stripe. The
+ * consumer and snapshots never wait for a stripe: a holder waiting for ring
+ * room cannot deadlock with them. */
 #define STRIPES 1024
 static struct {
-	_Alignas(64) atomic_flag held;
+	_Alignas(64) atomic_bool held;
 } stripes[STRIPES];
 
 static unsigned stripe_of(uint64_t addr)
 {
-	return (unsigned)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 56) % STRIPES;
+	return (unsigned)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 54) % STRIPES;
 }
 
 static void stripe_lock(unsigned i)
 {
-	while (atomic_flag_test_and_set_explicit(&stripes[i].held, memory_order_acquire))
+	while (atomic_exchange_explicit(&stripes[i].held, true, memory_order_acquire))
 		sched_yield();
 }
 
 static void stripe_unlock(unsigned i)
 {
-	atomic_flag_clear_explicit(&stripes[i].held, memory_order_release);
+	/* R3: the free's record happens before an allocation's that waited. */
+	atomic_store_explicit(&stripes[i].held, false, memory_order_release);
+}
+
+static void stripe_wait(unsigned i)
+{
+	/* A3: pairs with R3. */
+	while (atomic_load_explicit(&stripes[i].held, memory_order_acquire))
+		sched_yield();
 }
 
 static uint64_t now_ns(clockid_t clock)
@@ -460,10 +471,13 @@ static size_t unknown_slot(uint64_t addr)
 	return (size_t)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 54) % UNKNOWN_FREES;
 }
 
+static bool unknown_any; /* some slot was ever filled: else nothing to look up */
+
 static void unknown_free(enum gmt__space space, uint64_t addr, uint64_t seq)
 {
 	size_t i = unknown_slot(addr);
 
+	unknown_any = true;
 	unknown_frees_seen[i].addr = addr;
 	unknown_frees_seen[i].seq = seq;
 	unknown_frees_seen[i].space = (uint8_t)space;
@@ -473,7 +487,7 @@ static bool freed_in_flight(enum gmt__space space, uint64_t addr, uint64_t began
 {
 	size_t i = unknown_slot(addr);
 
-	if (began == 0 || unknown_frees_seen[i].addr != addr || unknown_frees_seen[i].space != (uint8_t)space ||
+	if (!unknown_any || began == 0 || unknown_frees_seen[i].addr != addr || unknown_frees_seen[i].space != (uint8_t)space ||
 	    unknown_frees_seen[i].seq < began || unknown_frees_seen[i].seq > seq)
 		return false;
 	unknown_frees_seen[i].addr = 0;
@@ -1027,9 +1041,10 @@ static void fork_child(void)
 	atomic_store_explicit(&core.consumer_running, false, memory_order_relaxed);
 	atomic_store_explicit(&core.gate_marked, false, memory_order_relaxed);
 	memset(unknown_frees_seen, 0, sizeof(unknown_frees_seen));
+	unknown_any = false;
 	/* A thread of the parent may have held a stripe; it does not exist here. */
 	for (unsigned i = 0; i < STRIPES; i++)
-		atomic_flag_clear_explicit(&stripes[i].held, memory_order_relaxed);
+		atomic_store_explicit(&stripes[i].held, false, memory_order_relaxed);
 }
 
 /* The executable segment of the object holding this code. */
@@ -1591,9 +1606,8 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
 		ev.device = device == GMT_DEVICE_CURRENT ? current : (int16_t)device;
 		ev.extra = kind == GMT_KIND_VMM ? 0 : ctx;
 		ev.link = c->began;
-		stripe_lock(stripe);
+		stripe_wait(stripe);
 		record(c, &ev);
-		stripe_unlock(stripe);
 	}
 	errno = saved;
 }

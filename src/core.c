@@ -555,8 +555,8 @@ static void apply(const struct gmt__event *ev)
 			remove_key(space, ev->addr, NULL);
 		break;
 	case GMT_OP_FREE:
-		/* The undo record even when nothing is removed: a failed free finds it. */
-		if (!remove_key(space, ev->addr, undo_begin(ev->seq))) {
+		/* Recorded after the driver honoured it: nothing to undo. */
+		if (!remove_key(space, ev->addr, NULL)) {
 			STAT_ADD(unknown_frees, 1);
 			unknown_free(space, ev->addr, ev->seq);
 		}

@@ -33,8 +33,8 @@ enum gmt__space {
 
 enum gmt__op {
 	GMT_OP_ALLOC,       /* after success: addr, size, kind, device */
-	GMT_OP_FREE,        /* before the real free: addr (space from kind) */
-	GMT_OP_FREE_FAILED, /* the real free failed: undo the FREE with seq `link` */
+	GMT_OP_FREE,        /* after a real free the driver honoured: addr (space from kind) */
+	GMT_OP_FREE_FAILED, /* the real release, unmap or unreserve failed: undo the one with seq `link` */
 	GMT_OP_RETAIN,      /* cuMemRetainAllocationHandle: handle `addr` +1 */
 	GMT_OP_RELEASE,     /* cuMemRelease: handle `addr` -1 */
 	GMT_OP_MAP,         /* cuMemMap: addr, size, handle `link`, offset `extra` */

@@ -65,7 +65,7 @@ struct gmt__hist_cause {
 	uint64_t seq, time_ns;
 	uint32_t tid;
 	uint16_t api;
-	bool undo; /* a failed free's allocation put back: not a new allocation */
+	bool undo; /* put back after a failed VMM release, unmap or unreserve: not new */
 };
 
 struct gmt__history {

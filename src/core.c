@@ -72,7 +72,8 @@
 	X(gaps_skipped, "events given up on after waiting (their order may be lost)")         \
 	X(late_events, "events applied after their place in the order was given up")          \
 	X(unknown_frees, "frees, releases and unmaps of nothing the tracer knew")             \
-	X(replaced, "allocations at an address already live (a free was not seen)")          \
+	X(replaced, "allocations at an address already live (its free recorded later or unseen)") \
+	X(debts_dropped, "late frees forgotten: too many open at one address set")             \
 	X(undone, "records undone because the real call failed")                              \
 	X(undo_lost, "failed calls whose record could no longer be undone")                   \
 	X(failed_frees, "frees the driver refused (not recorded: nothing was freed)")           \
@@ -186,61 +187,14 @@ struct gmt__thread {
 	 * ntags counts deeper ones too, which are not recorded. */
 	int ntags;
 	uint32_t tags[GMT_STACK_MAX_TAGS];
-	/* A free between gmt__on_free and gmt__on_result: its stripe is held. */
+	/* A free between gmt__on_free and gmt__on_result. */
 	uint64_t free_addr;
 	uint8_t free_kind;
-	uint16_t free_stripe;
 };
 
 /* NOTE: initial-exec TLS needs no allocation on first access; the library is
  * always loaded at start-up (LD_PRELOAD), where static TLS space is reserved. */
 static _Thread_local struct gmt__thread tls __attribute__((tls_model("initial-exec")));
-
-/* --- stripes: one address's frees and allocations in the driver's order ------------ */
-
-/* A free is recorded after its real call, and only when it succeeded: two
- * frees of one address racing (a program's double free) then record exactly
- * the one the driver honoured, with nothing to undo. What keeps the order
- * of an address freed and allocated again right is its stripe, a flag by
- * address: a free holds it from before its real call until its record, and
- * an allocation, after its real call, waits while it is held before it
- * records — the driver gave the address back only after a free's real call,
- * so that free's record comes first. An allocation only reads the flag (A3
- * pairs with R3): a free that takes the stripe after that read frees nothing
- * the allocation got, or frees it and is caught by its window
- * (freed_in_flight). Frees of different addresses share a stripe only by
- * hash. NOTE: waits spin with sched_yield: the holder may be inside
- * cuMemFree (which synchronises the device), rare for one stripe. The
- * consumer and snapshots never wait for a stripe: a holder waiting for ring
- * room cannot deadlock with them. */
-#define STRIPES 1024
-static struct {
-	_Alignas(64) atomic_bool held;
-} stripes[STRIPES];
-
-static unsigned stripe_of(uint64_t addr)
-{
-	return (unsigned)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 54) % STRIPES;
-}
-
-static void stripe_lock(unsigned i)
-{
-	while (atomic_exchange_explicit(&stripes[i].held, true, memory_order_acquire))
-		sched_yield();
-}
-
-static void stripe_unlock(unsigned i)
-{
-	/* R3: the free's record happens before an allocation's that waited. */
-	atomic_store_explicit(&stripes[i].held, false, memory_order_release);
-}
-
-static void stripe_wait(unsigned i)
-{
-	/* A3: pairs with R3. */
-	while (atomic_load_explicit(&stripes[i].held, memory_order_acquire))
-		sched_yield();
-}
 
 static uint64_t now_ns(clockid_t clock)
 {
@@ -314,25 +268,6 @@ static void undo_dec(struct gmt__undo *u, uint64_t handle, uint8_t op)
 	} else {
 		u->seq = 0;
 	}
-}
-
-static bool insert(const struct gmt__entry *e)
-{
-	size_t before = gmt__table_count(core.table);
-	struct gmt__entry old;
-
-	if (gmt__table_insert(core.table, e, &old) == NULL) {
-		static bool once;
-		gmt__warn_once(&once, "out of memory for the live table; some allocations are not tracked");
-		return false;
-	}
-	/* One probe: the count tells a replaced entry from a new one. */
-	if (gmt__table_count(core.table) == before) {
-		STAT_ADD(replaced, 1);
-		account(&old, false);
-	}
-	account(e, true);
-	return true;
 }
 
 /* The bookkeeping of an entry that left the table. */
@@ -448,18 +383,97 @@ static void apply_context_gone(uintptr_t ctx, int device, bool primary)
 	free(g.v);
 }
 
-/* A free the driver honoured of an address the table does not hold (its
- * record comes after the call, stripes above) freed either memory the tracer
- * never saw, or an allocation whose call had returned the address but not
- * yet recorded it — a stale free racing another thread's allocation of the
- * same address, a program's own bug. The second is told by the allocation's
- * window: its record carries the sequence number current when its call began
- * (link), and a free of its address that found nothing, recorded inside
- * [link, seq), came after the driver gave the address out. NOTE: a free of
- * memory the tracer never saw, overlapping in time a new allocation of the
- * same address, would be taken for the second: a rarer conjunction than
- * either. The table is direct-mapped: a slot lost to a collision loses a
- * kill, never makes a wrong one (the address is compared). */
+/* Frees are recorded after their real call, and only when the driver
+ * honoured it: two frees of one address racing (a program's double free)
+ * then record exactly the one that freed. Every free and allocation record
+ * carries its window's start (link: next_seq when its call began), and two
+ * orders the records can invert are put right here:
+ *
+ * - An allocation recorded at an address the table still holds: the driver
+ *   never gives out a live address, so a free of the old entry ran and has
+ *   not recorded yet. The old entry leaves now (freed at the allocation's
+ *   number), and the address owes one free (a debt, with the allocation's
+ *   number). A free of the address whose call began no later than that
+ *   number pays the debt and changes nothing else — every free that made
+ *   room for the allocation began before it recorded, and a free begun
+ *   after it cannot pay. The debt outlives the entry: the new allocation
+ *   may be freed, and the address given out again, before the late free
+ *   records. NOTE: a stale free that really freed the new entry, begun
+ *   before its record, pays the debt, and the late free of the old one then
+ *   removes the new entry: the same live set, the frees named the other way
+ *   round.
+ * - A free the driver honoured of an address the table does not hold freed
+ *   either memory the tracer never saw, or an allocation whose call had
+ *   returned the address but not yet recorded it — a stale free racing
+ *   another thread's allocation of the same address. The second is told by
+ *   the allocation's window: a free of its address that found nothing,
+ *   recorded inside [link, seq), came after the driver gave the address out.
+ *   NOTE: a free of memory the tracer never saw, overlapping in time a new
+ *   allocation of the same address, would be taken for the second: a rarer
+ *   conjunction than either. The table is direct-mapped: a slot lost to a
+ *   collision loses a kill, never makes a wrong one (the address is
+ *   compared). */
+
+/* The debts: 4-way sets by address. Open debts are few (at most one per
+ * free in flight, plus frees the tracer never saw), so a full set gives up
+ * its oldest (stats.debts_dropped): that late free, if it still comes,
+ * removes what then lives at the address. */
+#define DEBT_SETS 512
+#define DEBT_WAYS 4
+static struct gmt__debt {
+	uint64_t addr, seq;
+	uint32_t count;
+	uint8_t space;
+} debts[DEBT_SETS][DEBT_WAYS];
+static size_t debts_open; /* ways in use: none, nothing to look up */
+
+static struct gmt__debt *debt_set(uint64_t addr)
+{
+	return debts[(size_t)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 55) % DEBT_SETS];
+}
+
+static void debt_add(enum gmt__space space, uint64_t addr, uint64_t seq)
+{
+	struct gmt__debt *set = debt_set(addr), *slot = NULL;
+
+	for (int w = 0; w < DEBT_WAYS; w++) {
+		struct gmt__debt *d = &set[w];
+
+		if (d->count > 0 && d->addr == addr && d->space == (uint8_t)space) {
+			/* Paid by frees begun before the latest allocation. */
+			d->count++;
+			d->seq = seq;
+			return;
+		}
+		if (slot == NULL || (slot->count > 0 && (d->count == 0 || d->seq < slot->seq)))
+			slot = d;
+	}
+	if (slot->count > 0)
+		STAT_ADD(debts_dropped, 1);
+	else
+		debts_open++;
+	*slot = (struct gmt__debt){ .addr = addr, .seq = seq, .count = 1, .space = (uint8_t)space };
+}
+
+static bool debt_pay(enum gmt__space space, uint64_t addr, uint64_t began)
+{
+	struct gmt__debt *set;
+
+	if (debts_open == 0 || began == 0)
+		return false;
+	set = debt_set(addr);
+	for (int w = 0; w < DEBT_WAYS; w++) {
+		struct gmt__debt *d = &set[w];
+
+		if (d->count == 0 || d->addr != addr || d->space != (uint8_t)space || began > d->seq)
+			continue;
+		if (--d->count == 0)
+			debts_open--;
+		return true;
+	}
+	return false;
+}
+
 #define UNKNOWN_FREES 1024
 static struct {
 	uint64_t addr, seq;
@@ -494,6 +508,33 @@ static bool freed_in_flight(enum gmt__space space, uint64_t addr, uint64_t began
 	return true;
 }
 
+/* Inserts *e. An entry already at its key is replaced: with debt_seq (an
+ * allocation's number) it was freed by a free not yet recorded, which the
+ * address now owes (debts above); without, it was lost track of. */
+static bool insert(const struct gmt__entry *e, uint64_t debt_seq)
+{
+	size_t before = gmt__table_count(core.table);
+	struct gmt__entry old;
+
+	if (gmt__table_insert(core.table, e, &old) == NULL) {
+		static bool once;
+		gmt__warn_once(&once, "out of memory for the live table; some allocations are not tracked");
+		return false;
+	}
+	/* One probe: the count tells a replaced entry from a new one. */
+	if (gmt__table_count(core.table) == before) {
+		STAT_ADD(replaced, 1);
+		if (debt_seq != 0) {
+			removed(&old, NULL);
+			debt_add((enum gmt__space)e->space, e->addr, debt_seq);
+		} else {
+			account(&old, false);
+		}
+	}
+	account(e, true);
+	return true;
+}
+
 /* Puts back what the removal with sequence number `seq` took away: its real
  * call failed, so nothing was freed. */
 static void apply_undo(uint64_t seq)
@@ -506,7 +547,7 @@ static void apply_undo(uint64_t seq)
 	}
 	for (int i = 0; i < u->nremoved; i++) {
 		if (gmt__table_find(core.table, u->removed[i].space, u->removed[i].addr) == NULL &&
-		    insert(&u->removed[i]) && counts_as_memory(u->removed[i].space))
+		    insert(&u->removed[i], 0) && counts_as_memory(u->removed[i].space))
 			core.total_frees--;
 	}
 	for (int i = 0; i < u->ndec; i++) {
@@ -547,7 +588,9 @@ static void apply(const struct gmt__event *ev)
 			e.refs = 1;
 		else
 			e.aux = ev->extra; /* the context it belongs to */
-		if (insert(&e) && counts_as_memory(space))
+		/* A handle replaced was lost track of; an address replaced
+		 * owes the free that made room (debts, "Frees are recorded"). */
+		if (insert(&e, ev->kind == GMT_KIND_VMM ? 0 : ev->seq) && counts_as_memory(space))
 			core.total_allocs++;
 		/* Freed already: a free that found nothing, recorded while this
 		 * allocation's call was under way, freed it (freed_in_flight). */
@@ -555,7 +598,10 @@ static void apply(const struct gmt__event *ev)
 			remove_key(space, ev->addr, NULL);
 		break;
 	case GMT_OP_FREE:
-		/* Recorded after the driver honoured it: nothing to undo. */
+		/* Recorded after the driver honoured it: nothing to undo. A
+		 * free that made room for a later allocation was applied then. */
+		if (debt_pay(space, ev->addr, ev->link))
+			break;
 		if (!remove_key(space, ev->addr, NULL)) {
 			STAT_ADD(unknown_frees, 1);
 			unknown_free(space, ev->addr, ev->seq);
@@ -591,14 +637,14 @@ static void apply(const struct gmt__event *ev)
 			found->aux++;
 			e.device = found->device;
 		}
-		insert(&e);
+		insert(&e, 0);
 		break;
 	case GMT_OP_UNMAP:
 		apply_unmap(ev, undo_begin(ev->seq));
 		break;
 	case GMT_OP_RESERVE:
 		e.space = GMT_SPACE_RESERVATION;
-		insert(&e);
+		insert(&e, 0);
 		break;
 	case GMT_OP_CONTEXT_GONE:
 		apply_context_gone(ev->addr, ev->device, ev->link != 0);
@@ -619,10 +665,9 @@ static void apply(const struct gmt__event *ev)
  * next_seq) only once its ring has room, and pushes right after, so every
  * number below `target` is in some ring or about to be. When the event with
  * the expected number is not visible yet, its thread is between those two
- * steps: wait for it. A free's number is taken after the real free, with
- * its address's stripe held since before it, and an allocation's after the
- * real allocation under the same stripe, so a reused address always gets a
- * larger number than the free that released it. */
+ * steps: wait for it. A free's number is taken after its real call, so an
+ * address freed and given out again can be numbered in either order; apply
+ * puts that right (owed frees, "Frees are recorded after"). */
 static uint64_t drain_until(uint64_t target)
 {
 	uint64_t applied = 0, wait_start = 0;
@@ -1042,9 +1087,8 @@ static void fork_child(void)
 	atomic_store_explicit(&core.gate_marked, false, memory_order_relaxed);
 	memset(unknown_frees_seen, 0, sizeof(unknown_frees_seen));
 	unknown_any = false;
-	/* A thread of the parent may have held a stripe; it does not exist here. */
-	for (unsigned i = 0; i < STRIPES; i++)
-		atomic_store_explicit(&stripes[i].held, false, memory_order_relaxed);
+	memset(debts, 0, sizeof(debts));
+	debts_open = 0;
 }
 
 /* The executable segment of the object holding this code. */
@@ -1599,14 +1643,11 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
 		uintptr_t ctx;
 		int16_t current = current_device(&ctx);
 
+		ev.device = device == GMT_DEVICE_CURRENT ? current : (int16_t)device;
 		/* A VMM handle is no context's; everything else goes with the
 		 * context it was allocated in. */
-		unsigned stripe = stripe_of(addr);
-
-		ev.device = device == GMT_DEVICE_CURRENT ? current : (int16_t)device;
 		ev.extra = kind == GMT_KIND_VMM ? 0 : ctx;
 		ev.link = c->began;
-		stripe_wait(stripe);
 		record(c, &ev);
 	}
 	errno = saved;
@@ -1633,8 +1674,6 @@ uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t a
 		return 0;
 	tls.free_addr = addr;
 	tls.free_kind = (uint8_t)kind;
-	tls.free_stripe = (uint16_t)stripe_of(addr);
-	stripe_lock(tls.free_stripe);
 	return FREE_PENDING;
 }
 
@@ -1711,11 +1750,11 @@ void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 	bool done = r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED;
 
 	if (token == FREE_PENDING) {
+		/* The free's window begins with its call (owed frees, apply). */
 		if (done)
-			record_op(c, GMT_OP_FREE, (enum gmt__kind)tls.free_kind, tls.free_addr, 0, 0, 0);
+			record_op(c, GMT_OP_FREE, (enum gmt__kind)tls.free_kind, tls.free_addr, 0, c->began, 0);
 		else
 			STAT_ADD(failed_frees, 1);
-		stripe_unlock(tls.free_stripe);
 		return;
 	}
 	if (token == 0 || done)

@@ -35,8 +35,8 @@ void gmt__call_leave(struct gmt__call *c);
 void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr, uint64_t size,
 		   int device);
 
-/* Before the real free of `addr`: takes the address's stripe (core.c), held
- * until gmt__on_result, which records the free when it succeeded. Returns a
+/* Before the real free of `addr`: notes it for gmt__on_result, which records
+ * the free when it succeeded (core.c, "Frees are recorded after"). Returns a
  * token for gmt__on_result (0 when nothing will be recorded). The caller
  * must call gmt__on_result with it on every path. */
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr);
@@ -51,10 +51,10 @@ void gmt__on_reserve(const struct gmt__call *c, uint64_t addr, uint64_t size);
 uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t size);
 
 /* After the real call (`token` from gmt__on_free, _release, _unmap,
- * _unreserve): a free is recorded now when it succeeded, and its stripe let
- * go; the others, recorded before the call, are undone when it failed —
- * except CUDA_ERROR_DEINITIALIZED, which at teardown means the driver has
- * already released the memory. */
+ * _unreserve): a free is recorded now when it succeeded; the others,
+ * recorded before the call, are undone when it failed — except
+ * CUDA_ERROR_DEINITIALIZED, which at teardown means the driver has already
+ * released the memory. */
 void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r);
 
 /* Contexts: a device's primary context was retained (`ctx` is its handle); a

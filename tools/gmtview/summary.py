@@ -225,7 +225,7 @@ _WARN_STATS = {
     "gaps_skipped": "events given up on after waiting (their order may be lost)",
     "late_events": "events applied after their place in the order was given up",
     "unknown_frees": "frees, releases and unmaps of nothing the tracer knew",
-    "replaced": "allocations at an address already live (a free was not seen)",
+    "debts_dropped": "late frees forgotten: too many open at one address set",
     "undo_lost": "failed calls whose record could no longer be undone",
     "untracked_calls": "intercepted calls not recorded (tracer off or out of memory)",
     "device_unknown": "allocations whose device could not be asked",

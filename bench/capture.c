@@ -4,13 +4,13 @@
  * the tracer's capture (stacks.c, linked directly: no hook involved) at depths
  * 16 and 64, alone and with interning. A first pass of a few iterations lets
  * the unwinding rules of its frames be learnt (the tracer's consumer does that
- * in a traced program; src/unwind.h), and the second is timed. Prints "name
+ * in a traced program; src/record/unwind.h), and the second is timed. Prints "name
  * ns" lines for bench/run.py, and how many timed captures libunwind walked.
  *
  * Usage: capture [ITERATIONS] */
 #define _GNU_SOURCE
-#include "stacks.h"
-#include "unwind.h"
+#include "record/stacks.h"
+#include "record/unwind.h"
 
 #include <cuda.h>
 #include <stdint.h>

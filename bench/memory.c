@@ -10,9 +10,9 @@
  *
  * Usage: memory [STACKS [LIVE...]]   (defaults: 100000; 10000 100000 1000000) */
 #define _GNU_SOURCE
-#include "history.h"
-#include "stacks.h"
-#include "table.h"
+#include "state/history.h"
+#include "record/stacks.h"
+#include "state/table.h"
 
 #include <stdint.h>
 #include <stdio.h>

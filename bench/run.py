@@ -54,7 +54,7 @@ BAR_SNAPSHOT_1M_S = 2.0
 STATS = ("ring_full", "producer_drains", "consumer_wakeups", "gap_waits", "gaps_skipped")
 # Untimed pairs before each thread's timed ones (bench/alloc_free's WARMUP):
 # the timings are of the steady state, after the tracer's consumer has learnt
-# the unwinding rules of the loop's frames (src/unwind.h).
+# the unwinding rules of the loop's frames (src/record/unwind.h).
 WARMUP = 2000
 
 

@@ -10,9 +10,9 @@
  *
  * Usage: snapshot [N] */
 #define _GNU_SOURCE
-#include "history.h"
-#include "snapshot.h"
-#include "stacks.h"
+#include "state/history.h"
+#include "report/snapshot.h"
+#include "record/stacks.h"
 
 #include <fcntl.h>
 #include <stdint.h>

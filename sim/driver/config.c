@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #include "config.h"
 
-#include "parse.h"
+#include "util/parse.h"
 
 #include <pthread.h>
 #include <stdio.h>

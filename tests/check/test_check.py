@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpumemtrace check, the CI leak gate (src/launcher/check.c).
+"""gpumemtrace check, the CI leak gate (src/cli/check.c).
 
 The gate runs fake_command.py under the real library; the fake command writes
 exit snapshots crafted here (made-up pids from 4000000) so that each test sets

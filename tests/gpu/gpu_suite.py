@@ -100,7 +100,7 @@ class Paths:
 def paths_for(build_dir: str, mode: str) -> Paths:
     """Where a Meson build directory has the suite."""
     build = os.path.abspath(build_dir)
-    return Paths(launcher=os.path.join(build, "src", "launcher", "gpumemtrace"),
+    return Paths(launcher=os.path.join(build, "src", "cli", "gpumemtrace"),
                  programs=os.path.join(build, "tests", "gpu"),
                  prefix="sim-" if mode == "sim" else "",
                  sim_driver=os.path.join(build, "sim", "driver"))

@@ -3,7 +3,7 @@
  * others that apply, the derived numbers, and what the verdicts rest on. */
 #define _GNU_SOURCE
 #include "check.h"
-#include "diagnose.h"
+#include "analyze/diagnose.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)

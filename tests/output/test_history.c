@@ -5,7 +5,7 @@
  * and growth is called only on steady rises. */
 #define _GNU_SOURCE
 #include "check.h"
-#include "history.h"
+#include "state/history.h"
 
 #include <stdio.h>
 

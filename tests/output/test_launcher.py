@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The gpumemtrace launcher (src/launcher/launcher.c).
+"""The gpumemtrace launcher (src/cli/launcher.c).
 
 Copies of the launcher are placed in temporary build and install trees, with
 a dummy file named libgpumemtrace.so where the library would be, and run with
 `env` as the command: the output must show LD_PRELOAD and the GPUMEMTRACE_*
 variables the options ask for. Also: the library missing, bad option values,
-usage errors (of run and check), --help (names every option of src/options.h
+usage errors (of run and check), --help (names every option of src/tracer/options.h
 and of check, and check's exit statuses), --version. tests/check tests what
 check does with the real library."""
 
@@ -99,7 +99,7 @@ def one_line(c: Checker, what: str, r: Result, status: int, *words: str) -> None
 def test_layouts(c: Checker, launcher: str, tmp: str, multiarch: str, libdir_rel: str) -> None:
     layouts = [
         ("flat", "bin/gpumemtrace", "bin/" + LIB),
-        ("build tree", "build/src/launcher/gpumemtrace", "build/src/" + LIB),
+        ("build tree", "build/src/cli/gpumemtrace", "build/src/" + LIB),
         ("install lib", "usr/bin/gpumemtrace", "usr/lib/" + LIB),
         ("install lib64", "usr/bin/gpumemtrace", "usr/lib64/" + LIB),
         ("install libdir", "usr/bin/gpumemtrace", f"usr/{libdir_rel}/{LIB}"),

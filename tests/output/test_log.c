@@ -1,8 +1,8 @@
-/* The log (src/log.c): prefix, one whole line per message and per write even
+/* The log (src/util/log.c): prefix, one whole line per message and per write even
  * from racing threads, truncation, errno untouched, the verbose switch, the
  * warning cap and warn_once. Messages go to a pipe through gmt__log_set_fd. */
 #define _GNU_SOURCE
-#include "log.h"
+#include "util/log.h"
 
 #include "check.h"
 

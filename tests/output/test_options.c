@@ -1,12 +1,12 @@
-/* The options (src/options.c), table-driven: each environment of the table is
+/* The options (src/tracer/options.c), table-driven: each environment of the table is
  * parsed in a child process of its own (so the warning cap of the log never
  * hides a warning) and must give exactly the expected options and warnings:
  * a bad value warns once, naming the variable and the value, and keeps the
  * default; an unknown GPUMEMTRACE_* name warns; the verbose listing names
  * every option, its value and where it came from. */
 #define _GNU_SOURCE
-#include "log.h"
-#include "options.h"
+#include "util/log.h"
+#include "tracer/options.h"
 
 #include "check.h"
 

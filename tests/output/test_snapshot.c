@@ -1,4 +1,4 @@
-/* The snapshot writer (src/snapshot.c): a live table and interned stacks built
+/* The snapshot writer (src/report/snapshot.c): a live table and interned stacks built
  * by hand are written, read back with jansson and compared key by key with
  * what went in (DESIGN.md §5); then the file safety rules: mode 0600, never
  * replace a file, never follow a symlink, no file left behind on failure; and
@@ -6,10 +6,10 @@
  * GMT_TEST_KEEP_DIR set, a copy of every snapshot written goes there, for
  * tests/schema to check against docs/snapshot.schema.json. */
 #define _GNU_SOURCE
-#include "snapshot.h"
+#include "report/snapshot.h"
 
-#include "stacks.h"
-#include "table.h"
+#include "record/stacks.h"
+#include "state/table.h"
 
 #include "check.h"
 

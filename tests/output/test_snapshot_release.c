@@ -5,8 +5,8 @@
 #define _GNU_SOURCE
 #include "check.h"
 
-#include "snapshot.h"
-#include "stacks.h"
+#include "report/snapshot.h"
+#include "record/stacks.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -207,7 +207,7 @@ def warning_problems(stderr: str, snapdir: str, err: int | None) -> list[str]:
 
 def leftover_problems(snapdir: str, allowed: set[str]) -> list[str]:
     """Every entry of snapdir but the allowed ones is a leftover; temporary
-    files (".gpumemtrace.*.tmp", src/snapshot.c) are named as such."""
+    files (".gpumemtrace.*.tmp", src/report/snapshot.c) are named as such."""
     left = sorted(set(os.listdir(snapdir)) - allowed)
     temps = [n for n in left if n.startswith(".gpumemtrace") or n.endswith(".tmp")]
     problems = []

@@ -3,7 +3,7 @@
 
 - exports: its dynamic symbol table defines exactly the symbols of the version
   script (src/libgpumemtrace.map), and those are exactly the hooks of
-  src/hooks.h's GMT_HOOKS list plus dlsym, dlclose and the public API's table
+  src/intercept/hooks.h's GMT_HOOKS list plus dlsym, dlclose and the public API's table
   gmt_api_v1 — nothing internal leaks out;
 - glibc: no symbol version newer than the architecture's baseline (2.17) is
   required, and libdl.so.2 and libpthread.so.0 are NEEDED where their functions
@@ -61,7 +61,7 @@ def main() -> int:
     syms = dynamic_symbols(args.objdump, args.lib)
     exported = {name for name, _, defined in syms if defined}
     wanted = map_globals(f"{args.srcdir}/src/libgpumemtrace.map")
-    hooks = hook_list(f"{args.srcdir}/src/hooks.h") | {"dlsym", "dlclose", "gmt_api_v1"}
+    hooks = hook_list(f"{args.srcdir}/src/intercept/hooks.h") | {"dlsym", "dlclose", "gmt_api_v1"}
     problems = []
     if exported != wanted:
         problems.append(f"exported but not in the version script: {sorted(exported - wanted)}; "

@@ -1,11 +1,11 @@
-/* The SPSC ring and its registry (src/ring.c): single-thread semantics across
+/* The SPSC ring and its registry (src/record/ring.c): single-thread semantics across
  * the 2^32 and 2^64 counter boundaries, a producer/consumer stress in which
  * every event must arrive once, whole and in order, concurrent registry
  * adds under a walking, reaping consumer, and the doorbell: its rules on one
  * thread, and a consumer that sleeps until the doorbell rings, whatever
  * happens. */
 #define _GNU_SOURCE
-#include "ring.h"
+#include "record/ring.h"
 
 #include "check.h"
 

@@ -1,9 +1,9 @@
-/* Stack capture and interning (src/stacks.c): a capture from three known
+/* Stack capture and interning (src/record/stacks.c): a capture from three known
  * nested functions, interning's equal-in equal-out rule, eight threads
  * interning shared and private stacks while the set grows, and the memory
  * per unique stack at 100k stacks. */
 #define _GNU_SOURCE
-#include "stacks.h"
+#include "record/stacks.h"
 
 #include "check.h"
 

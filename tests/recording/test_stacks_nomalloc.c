@@ -4,8 +4,8 @@
  * unwind.c walks (before and after the rules are learnt). This executable defines
  * malloc and friends itself, counting calls, and forwards them to glibc. */
 #define _GNU_SOURCE
-#include "stacks.h"
-#include "unwind.h"
+#include "record/stacks.h"
+#include "record/unwind.h"
 
 #include "check.h"
 

@@ -1,8 +1,8 @@
-/* The live table (src/table.c): table-driven insert/find/replace/remove across
+/* The live table (src/state/table.c): table-driven insert/find/replace/remove across
  * key spaces, a million random operations against a direct-indexed reference,
  * and the memory it holds per live entry as it grows and shrinks. */
 #define _GNU_SOURCE
-#include "table.h"
+#include "state/table.h"
 
 #include "check.h"
 

@@ -1,4 +1,4 @@
-/* The stack walk of src/unwind.c against libunwind's unw_backtrace, the
+/* The stack walk of src/record/unwind.c against libunwind's unw_backtrace, the
  * ground truth it must equal: from call chains of known shapes (deep
  * recursion, frames addressed from rbp by alloca, libc's qsort and
  * dl_iterate_phdr calling back, a shared object, a second thread) both give
@@ -7,8 +7,8 @@
  * libunwind's. The memo of the last walk is checked by a caller that changes
  * outside frames the walk finds in their last state. */
 #define _GNU_SOURCE
-#include "stacks.h"
-#include "unwind.h"
+#include "record/stacks.h"
+#include "record/unwind.h"
 
 #include "check.h"
 

@@ -7,8 +7,8 @@
  * --nodebug, compiled without debug information: the program's frames are
  * named by its symbol table, with no file and line. */
 #define _GNU_SOURCE
-#include "stacks.h"
-#include "symbols.h"
+#include "record/stacks.h"
+#include "analyze/symbols.h"
 #include "symtest.h"
 #include "symtest_lib.h"
 

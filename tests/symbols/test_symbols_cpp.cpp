@@ -1,8 +1,8 @@
 // A C++ call chain, main → workspace::grow(int) → workspace::Allocator::alloc,
 // captured in alloc and symbolised: names demangled, file and line exact.
 extern "C" {
-#include "stacks.h"
-#include "symbols.h"
+#include "record/stacks.h"
+#include "analyze/symbols.h"
 }
 #include "symtest.h"
 

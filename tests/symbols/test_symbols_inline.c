@@ -3,8 +3,8 @@
  * code; symbolised, it is inner (inlined, at the capture's line), then outer
  * (at the line inner is called from), then main. */
 #define _GNU_SOURCE
-#include "stacks.h"
-#include "symbols.h"
+#include "record/stacks.h"
+#include "analyze/symbols.h"
 #include "symtest.h"
 
 #define MAX_FRAMES 32

@@ -4,7 +4,7 @@
  * which issue 4 wants under a second for a snapshot's 10,000 unique stacks.
  * Checks only that most addresses resolve. */
 #define _GNU_SOURCE
-#include "symbols.h"
+#include "analyze/symbols.h"
 #include "symtest.h"
 
 #include <fcntl.h>

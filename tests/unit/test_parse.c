@@ -1,5 +1,5 @@
-/* Table-driven tests of the strict number and size parsers (src/parse.c). */
-#include "parse.h"
+/* Table-driven tests of the strict number and size parsers (src/util/parse.c). */
+#include "util/parse.h"
 
 #include <errno.h>
 #include <inttypes.h>

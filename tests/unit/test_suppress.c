@@ -1,10 +1,10 @@
-/* Leak suppressions (src/suppress.c): the pattern match against a table and
+/* Leak suppressions (src/analyze/suppress.c): the pattern match against a table and
  * against a plain recursive matcher of the documented rules, every short
  * pattern on every short name; rules from a file; and the memo (what a
  * snapshot matches through) against direct matching, frame by frame. */
 #define _GNU_SOURCE
-#include "input.h"
-#include "suppress.h"
+#include "util/input.h"
+#include "analyze/suppress.h"
 
 #include "../output/check.h"
 

@@ -251,7 +251,7 @@ def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, st
         e["LD_PRELOAD"] = asan
         e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     e.update(env or {})
-    launcher = os.path.join(build_dir, "src", "launcher", "gpumemtrace")
+    launcher = os.path.join(build_dir, "src", "cli", "gpumemtrace")
     prog = os.path.join(build_dir, "demo", "train_loop")
     os.makedirs(out_dir, exist_ok=True)
     r = subprocess.run([launcher, "run", "--dir", out_dir, "--snapshot-on", "oom,exit", "--", prog],

@@ -1,0 +1,230 @@
+/* The out-of-memory diagnosis (diagnose.h). The rules, in order:
+ *
+ * 1. A request larger than the device: exhaustion, whatever else holds memory.
+ * 2. A request no larger than what the driver reports free: fragmentation (the
+ *    free bytes are not usable in one piece).
+ * 3. Otherwise the request fell `shortfall` bytes short. Each candidate names
+ *    memory that, given back, would have made room: fragmentation (bytes
+ *    stranded in partly used pages), pool_reservation (pool memory reserved
+ *    and unused), other_processes, growth (what growing sites added), untracked
+ *    (used memory nobody tracked: context, modules, heaps, or allocations the
+ *    tracer did not see). A candidate applies when it alone covers the
+ *    shortfall; it is primary when it also holds at least a quarter as much
+ *    as this process's other live memory, the largest such one winning.
+ * 4. Otherwise exhaustion: this process's own live memory fills the device. */
+#define _GNU_SOURCE
+#include "analyze/diagnose.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const names[GMT_VERDICT_COUNT] = {
+	[GMT_VERDICT_EXHAUSTION] = "exhaustion",
+	[GMT_VERDICT_FRAGMENTATION] = "fragmentation",
+	[GMT_VERDICT_POOL] = "pool_reservation",
+	[GMT_VERDICT_OTHERS] = "other_processes",
+	[GMT_VERDICT_GROWTH] = "growth",
+	[GMT_VERDICT_UNTRACKED] = "untracked",
+};
+
+const char *gmt__verdict_name(enum gmt__verdict v)
+{
+	return (unsigned)v < GMT_VERDICT_COUNT ? names[v] : "unknown";
+}
+
+const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)bytes;
+	int u = 0;
+
+	while (v >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, len, v < 10.0 ? "%.2f %s" : v < 100.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
+	return buf;
+}
+
+static void rests(struct gmt__diag_verdict *v, const char *a, const char *b, const char *c, const char *d)
+{
+	v->rests_on[0] = a;
+	v->rests_on[1] = b;
+	v->rests_on[2] = c;
+	v->rests_on[3] = d;
+	v->rests_on[4] = NULL;
+}
+
+/* Fills the verdict's detail and the numbers it rests on. */
+static void describe(const struct gmt__diag_input *in, const struct gmt__diagnosis *d,
+		     struct gmt__diag_verdict *v)
+{
+	char a[32], b[32], c[32];
+
+	switch (v->verdict) {
+	case GMT_VERDICT_EXHAUSTION:
+		if (d->have_mem && d->needed > in->state->total_bytes) {
+			rests(v, "requested_bytes", "total_bytes", NULL, NULL);
+			snprintf(v->detail, sizeof(v->detail), "the request alone (%s) is larger than the device (%s)",
+				 gmt__human_bytes(a, sizeof(a), in->requested), gmt__human_bytes(b, sizeof(b), in->state->total_bytes));
+		} else if (d->have_mem) {
+			rests(v, "requested_bytes", "free_bytes", "tracked_total_bytes", NULL);
+			snprintf(v->detail, sizeof(v->detail),
+				 "this process holds %s live on the device; %s free is less than the %s asked for",
+				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), in->state->free_bytes),
+				 gmt__human_bytes(c, sizeof(c), in->requested));
+		} else {
+			rests(v, "requested_bytes", "tracked_total_bytes", NULL, NULL);
+			snprintf(v->detail, sizeof(v->detail),
+				 "this process holds %s live on the device (the driver did not say what is free)",
+				 gmt__human_bytes(a, sizeof(a), v->bytes));
+		}
+		break;
+	case GMT_VERDICT_FRAGMENTATION:
+		if (d->have_mem && d->needed <= in->state->free_bytes) {
+			rests(v, "requested_bytes", "free_bytes", NULL, NULL);
+			snprintf(v->detail, sizeof(v->detail),
+				 "the driver reports %s free, enough for %s, yet the allocation failed: the free memory is not usable in one piece",
+				 gmt__human_bytes(a, sizeof(a), in->state->free_bytes), gmt__human_bytes(b, sizeof(b), in->requested));
+		} else {
+			rests(v, "shortfall_bytes", "stranded_bytes", "pages_partial", NULL);
+			snprintf(v->detail, sizeof(v->detail),
+				 "%s lie unused in %llu partly used pages of %s, pinned by small live allocations; the request fell %s short",
+				 gmt__human_bytes(a, sizeof(a), in->pages.stranded_bytes), (unsigned long long)in->pages.partial,
+				 gmt__human_bytes(b, sizeof(b), in->pages.granularity), gmt__human_bytes(c, sizeof(c), d->shortfall));
+		}
+		break;
+	case GMT_VERDICT_POOL:
+		rests(v, "pool_reserved_bytes", "pool_used_bytes", "shortfall_bytes", NULL);
+		snprintf(v->detail, sizeof(v->detail),
+			 "stream-ordered pools hold %s reserved but unused (trim them, or lower their release threshold); the request fell %s short",
+			 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
+		break;
+	case GMT_VERDICT_OTHERS:
+		rests(v, "other_processes_bytes", "shortfall_bytes", NULL, NULL);
+		snprintf(v->detail, sizeof(v->detail), "other processes hold %s of the device; the request fell %s short",
+			 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
+		break;
+	case GMT_VERDICT_GROWTH:
+		rests(v, "growth_bytes", "growth_sites", "shortfall_bytes", NULL);
+		snprintf(v->detail, sizeof(v->detail),
+			 "%d allocation site%s kept growing and added %s (a leak suspect); the request fell %s short",
+			 in->growth_sites, in->growth_sites == 1 ? "" : "s", gmt__human_bytes(a, sizeof(a), v->bytes),
+			 gmt__human_bytes(b, sizeof(b), d->shortfall));
+		break;
+	case GMT_VERDICT_UNTRACKED:
+		rests(v, "used_bytes", "footprint_bytes", "other_processes_bytes", "untracked_bytes");
+		snprintf(v->detail, sizeof(v->detail),
+			 "%s of used memory is not this process's tracked memory (the CUDA context, modules, heaps, or allocations not seen)%s; the request fell %s short",
+			 gmt__human_bytes(a, sizeof(a), v->bytes),
+			 in->state != NULL && !in->state->have_others ? ", other processes' memory included" : "",
+			 gmt__human_bytes(b, sizeof(b), d->shortfall));
+		break;
+	case GMT_VERDICT_COUNT:
+		break;
+	}
+}
+
+static void add(struct gmt__diagnosis *d, enum gmt__verdict verdict, uint64_t bytes)
+{
+	struct gmt__diag_verdict *v = &d->v[d->nverdicts++];
+
+	memset(v, 0, sizeof(*v));
+	v->verdict = verdict;
+	v->bytes = bytes;
+}
+
+void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	const struct gmt__device_state *st = in->state;
+	uint64_t gran = in->pages.granularity > 0 ? in->pages.granularity : GMT_DEFAULT_GRANULARITY;
+	uint64_t cand[GMT_VERDICT_COUNT] = { 0 }, own, others;
+	bool applies[GMT_VERDICT_COUNT] = { false };
+	int best = -1;
+	char a[32], b[32], c[32];
+
+	memset(d, 0, sizeof(*d));
+	d->needed = (in->requested + gran - 1) / gran * gran;
+	if (d->needed < in->requested)
+		d->needed = in->requested;
+	for (int k = 0; k < GMT_KIND_COUNT; k++) {
+		if (k != GMT_KIND_MANAGED)
+			d->tracked_total += in->tracked[k];
+	}
+	own = d->tracked_total > in->growth_bytes ? d->tracked_total - in->growth_bytes : 0;
+	d->have_mem = st != NULL && st->have_mem;
+	d->have_pools = st != NULL && st->have_pools;
+	if (d->have_pools)
+		d->pool_unused = st->pool_reserved > st->pool_used ? st->pool_reserved - st->pool_used : 0;
+	d->footprint = in->pages.pages * gran + (d->have_pools ? st->pool_reserved : in->tracked[GMT_KIND_ASYNC]) +
+		       in->tracked[GMT_KIND_VMM] + in->tracked[GMT_KIND_ARRAY];
+	others = st != NULL && st->have_others ? st->others_bytes : 0;
+
+	if (!d->have_mem) {
+		/* Without the driver's numbers only growth can be judged. */
+		if (in->growth_sites > 0 && in->growth_bytes > 0)
+			add(d, GMT_VERDICT_GROWTH, in->growth_bytes);
+		add(d, GMT_VERDICT_EXHAUSTION, own);
+		goto done;
+	}
+	d->used = st->total_bytes - st->free_bytes;
+	d->shortfall = d->needed > st->free_bytes ? d->needed - st->free_bytes : 0;
+	d->have_untracked = true;
+	d->untracked = d->used > d->footprint + others ? d->used - d->footprint - others : 0;
+
+	if (d->needed > st->total_bytes) {
+		add(d, GMT_VERDICT_EXHAUSTION, d->tracked_total);
+		goto done;
+	}
+	if (d->shortfall == 0) {
+		add(d, GMT_VERDICT_FRAGMENTATION, st->free_bytes);
+		goto done;
+	}
+	cand[GMT_VERDICT_FRAGMENTATION] = in->pages.stranded_bytes;
+	cand[GMT_VERDICT_POOL] = d->pool_unused;
+	cand[GMT_VERDICT_OTHERS] = others;
+	cand[GMT_VERDICT_GROWTH] = in->growth_sites > 0 ? in->growth_bytes : 0;
+	cand[GMT_VERDICT_UNTRACKED] = d->untracked;
+	for (int v = GMT_VERDICT_FRAGMENTATION; v < GMT_VERDICT_COUNT; v++) {
+		applies[v] = cand[v] > 0 && cand[v] >= d->shortfall;
+		if (applies[v] && cand[v] >= own / 4 &&
+		    (best < 0 || cand[v] > cand[best]))
+			best = v;
+	}
+	applies[GMT_VERDICT_EXHAUSTION] = own >= d->shortfall;
+	cand[GMT_VERDICT_EXHAUSTION] = own;
+	if (best < 0)
+		best = GMT_VERDICT_EXHAUSTION;
+	add(d, (enum gmt__verdict)best, cand[best]);
+	/* The others that alone would have made room, largest first. */
+	for (;;) {
+		int next = -1;
+
+		for (int v = 0; v < GMT_VERDICT_COUNT; v++) {
+			bool listed = false;
+
+			for (int i = 0; i < d->nverdicts; i++)
+				listed |= d->v[i].verdict == (enum gmt__verdict)v;
+			if (!listed && applies[v] && (next < 0 || cand[v] > cand[next]))
+				next = v;
+		}
+		if (next < 0)
+			break;
+		add(d, (enum gmt__verdict)next, cand[next]);
+	}
+done:
+	d->primary = d->v[0].verdict;
+	for (int i = 0; i < d->nverdicts; i++)
+		describe(in, d, &d->v[i]);
+	if (d->have_mem)
+		snprintf(d->summary, sizeof(d->summary), "%s: %s requested with %s free of %s; %s",
+			 gmt__verdict_name(d->primary), gmt__human_bytes(a, sizeof(a), in->requested),
+			 gmt__human_bytes(b, sizeof(b), st->free_bytes), gmt__human_bytes(c, sizeof(c), st->total_bytes),
+			 d->v[0].detail);
+	else
+		snprintf(d->summary, sizeof(d->summary), "%s: %s requested (free memory not known); %s",
+			 gmt__verdict_name(d->primary), gmt__human_bytes(a, sizeof(a), in->requested), d->v[0].detail);
+}

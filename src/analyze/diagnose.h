@@ -1,0 +1,80 @@
+/* The out-of-memory diagnosis: from the numbers a snapshot holds about the
+ * failing device, which named verdicts explain the failure, the primary one,
+ * and the numbers each rests on. A pure function (no I/O), so that every rule
+ * is tested on made-up numbers; docs/snapshot-format.md documents the rules. */
+#ifndef GMT_DIAGNOSE_H
+#define GMT_DIAGNOSE_H
+
+#include "intercept/device.h"
+#include "record/event.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* When the driver gives no granularity. */
+#define GMT_DEFAULT_GRANULARITY (2u << 20)
+
+enum gmt__verdict {
+	GMT_VERDICT_EXHAUSTION,     /* this process's own live memory fills the device */
+	GMT_VERDICT_FRAGMENTATION,  /* free bytes exist, not in a usable shape */
+	GMT_VERDICT_POOL,           /* stream-ordered pools hold memory they do not use */
+	GMT_VERDICT_OTHERS,         /* other processes hold the memory */
+	GMT_VERDICT_GROWTH,         /* sites whose live bytes kept rising */
+	GMT_VERDICT_UNTRACKED,      /* used memory the tracer did not see */
+	GMT_VERDICT_COUNT
+};
+
+/* Page occupancy of one device's plain device memory (kind "device") at the
+ * allocation granularity: pages holding live allocations, those only partly
+ * covered, and the bytes those leave unusable. */
+struct gmt__pages {
+	uint64_t granularity;
+	bool granularity_known;  /* from the driver, else GMT_DEFAULT_GRANULARITY */
+	uint64_t pages, partial, stranded_bytes;
+	uint64_t histogram[5];   /* pages by occupancy: <25%, <50%, <75%, <100%, full */
+	uint64_t largest_hole;   /* the largest free run inside a partly used page */
+};
+
+struct gmt__diag_input {
+	uint64_t requested;
+	int device;
+	const struct gmt__device_state *state; /* NULL when the device was not asked */
+	uint64_t tracked[GMT_KIND_COUNT];      /* this process's live bytes there, by kind */
+	struct gmt__pages pages;
+	uint64_t growth_bytes;                 /* growing sites with memory there */
+	int growth_sites;
+};
+
+struct gmt__diag_verdict {
+	enum gmt__verdict verdict;
+	uint64_t bytes;           /* the memory it puts the failure on */
+	const char *rests_on[6];  /* names of diagnosis.numbers it reads, NULL-terminated */
+	char detail[256];
+};
+
+struct gmt__diagnosis {
+	enum gmt__verdict primary;
+	char summary[512];
+	int nverdicts;           /* those that apply, the primary first */
+	struct gmt__diag_verdict v[GMT_VERDICT_COUNT];
+	/* derived numbers (the inputs are written beside them) */
+	bool have_mem;
+	uint64_t needed;         /* requested, rounded up to the granularity */
+	uint64_t used, shortfall;
+	uint64_t tracked_total;  /* all kinds but managed (not resident until touched) */
+	uint64_t footprint;      /* what this process's tracked memory takes of the device */
+	bool have_pools;
+	uint64_t pool_unused;
+	bool have_untracked;
+	uint64_t untracked;
+};
+
+const char *gmt__verdict_name(enum gmt__verdict v);
+
+/* "1.50 GiB": three significant figures at most, binary units, into buf. */
+const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes);
+
+void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *out);
+
+#endif /* GMT_DIAGNOSE_H */

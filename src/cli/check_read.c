@@ -1,0 +1,556 @@
+/* Reading snapshots for `gpumemtrace check` (check.h): only the keys the gate
+ * needs, each checked for its type, so that a malformed document is one line
+ * naming the file and the key, never a crash. docs/snapshot-format.md says
+ * what the keys mean. */
+#define _GNU_SOURCE
+#include "cli/check.h"
+
+#include "util/input.h"
+
+#include <jansson.h>
+#include <gpumemtrace.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+	unsigned bit;
+	const char *name;
+} classes[] = {
+	{ GMT_CLASS_LEAKED, "leaked" },
+	{ GMT_CLASS_REFERENCED, "referenced" },
+	{ GMT_CLASS_CACHED, "cached" },
+};
+
+const char *gmt__class_name(unsigned cls)
+{
+	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+		if (classes[i].bit == cls)
+			return classes[i].name;
+	}
+	return "?";
+}
+
+struct stack_ref {
+	int64_t id;
+	json_t *frames;
+};
+
+struct reader {
+	const char *path;
+	char *err;
+	size_t errlen;
+	struct stack_ref *stacks; /* sorted by id */
+	size_t nstacks;
+};
+
+/* "PATH: message" into the reader's err; returns -EINVAL for `return fail()`. */
+static void fail_message(struct reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_message(struct reader *rd, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(rd->err, rd->errlen, "%s: ", rd->path);
+	if (n >= 0 && (size_t)n < rd->errlen) {
+		va_start(ap, fmt);
+		vsnprintf(rd->err + n, rd->errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+}
+
+/* Say what is wrong with the document and give -EINVAL. NOTE: a macro, so
+ * that the constant is seen where fail() is returned: a variadic function is
+ * never inlined, and GCC's -O3 would otherwise not see that the lookups set
+ * their outputs whenever they return 0 (-Wmaybe-uninitialized). */
+#define fail(rd, ...) (fail_message((rd), __VA_ARGS__), -EINVAL)
+
+static int no_memory(struct reader *rd)
+{
+	snprintf(rd->err, rd->errlen, "%s: out of memory", rd->path);
+	return -ENOMEM;
+}
+
+/* The lookups below take `where`, the path of obj in the document ("" for
+ * the top level), for the messages. */
+
+static json_t *get(struct reader *rd, json_t *obj, const char *where, const char *key, int *r)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (v == NULL)
+		*r = fail(rd, "no key \"%s%s%s\"", where, where[0] ? "." : "", key);
+	return v;
+}
+
+static int get_u64(struct reader *rd, json_t *obj, const char *where, const char *key,
+		   uint64_t *out)
+{
+	int r = 0;
+	json_t *v = get(rd, obj, where, key, &r);
+
+	if (v == NULL)
+		return r;
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return fail(rd, "%s%s%s: expected a non-negative integer", where, where[0] ? "." : "",
+			    key);
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+static int get_i64(struct reader *rd, json_t *obj, const char *where, const char *key,
+		   int64_t *out)
+{
+	int r = 0;
+	json_t *v = get(rd, obj, where, key, &r);
+
+	if (v == NULL)
+		return r;
+	if (!json_is_integer(v))
+		return fail(rd, "%s%s%s: expected an integer", where, where[0] ? "." : "", key);
+	*out = (int64_t)json_integer_value(v);
+	return 0;
+}
+
+/* A string, or null (*out = NULL) when null_ok. */
+static int get_str(struct reader *rd, json_t *obj, const char *where, const char *key,
+		   bool null_ok, const char **out)
+{
+	int r = 0;
+	json_t *v = get(rd, obj, where, key, &r);
+
+	if (v == NULL)
+		return r;
+	if (null_ok && json_is_null(v)) {
+		*out = NULL;
+		return 0;
+	}
+	if (!json_is_string(v))
+		return fail(rd, "%s%s%s: expected a string%s", where, where[0] ? "." : "", key,
+			    null_ok ? " or null" : "");
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int get_typed(struct reader *rd, json_t *obj, const char *where, const char *key,
+		     json_type type, json_t **out)
+{
+	static const char *const names[] = {
+		[JSON_OBJECT] = "an object", [JSON_ARRAY] = "an array", [JSON_STRING] = "a string",
+		[JSON_INTEGER] = "an integer", [JSON_REAL] = "a number", [JSON_TRUE] = "a boolean",
+		[JSON_FALSE] = "a boolean", [JSON_NULL] = "null",
+	};
+	int r = 0;
+	json_t *v = get(rd, obj, where, key, &r);
+
+	if (v == NULL)
+		return r;
+	if (json_typeof(v) != type && !(type == JSON_TRUE && json_is_boolean(v)))
+		return fail(rd, "%s%s%s: expected %s", where, where[0] ? "." : "", key, names[type]);
+	*out = v;
+	return 0;
+}
+
+static int compare_stack_ref(const void *a, const void *b)
+{
+	const struct stack_ref *x = a, *y = b;
+
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static int index_stacks(struct reader *rd, json_t *stacks)
+{
+	size_t i, n = json_array_size(stacks);
+	char where[48];
+	int r;
+
+	rd->stacks = calloc(n ? n : 1, sizeof(*rd->stacks));
+	if (rd->stacks == NULL)
+		return no_memory(rd);
+	for (i = 0; i < n; i++) {
+		json_t *s = json_array_get(stacks, i);
+
+		snprintf(where, sizeof(where), "stacks[%zu]", i);
+		if (!json_is_object(s))
+			return fail(rd, "%s: expected an object", where);
+		r = get_i64(rd, s, where, "id", &rd->stacks[i].id);
+		if (r == 0)
+			r = get_typed(rd, s, where, "frames", JSON_ARRAY, &rd->stacks[i].frames);
+		if (r < 0)
+			return r;
+	}
+	rd->nstacks = n;
+	qsort(rd->stacks, n, sizeof(*rd->stacks), compare_stack_ref);
+	return 0;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash != NULL ? slash + 1 : path;
+}
+
+/* NOTE: the frames of the CUDA libraries (the driver libcuda, the runtime
+ * libcudart) and of the tracer itself say nothing about which code of the
+ * program allocated: the place is the innermost frame outside them. */
+static bool is_cuda_frame(const char *module, const char *function)
+{
+	if (module != NULL && (strncmp(base_name(module), "libcuda", 7) == 0 ||
+			       strncmp(base_name(module), "libgpumemtrace", 14) == 0))
+		return true;
+	if (function != NULL && strncmp(function, "cuda", 4) == 0)
+		return true;
+	return function != NULL && function[0] == 'c' && function[1] == 'u' && function[2] >= 'A' &&
+	       function[2] <= 'Z';
+}
+
+struct frame {
+	const char *address, *module, *function, *file;
+	bool has_line;
+	int64_t line;
+};
+
+static int read_frame(struct reader *rd, json_t *f, const char *where, struct frame *out)
+{
+	json_t *line;
+	int r;
+
+	if (!json_is_object(f))
+		return fail(rd, "%s: expected an object", where);
+	*out = (struct frame){ 0 };
+	r = get_str(rd, f, where, "address", true, &out->address);
+	if (r == 0)
+		r = get_str(rd, f, where, "module", true, &out->module);
+	if (r == 0)
+		r = get_str(rd, f, where, "function", true, &out->function);
+	if (r == 0)
+		r = get_str(rd, f, where, "file", true, &out->file);
+	if (r == 0 && (line = get(rd, f, where, "line", &r)) != NULL) {
+		if (json_is_integer(line)) {
+			out->has_line = true;
+			out->line = (int64_t)json_integer_value(line);
+		} else if (!json_is_null(line)) {
+			r = fail(rd, "%s.line: expected an integer or null", where);
+		}
+	}
+	return r;
+}
+
+/* What a frame is, for a label when no frame has a file and a line. */
+static int describe(const struct frame *f, char **out)
+{
+	const char *what = f->function != NULL ? f->function : f->address != NULL ? f->address : "?";
+
+	if (f->module != NULL)
+		return asprintf(out, "%s (%s)", what, base_name(f->module));
+	return asprintf(out, "%s", what);
+}
+
+static void place_free(struct gmt__site_place *p)
+{
+	free(p->label);
+	free(p->file);
+}
+
+/* The place of stack `id` (check.h). NOTE: frames that a CUDA frame called
+ * are CUDA's too, whatever their names: a statically linked cudart's
+ * internals (malloc_async under cudaMallocAsync) lie in the program's own
+ * module; so the search starts outside the outermost CUDA frame. */
+static int place_of(struct reader *rd, int64_t id, const char *where, struct gmt__site_place *out)
+{
+	struct stack_ref key = { .id = id }, *s;
+	struct frame *frames = NULL;
+	const struct frame *pick = NULL;
+	char fwhere[96];
+	size_t i, n, outside = 0;
+	int r = 0;
+
+	*out = (struct gmt__site_place){ 0 };
+	s = bsearch(&key, rd->stacks, rd->nstacks, sizeof(*rd->stacks), compare_stack_ref);
+	if (s == NULL && id == 0) {
+		out->label = strdup("(no stack recorded)");
+		return out->label != NULL ? 0 : no_memory(rd);
+	}
+	if (s == NULL)
+		return fail(rd, "%s.stack: no stack %lld in stacks", where, (long long)id);
+	n = json_array_size(s->frames);
+	if (n == 0) {
+		r = asprintf(&out->label, "(stack %lld: no frames)", (long long)id);
+		goto out;
+	}
+	frames = calloc(n, sizeof(*frames));
+	if (frames == NULL)
+		return no_memory(rd);
+	for (i = 0; i < n; i++) {
+		snprintf(fwhere, sizeof(fwhere), "stacks[id %lld].frames[%zu]", (long long)id, i);
+		r = read_frame(rd, json_array_get(s->frames, i), fwhere, &frames[i]);
+		if (r < 0) {
+			free(frames);
+			return r;
+		}
+		if (is_cuda_frame(frames[i].module, frames[i].function))
+			outside = i + 1;
+	}
+	for (i = outside; i < n && pick == NULL; i++) {
+		if (frames[i].file != NULL && frames[i].has_line)
+			pick = &frames[i];
+	}
+	if (pick != NULL) {
+		out->file = strdup(pick->file);
+		out->line = pick->line;
+		if (pick->function != NULL)
+			r = asprintf(&out->label, "%s (%s:%lld)", pick->function, pick->file,
+				     (long long)pick->line);
+		else
+			r = asprintf(&out->label, "%s:%lld", pick->file, (long long)pick->line);
+	} else {
+		/* No file and line outside CUDA: what the innermost frame there
+		 * is, else the CUDA call the program made. */
+		r = describe(&frames[outside < n ? outside : n - 1], &out->label);
+	}
+	free(frames);
+out:
+	if (r < 0 || (pick != NULL && out->file == NULL)) {
+		if (r < 0)
+			out->label = NULL;
+		place_free(out);
+		*out = (struct gmt__site_place){ 0 };
+		return no_memory(rd);
+	}
+	return 0;
+}
+
+static int parse_class(const char *s, unsigned *out)
+{
+	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+		if (strcmp(s, classes[i].name) == 0) {
+			*out = classes[i].bit;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int read_leak_site(struct reader *rd, json_t *site, const char *where,
+			  struct gmt__leak_site *out)
+{
+	const char *cls = NULL, *supp = NULL;
+	json_t *counted;
+	int r;
+
+	if (!json_is_object(site))
+		return fail(rd, "%s: expected an object", where);
+	r = get_i64(rd, site, where, "stack", &out->stack);
+	if (r == 0)
+		r = get_str(rd, site, where, "class", false, &cls);
+	if (r == 0 && parse_class(cls, &out->cls) < 0)
+		r = fail(rd, "%s.class: '%.40s' is not leaked, referenced or cached", where, cls);
+	if (r == 0)
+		r = get_typed(rd, site, where, "counted", JSON_TRUE, &counted);
+	if (r == 0)
+		r = get_str(rd, site, where, "suppressed_by", true, &supp);
+	if (r == 0)
+		r = get_u64(rd, site, where, "count", &out->count);
+	if (r == 0)
+		r = get_u64(rd, site, where, "bytes", &out->bytes);
+	if (r < 0)
+		return r;
+	if (supp != NULL && (out->suppressed_by = strdup(supp)) == NULL)
+		return no_memory(rd);
+	return place_of(rd, out->stack, where, &out->place);
+}
+
+static int read_leaks(struct reader *rd, json_t *leaks, struct gmt__snapshot *out)
+{
+	json_t *sites, *scan;
+	char where[48];
+	size_t i, n;
+	int r;
+
+	if (!json_is_object(leaks))
+		return fail(rd, "leaks: expected an object");
+	r = get_typed(rd, leaks, "leaks", "sites", JSON_ARRAY, &sites);
+	if (r < 0)
+		return r;
+	out->scan_done = true;
+	scan = json_object_get(leaks, "scan");
+	if (scan != NULL) {
+		json_t *done = NULL;
+		const char *why = NULL;
+
+		if (!json_is_object(scan))
+			return fail(rd, "leaks.scan: expected an object");
+		r = get_typed(rd, scan, "leaks.scan", "done", JSON_TRUE, &done);
+		if (r == 0)
+			r = get_str(rd, scan, "leaks.scan", "why", true, &why);
+		if (r < 0)
+			return r;
+		out->scan_done = json_is_true(done);
+		if (why != NULL && (out->scan_why = strdup(why)) == NULL)
+			return no_memory(rd);
+	}
+	n = json_array_size(sites);
+	out->leaks = calloc(n ? n : 1, sizeof(*out->leaks));
+	if (out->leaks == NULL)
+		return no_memory(rd);
+	for (i = 0; i < n; i++) {
+		snprintf(where, sizeof(where), "leaks.sites[%zu]", i);
+		out->leaks[i].pid = out->pid;
+		r = read_leak_site(rd, json_array_get(sites, i), where, &out->leaks[i]);
+		out->nleaks = i + 1; /* freed with the snapshot, even half read */
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* sites[] into peaks, sites of the same label added up. Only for the list of
+ * what grew, which the verdict does not depend on: a sites[] this cannot read
+ * gives no list rather than an error. */
+static void read_peaks(struct reader *rd, json_t *sites, struct gmt__snapshot *out)
+{
+	size_t i, j, n = json_array_size(sites);
+	char err[8], where[48];
+	struct reader quiet = *rd;
+
+	quiet.err = err; /* its messages are not wanted */
+	quiet.errlen = sizeof(err);
+	out->peaks = calloc(n ? n : 1, sizeof(*out->peaks));
+	if (out->peaks == NULL)
+		return;
+	for (i = 0; i < n; i++) {
+		json_t *site = json_array_get(sites, i);
+		struct gmt__site_place place;
+		uint64_t peak;
+		int64_t stack;
+
+		snprintf(where, sizeof(where), "sites[%zu]", i);
+		if (!json_is_object(site) || get_i64(&quiet, site, where, "stack", &stack) < 0 ||
+		    get_u64(&quiet, site, where, "peak_bytes", &peak) < 0 ||
+		    place_of(&quiet, stack, where, &place) < 0)
+			goto drop;
+		free(place.file);
+		for (j = 0; j < out->npeaks; j++) {
+			if (strcmp(out->peaks[j].label, place.label) == 0)
+				break;
+		}
+		if (j < out->npeaks) {
+			out->peaks[j].peak_bytes += peak;
+			free(place.label);
+		} else {
+			out->peaks[out->npeaks].label = place.label;
+			out->peaks[out->npeaks++].peak_bytes = peak;
+		}
+	}
+	return;
+drop:
+	for (j = 0; j < out->npeaks; j++)
+		free(out->peaks[j].label);
+	free(out->peaks);
+	out->peaks = NULL;
+	out->npeaks = 0;
+}
+
+static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct gmt__snapshot *out)
+{
+	json_t *summary = NULL, *stacks = NULL, *leaks, *sites;
+	const char *format = NULL, *reason = NULL;
+	int64_t version = 0;
+	int r;
+
+	if (!json_is_object(doc))
+		return fail(rd, "not a gpumemtrace snapshot: not a JSON object");
+	r = get_str(rd, doc, "", "format", false, &format);
+	if (r < 0 || strcmp(format, "gpumemtrace-snapshot") != 0)
+		return fail(rd, "not a gpumemtrace snapshot (no \"format\": \"gpumemtrace-snapshot\")");
+	r = get_i64(rd, doc, "", "version", &version);
+	if (r < 0)
+		return r;
+	if (version != 1)
+		return fail(rd, "snapshot version %lld; this gpumemtrace (%s) reads version 1",
+			    (long long)version, GMT_VERSION_STRING);
+	r = get_str(rd, doc, "", "reason", false, &reason);
+	if (r == 0 && (flags & GMT_READ_EXIT) && strcmp(reason, "exit") != 0)
+		r = fail(rd, "reason '%.20s', expected an exit snapshot", reason);
+	if (r == 0)
+		r = get_i64(rd, doc, "", "pid", &out->pid);
+	if (r == 0)
+		r = get_typed(rd, doc, "", "summary", JSON_OBJECT, &summary);
+	if (r == 0)
+		r = get_u64(rd, summary, "summary", "peak_bytes", &out->peak_bytes);
+	if (r == 0)
+		r = get_u64(rd, summary, "summary", "live_bytes", &out->live_bytes);
+	if (r == 0)
+		r = get_typed(rd, doc, "", "stacks", JSON_ARRAY, &stacks);
+	if (r == 0)
+		r = index_stacks(rd, stacks);
+	if (r < 0)
+		return r;
+	leaks = json_object_get(doc, "leaks");
+	if (leaks == NULL && (flags & GMT_READ_EXIT))
+		return fail(rd, "no \"leaks\" section: written by a libgpumemtrace.so older than this "
+				"gpumemtrace (%s); use the library of the same build",
+			    GMT_VERSION_STRING);
+	if (leaks != NULL && (flags & GMT_READ_EXIT)) {
+		r = read_leaks(rd, leaks, out);
+		if (r < 0)
+			return r;
+	}
+	sites = json_object_get(doc, "sites");
+	if ((flags & GMT_READ_PEAKS) && json_is_array(sites))
+		read_peaks(rd, sites, out);
+	return 0;
+}
+
+int gmt__snapshot_read(const char *path, unsigned flags, struct gmt__snapshot *out, char *err,
+		       size_t errlen)
+{
+	struct reader rd = { .path = path, .err = err, .errlen = errlen };
+	json_error_t jerr;
+	json_t *doc = NULL;
+	FILE *f;
+	int r;
+
+	*out = (struct gmt__snapshot){ 0 };
+	if (errlen > 0)
+		err[0] = '\0';
+	f = gmt__input_open(path, "snapshot", GMT_SNAPSHOT_MAX_BYTES, err, errlen);
+	if (f == NULL)
+		return -errno;
+	/* NOTE: JSON_DISABLE_EOF_CHECK off: trailing junk after the document (a
+	 * torn write) is an error too. */
+	doc = json_loadf(f, 0, &jerr);
+	fclose(f);
+	if (doc == NULL) {
+		snprintf(err, errlen, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
+		return -EINVAL;
+	}
+	out->path = strdup(path);
+	r = out->path != NULL ? read_document(&rd, doc, flags, out) : no_memory(&rd);
+	json_decref(doc);
+	free(rd.stacks);
+	if (r < 0)
+		gmt__snapshot_free(out);
+	return r;
+}
+
+void gmt__snapshot_free(struct gmt__snapshot *s)
+{
+	size_t i;
+
+	for (i = 0; i < s->nleaks; i++) {
+		free(s->leaks[i].suppressed_by);
+		place_free(&s->leaks[i].place);
+	}
+	for (i = 0; i < s->npeaks; i++)
+		free(s->peaks[i].label);
+	free(s->leaks);
+	free(s->peaks);
+	free(s->scan_why);
+	free(s->path);
+	*s = (struct gmt__snapshot){ 0 };
+}

@@ -1,0 +1,472 @@
+/* The gpumemtrace command: `gpumemtrace run [options] -- cmd...` finds
+ * libgpumemtrace.so beside itself (build tree or installed tree), turns its
+ * options into GPUMEMTRACE_* variables checked with the tracer's own parsers,
+ * puts the library into LD_PRELOAD and execs the command. Also what `check`
+ * (check.c) shares with it (launcher.h), the help, and the dispatch. */
+#define _GNU_SOURCE
+#include "cli/launcher.h"
+
+#include "tracer/options.h"
+
+#include <gpumemtrace.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Absolute fallbacks: the configured libdir, this source tree's viewer and the
+ * installed viewer. A relocatable build (meson -Drelocatable=true, what
+ * scripts/gpu-bundle makes) has none: it finds everything relative to itself
+ * and never reaches into the machine it was built on. */
+#ifdef GMT_RELOCATABLE
+#undef GMT_LIBDIR
+#undef GMT_VIEWER_SRC
+#undef GMT_VIEWER_INSTALLED
+#define GMT_LIBDIR ""
+#define GMT_VIEWER_SRC ""
+#define GMT_VIEWER_INSTALLED ""
+#endif
+#ifndef GMT_LIBDIR
+#define GMT_LIBDIR "/usr/local/lib"
+#endif
+#ifndef GMT_LIBDIR_REL
+#define GMT_LIBDIR_REL "lib"
+#endif
+#ifndef GMT_MULTIARCH
+#define GMT_MULTIARCH ""
+#endif
+#ifndef GMT_VIEWER_SRC
+#define GMT_VIEWER_SRC "/usr/local/share/gpumemtrace/gpumemtrace-view"
+#endif
+#ifndef GMT_VIEWER_INSTALLED
+#define GMT_VIEWER_INSTALLED "/usr/local/share/gpumemtrace/gpumemtrace-view"
+#endif
+#ifndef GMT_DATADIR_REL
+#define GMT_DATADIR_REL "share"
+#endif
+
+#define LIBNAME GMT_LIBNAME
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gpumemtrace run [options] -- command [argument...]\n"
+		"       gpumemtrace check [options] -- command [argument...]\n"
+		"       gpumemtrace view [options] FILE...\n"
+		"       gpumemtrace --help | --version\n");
+}
+
+void gmt__help(void)
+{
+	struct gmt__options defaults;
+	char value[64];
+
+	gmt__options_defaults(&defaults);
+	printf("gpumemtrace %s: GPU memory tracing for unmodified CUDA programs.\n\n",
+	       GMT_VERSION_STRING);
+	usage(stdout);
+	printf("\n"
+	       "gpumemtrace run runs the command with " LIBNAME " preloaded: every\n"
+	       "allocation and free of device, managed, stream-ordered, VMM and pinned host\n"
+	       "memory is recorded with its stack, and JSON snapshots of the live memory are\n"
+	       "written as gpumemtrace.<pid>.<reason>.<seq>.json (mode 0600) when an allocation\n"
+	       "runs out of memory, and at the other triggers chosen.\n"
+	       "\n"
+	       "Options of run (each sets the variable named; invalid values are refused):\n"
+	       "  --dir DIR            GPUMEMTRACE_DIR: where snapshots go (default: the\n"
+	       "                       command's working directory); must exist\n"
+	       "  --snapshot-on LIST   GPUMEMTRACE_SNAPSHOT_ON: comma list of oom, exit, peak,\n"
+	       "                       signal (SIGUSR2), or none (default: oom)\n"
+	       "  --depth N            GPUMEMTRACE_STACK_DEPTH: native frames per allocation,\n"
+	       "                       0 to 256, 0 turns stacks off (default: 64)\n"
+	       "  --no-python-stacks   GPUMEMTRACE_PYTHON_STACKS=0: native frames only, no\n"
+	       "                       Python frames (default: recorded, whether or not the\n"
+	       "                       allocating thread holds the GIL)\n"
+	       "  --verbose            GPUMEMTRACE_VERBOSE=1: print the options and progress\n"
+	       "  -h, --help           this text\n"
+	       "  --                   ends the options; the command follows\n"
+	       "\n"
+	       "Options may also be written --dir=DIR. Variables already in the environment\n"
+	       "are kept unless an option sets them; LD_PRELOAD keeps its entries, after the\n"
+	       "library (after a sanitizer runtime that must come first).\n"
+	       "\n"
+	       "Environment variables read by the library (also without this launcher, as in\n"
+	       "LD_PRELOAD=" LIBNAME " command); an invalid value is reported and ignored:\n");
+#define HELP_X(field, var, type, def, text)                                   \
+	gmt__options_format(&defaults, var, value, sizeof(value));            \
+	printf("  %-24s %s (default: %s)\n", var, text, value);
+	GMT_OPTIONS(HELP_X)
+#undef HELP_X
+	printf("\n"
+	       "gpumemtrace check, the CI leak gate, runs the command traced as a child\n"
+	       "process (signals INT and TERM are passed on to it), then reads the exit\n"
+	       "snapshot of each traced process of the run and fails when a limit is\n"
+	       "exceeded, with a short report on stderr (docs/ci.md).\n"
+	       "\n"
+	       "Options of check (--depth, --no-python-stacks, --verbose and --snapshot-on\n"
+	       "as for run; exit is always added to the triggers):\n"
+	       "  --max-leak-bytes N   counted leaked bytes allowed, summed over the run's\n"
+	       "                       processes\n"
+	       "  --max-leaks N        counted leaked allocations allowed; a leak limit given\n"
+	       "                       alone is the only one (the other is not limited);\n"
+	       "                       neither given: any counted leak fails\n"
+	       "  --leak-classes LIST  the leak classes that count: comma list of leaked,\n"
+	       "                       referenced, cached (default: leaked,referenced;\n"
+	       "                       'leaked' alone is LeakSanitizer's reading); suppressed\n"
+	       "                       leaks never count\n"
+	       "  --suppressions FILE  GPUMEMTRACE_SUPPRESSIONS: leak:PATTERN and\n"
+	       "                       cached:PATTERN rules, checked before the command runs\n"
+	       "  --max-peak BYTES     each process's peak of live memory allowed\n"
+	       "  --baseline SNAPSHOT  a snapshot of an earlier run, for --max-growth\n"
+	       "  --max-growth LIMIT   how far the run's peak (its processes' largest) may\n"
+	       "                       exceed the baseline's: BYTES, or PCT%% of the\n"
+	       "                       baseline's peak (10%%); --baseline and --max-growth\n"
+	       "                       go together\n"
+	       "  --junit FILE         also write the verdict as JUnit XML\n"
+	       "  --dir DIR            keep the snapshots in DIR (created if missing; files\n"
+	       "                       already there are ignored); default: a private\n"
+	       "                       temporary directory, removed when the check passes\n"
+	       "Sizes are integers with an optional suffix K, M, G, T (or Ki, KiB, KB...),\n"
+	       "all powers of 1024. Under GitHub Actions (GITHUB_ACTIONS=true) each counted\n"
+	       "leak site is also an annotation: a ::error line on stdout (::warning when\n"
+	       "the leaks stay within the limits).\n"
+	       "\n"
+	       "gpumemtrace view reads snapshots: a terminal summary of one, what grew\n"
+	       "between two of one process, or one report of several processes (ranks);\n"
+	       "--html OUT writes a self-contained HTML report, --perfetto, --speedscope and\n"
+	       "--pytorch export for those viewers (gpumemtrace view --help, docs/viewer.md).\n"
+	       "It is Python (3.9 or newer), run with the python3 on PATH.\n"
+	       "\n"
+	       "The library is looked for beside this program: in its directory and the\n"
+	       "one above (build tree), in ../lib, ../" GMT_LIBDIR_REL ", ../lib/<multiarch>,\n"
+	       "../lib64 (installed tree)%s%s.\n"
+	       "\n"
+	       "Exit status of run: the command's; 2 for a usage error, 125 when\n"
+	       LIBNAME " cannot be found, 127 when the command cannot be executed.\n"
+	       "\n"
+	       "Exit status of check, the first that applies:\n"
+	       "  2    a usage error (also: a malformed suppressions or baseline file)\n"
+	       "  125  " LIBNAME " cannot be found\n"
+	       "  127  the command cannot be executed\n"
+	       "  N    the command failed: its status (128+S when killed by signal S); the\n"
+	       "       report still says what was found\n"
+	       "  125  no exit snapshot was written, or one cannot be read\n"
+	       "  23   a leak limit (--max-leak-bytes, --max-leaks) is exceeded\n"
+	       "  24   a peak limit (--max-peak, --max-growth) is exceeded\n"
+	       "  0    every limit holds\n"
+	       "\n"
+	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n",
+	       GMT_LIBDIR[0] != '\0' ? ", and in " : "", GMT_LIBDIR);
+}
+
+static const char *context = "";
+
+void gmt__set_context(const char *c)
+{
+	context = c;
+}
+
+static void vsay(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "gpumemtrace: %s", context);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void gmt__say(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(fmt, ap);
+	va_end(ap);
+}
+
+void gmt__die(int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(fmt, ap);
+	va_end(ap);
+	exit(status);
+}
+
+static bool is_file(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void gmt__find_library(char *out)
+{
+	const char *rel[] = {
+		LIBNAME,              /* build tree: beside the launcher */
+		"../" LIBNAME,        /* build tree: src/cli/ under src/ */
+		"../lib/" LIBNAME,
+		"../" GMT_LIBDIR_REL "/" LIBNAME,
+		GMT_MULTIARCH[0] ? "../lib/" GMT_MULTIARCH "/" LIBNAME : NULL,
+		"../lib64/" LIBNAME,
+	};
+	char exe[PATH_MAX], path[PATH_MAX + 64], tried[4096] = "";
+	char *slash;
+	ssize_t n;
+	size_t i;
+
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find %s: /proc/self/exe: %s", LIBNAME, strerror(errno));
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash != NULL)
+		*slash = '\0';
+
+	for (i = 0; i < sizeof(rel) / sizeof(rel[0]) + 1; i++) {
+		if (i < sizeof(rel) / sizeof(rel[0])) {
+			if (rel[i] == NULL)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", exe, rel[i]);
+		} else if (GMT_LIBDIR[0] != '\0') {
+			snprintf(path, sizeof(path), "%s/%s", GMT_LIBDIR, LIBNAME);
+		} else {
+			continue;
+		}
+		if (is_file(path) && realpath(path, out) != NULL)
+			return;
+		if (strstr(tried, path) == NULL && strlen(tried) + strlen(path) + 3 < sizeof(tried)) {
+			strcat(tried, tried[0] ? ", " : "");
+			strcat(tried, path);
+		}
+	}
+	gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find %s (looked for %s); is gpumemtrace installed completely?",
+	    LIBNAME, tried);
+}
+
+/* NOTE: AddressSanitizer and ThreadSanitizer insist that their runtime be
+ * the first object loaded ("ASan runtime does not come first in initial
+ * library list"), so a runtime that leads LD_PRELOAD stays in front. */
+static bool is_sanitizer_runtime(const char *entry, size_t n)
+{
+	static const char *const names[] = { "libasan", "libtsan", "libubsan", "liblsan",
+					     "libclang_rt." };
+	const char *base = entry;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (entry[i] == '/')
+			base = entry + i + 1;
+	}
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (strncmp(base, names[i], strlen(names[i])) == 0)
+			return true;
+	}
+	return false;
+}
+
+void gmt__set_preload(const char *lib)
+{
+	const char *old = getenv("LD_PRELOAD"), *p;
+	size_t lead = 0, liblen = strlen(lib);
+	char *value;
+
+	if (old == NULL || old[strspn(old, " :")] == '\0') {
+		if (setenv("LD_PRELOAD", lib, 1) != 0)
+			gmt__die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
+		return;
+	}
+	/* ld.so splits the list at spaces and colons */
+	for (p = old; *p != '\0';) {
+		size_t sep = strspn(p, " :"), n;
+
+		p += sep;
+		n = strcspn(p, " :");
+		if (n == liblen && strncmp(p, lib, n) == 0)
+			return; /* already there */
+		p += n;
+	}
+	for (p = old; *p != '\0';) {
+		size_t sep = strspn(p, " :"), n = strcspn(p + sep, " :");
+
+		if (n == 0 || !is_sanitizer_runtime(p + sep, n))
+			break;
+		p += sep + n;
+		lead = (size_t)(p - old);
+	}
+	value = malloc(strlen(old) + liblen + 2);
+	if (value == NULL)
+		gmt__die(GMT_EXIT_NO_LIBRARY, "out of memory");
+	if (lead > 0)
+		sprintf(value, "%.*s:%s%s%s", (int)lead, old, lib, old[lead] ? ":" : "",
+			old + lead + strspn(old + lead, " :"));
+	else
+		sprintf(value, "%s:%s", lib, old + strspn(old, " :"));
+	if (setenv("LD_PRELOAD", value, 1) != 0)
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
+	free(value);
+}
+
+void gmt__set_option(const char *flag, const char *var, const char *value)
+{
+	struct gmt__options scratch;
+	const char *expected = "?";
+	int r;
+
+	gmt__options_defaults(&scratch);
+	r = gmt__options_set(&scratch, var, value, &expected);
+	if (r < 0)
+		gmt__die(GMT_EXIT_USAGE, "%s '%s' is invalid: expected %s", flag, value, expected);
+	if (setenv(var, value, 1) != 0)
+		gmt__die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
+}
+
+/* --dir: made absolute now, so that a command that changes directory still
+ * writes where it was asked to; it must exist. */
+static void set_dir(const char *value)
+{
+	char abs[PATH_MAX];
+	struct stat st;
+
+	if (value[0] == '\0')
+		gmt__die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
+	if (realpath(value, abs) == NULL)
+		gmt__die(GMT_EXIT_USAGE, "--dir '%s': %s", value, strerror(errno));
+	if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
+		gmt__die(GMT_EXIT_USAGE, "--dir '%s': not a directory", value);
+	gmt__set_option("--dir", "GPUMEMTRACE_DIR", abs);
+}
+
+const char *gmt__option_value(int argc, char **argv, int *i, const char *name)
+{
+	const char *arg = argv[*i];
+	size_t n = strlen(name);
+
+	if (strncmp(arg, name, n) != 0)
+		return NULL;
+	if (arg[n] == '=')
+		return arg + n + 1;
+	if (arg[n] != '\0')
+		return NULL;
+	if (*i + 1 >= argc || strcmp(argv[*i + 1], "--") == 0)
+		gmt__die(GMT_EXIT_USAGE, "%s needs a value (see gpumemtrace --help)", name);
+	return argv[++*i];
+}
+
+static int run(int argc, char **argv)
+{
+	char lib[PATH_MAX];
+	const char *v;
+	int i;
+
+	for (i = 2; i < argc; i++) {
+		const char *arg = argv[i];
+
+		if (strcmp(arg, "--") == 0)
+			break;
+		if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+			gmt__help();
+			return 0;
+		}
+		if ((v = gmt__option_value(argc, argv, &i, "--dir")) != NULL)
+			set_dir(v);
+		else if ((v = gmt__option_value(argc, argv, &i, "--snapshot-on")) != NULL)
+			gmt__set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
+		else if ((v = gmt__option_value(argc, argv, &i, "--depth")) != NULL)
+			gmt__set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
+		else if (strcmp(arg, "--no-python-stacks") == 0)
+			gmt__set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
+		else if (strcmp(arg, "--verbose") == 0)
+			gmt__set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
+		else if (arg[0] == '-')
+			gmt__die(GMT_EXIT_USAGE, "run: unknown option '%s' (see gpumemtrace --help)", arg);
+		else
+			gmt__die(GMT_EXIT_USAGE, "run: '--' must come before the command, as in: "
+					"gpumemtrace run [options] -- %s ...", arg);
+	}
+	if (i >= argc)
+		gmt__die(GMT_EXIT_USAGE, "run: no command (gpumemtrace run [options] -- command ...)");
+	if (i + 1 >= argc)
+		gmt__die(GMT_EXIT_USAGE, "run: no command after '--'");
+
+	gmt__find_library(lib);
+	gmt__set_preload(lib);
+	execvp(argv[i + 1], argv + i + 1);
+	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
+}
+
+/* `gpumemtrace view ARGS`: the viewer is Python (tools/gpumemtrace-view);
+ * run it with the python3 on PATH, the installed copy first, then the source
+ * tree this launcher was built from. */
+static int view(int argc, char **argv)
+{
+	const char *rel[] = { "../" GMT_DATADIR_REL "/gpumemtrace/gpumemtrace-view", GMT_VIEWER_SRC,
+			      GMT_VIEWER_INSTALLED };
+	char exe[PATH_MAX], path[PATH_MAX + 64];
+	char **args;
+	ssize_t n;
+	size_t i;
+
+	gmt__set_context("view: ");
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	if (strrchr(exe, '/') != NULL)
+		*strrchr(exe, '/') = '\0';
+	path[0] = '\0';
+	for (i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		if (rel[i][0] == '\0')
+			continue;
+		if (rel[i][0] == '/')
+			snprintf(path, sizeof(path), "%s", rel[i]);
+		else
+			snprintf(path, sizeof(path), "%s/%s", exe, rel[i]);
+		if (is_file(path))
+			break;
+		path[0] = '\0';
+	}
+	if (path[0] == '\0')
+		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
+		    exe, rel[0], GMT_VIEWER_SRC[0] != '\0' ? ", " : "", GMT_VIEWER_SRC,
+		    GMT_VIEWER_INSTALLED[0] != '\0' ? " and " : "", GMT_VIEWER_INSTALLED);
+
+	args = calloc((size_t)argc + 2, sizeof(*args));
+	if (args == NULL)
+		gmt__die(GMT_EXIT_NO_COMMAND, "out of memory");
+	args[0] = "python3";
+	args[1] = path;
+	for (i = 2; i < (size_t)argc; i++)
+		args[i] = argv[i];
+	execvp(args[0], args);
+	free(args);
+	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run python3 (the viewer needs Python 3.9 or newer): %s",
+	    strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : NULL;
+
+	if (cmd == NULL) {
+		usage(stderr);
+		return GMT_EXIT_USAGE;
+	}
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+		gmt__help();
+		return 0;
+	}
+	if (strcmp(cmd, "--version") == 0) {
+		printf("gpumemtrace %s\n", GMT_VERSION_STRING);
+		return 0;
+	}
+	if (strcmp(cmd, "run") == 0)
+		return run(argc, argv);
+	if (strcmp(cmd, "check") == 0)
+		return gmt__check(argc, argv);
+	if (strcmp(cmd, "view") == 0)
+		return view(argc, argv);
+	gmt__die(GMT_EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
+}

@@ -1,0 +1,140 @@
+/* Snapshot writing: one JSON document (DESIGN.md §5's required keys, and more)
+ * built from the live table, the interned stacks and the numbers the core hands
+ * over, written atomically into GPUMEMTRACE_DIR as
+ * gpumemtrace.<pid>.<reason>.<seq>.json. Runs on the consumer side with the
+ * consumer lock held; never from a signal handler. */
+#ifndef GMT_SNAPSHOT_H
+#define GMT_SNAPSHOT_H
+
+#include "intercept/device.h"
+#include "state/history.h"
+#include "analyze/leaks.h"
+#include "analyze/suppress.h"
+#include "state/table.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Devices one snapshot describes at most. */
+#define GMT_SNAPSHOT_MAX_DEVICES 64
+
+struct gmt__snapshot_device {
+	int index;
+	uint64_t live_bytes;   /* tracked, this process */
+	const struct gmt__device_state *state; /* what the driver said; NULL: not asked */
+};
+
+/* Who the process is: its host and, in a distributed job, its rank. */
+struct gmt__snapshot_process {
+	int ppid;
+	const char *host;
+	int64_t rank, local_rank, world_size; /* -1: not set */
+	const char *rank_variable;           /* the variable rank came from, or NULL */
+};
+
+struct gmt__snapshot_request {
+	const char *api;       /* the entry point that failed, e.g. "cuMemAlloc_v2" */
+	uint64_t size;
+	int device;
+	int result;            /* the CUresult it returned */
+	int kind;              /* enum gmt__kind it asked for */
+	uint32_t stack;        /* the asking thread's stack (0: none) */
+	uint64_t failure;      /* its ordinal among the process's out-of-memory results, from 1 */
+};
+
+struct gmt__snapshot_stat {
+	const char *name;
+	uint64_t value;
+};
+
+/* The leak check of an exit snapshot: what it is given, and what it found.
+ * Every live allocation gets a class (leaked, referenced, cached) and may be
+ * suppressed by a rule; docs/tracing.md "Leak check" says what they mean. */
+struct gmt__snapshot_leaks {
+	/* In. */
+	const struct gmt__supp *supp;   /* rules, first match wins; may be NULL */
+	const char *supp_error;         /* the suppressions file was refused: why; or NULL */
+	unsigned classes;               /* enum gmt__leak_class_bit: what counts */
+	bool scan;                      /* run the pointer scan (leaks.h) */
+	uintptr_t stack_from;           /* the scan reads the calling thread's stack from here up */
+	const struct gmt__range *skip;  /* the tracer's own memory, never read */
+	size_t nskip;
+	int exit_status;                /* what the program passed to exit(); -1: not known */
+	bool want_report;               /* fill `report` */
+	/* Out, valid when the writer returns with judged set — whether or not
+	 * the file could be written. */
+	bool judged;                    /* the allocations were classified */
+	uint64_t counted_count, counted_bytes; /* unsuppressed allocations of counted classes */
+	int suspects;                   /* growth suspects found */
+	char *report;                   /* the report, lines without prefix, malloc'd; or NULL */
+};
+
+struct gmt__snapshot {
+	const char *reason;    /* "oom", "exit", "peak", "signal", "api" */
+	uint64_t seq;          /* this process's snapshot number, from 1 */
+	uint64_t time_ns;      /* CLOCK_REALTIME */
+	int pid;
+	int argc;
+	char *const *argv;     /* may be NULL (argc 0) */
+	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
+	const struct gmt__snapshot_device *devices;
+	int ndevices;
+	const struct gmt__snapshot_request *failed; /* reason "oom" only, else NULL */
+	struct gmt__table *table;
+	const char *const *api_names; /* api label index → name */
+	int napi;
+	const struct gmt__snapshot_stat *stats; /* the tracer's own counters */
+	int nstats;
+	const struct gmt__snapshot_process *process; /* may be NULL */
+	/* The history (events, series, sites), read before table_done like the
+	 * table; may be NULL. */
+	const struct gmt__history *history;
+	/* Out, may be NULL: the number the snapshot got (seq, or a later one
+	 * when names were taken), stored before table_done. */
+	uint64_t *seq_out;
+	/* Out: for an "oom" snapshot, a few lines for a human (requested, free,
+	 * verdict, top sites; no path), NUL-terminated, whether or not the file
+	 * could be written ("" when the diagnosis could not be made); may be
+	 * NULL. */
+	char *report;
+	size_t report_len;
+	/* The leak check (exit snapshots), or NULL. */
+	struct gmt__snapshot_leaks *leaks;
+	/* Write no file: build the document for the leak report only. */
+	bool no_file;
+	/* Called exactly once, on every path, as soon as the writer no longer reads
+	 * `table` — before it resolves stack frames, which takes the dynamic
+	 * loader's lock: the caller releases its own lock here, so that a thread
+	 * waiting for it while holding the loader's lock (an allocation in a
+	 * library constructor) cannot deadlock with the snapshot. May be NULL. */
+	void (*table_done)(void *arg);
+	void *table_done_arg;
+};
+
+/* Names tried, from s->seq on, when a snapshot's name is taken. */
+#define GMT_SNAPSHOT_NAME_TRIES 100
+
+/* Writes the snapshot into `dir`, atomically (a temporary file in the same
+ * directory, then a rename that never replaces an existing file), mode 0600,
+ * never through a symlink. When the name for s->seq is taken (by anything, a
+ * symlink included) the following numbers are tried first, and the document
+ * carries the one used (*s->seq_out). On success stores the final path in
+ * path[0..len) (path may be NULL) and returns 0; otherwise returns a negative
+ * errno, sets path to "" and leaves no file behind — the document is still
+ * built, for s->report and s->leaks, which never depend on the file: -EEXIST when
+ * GMT_SNAPSHOT_NAME_TRIES names are taken or the name was taken while the
+ * file was being written, -EINVAL for
+ * a reason that is not one lowercase word, -ENAMETOOLONG when the path does not
+ * fit in len, else the errno of the failing call (-ENOSPC, -EACCES, ...).
+ * errno is left as it was. dir NULL or "" means ".". With a rank the name is
+ * gpumemtrace.<pid>.<reason>.<seq>.rank<rank>.json.
+ * Live entries of GMT_SPACE_MEMORY, _ARRAY and _HANDLE are the "allocations";
+ * reservations and mappings go under "vmm". Frames are resolved after
+ * table_done, at dump time: function, file, line and inlined frames from the
+ * debug information through libdw when it can be loaded (symbols.h), else the
+ * loader's name (dladdr) with file and line null; "modules" lists each module a
+ * frame names, with its load base and build-id, for exact offline symbolisation. */
+int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len);
+
+#endif /* GMT_SNAPSHOT_H */

@@ -1,0 +1,298 @@
+/* The bounded event history, the series of live bytes and the per-site
+ * aggregates (history.h). */
+#define _GNU_SOURCE
+#include "state/history.h"
+
+#include "record/event.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define SITES_FIRST 4096
+
+static void *map(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int gmt__history_init(struct gmt__history *h, size_t max_events)
+{
+	memset(h, 0, sizeof(*h));
+	h->interval_ns = GMT_SERIES_INTERVAL_NS;
+	if (max_events > 0) {
+		h->events = map(max_events * sizeof(*h->events));
+		if (h->events == NULL)
+			return -ENOMEM;
+		h->cap = max_events;
+	}
+	/* Untouched pages cost nothing: columns never used stay unbacked. */
+	h->pt_time = map(GMT_SERIES_POINTS * sizeof(uint64_t));
+	h->pt_val = map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
+	h->pt_max = map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
+	h->sites = map(SITES_FIRST * sizeof(*h->sites));
+	if (h->pt_time == NULL || h->pt_val == NULL || h->pt_max == NULL || h->sites == NULL)
+		return -ENOMEM;
+	h->nsites = SITES_FIRST;
+	return 0;
+}
+
+void gmt__history_clear(struct gmt__history *h)
+{
+	h->head = h->count = 0;
+	h->dropped = 0;
+	h->interval_ns = GMT_SERIES_INTERVAL_NS;
+	h->start_ns = h->next_ns = 0;
+	h->window = 0;
+	h->ncols = 0;
+	memset(h->cur, 0, sizeof(h->cur));
+	memset(h->max, 0, sizeof(h->max));
+	h->npoints = 0;
+	h->overflow = 0;
+	if (h->sites != NULL)
+		memset(h->sites, 0, h->nsites * sizeof(*h->sites));
+	h->sites_failed = false;
+}
+
+/* --- the series ------------------------------------------------------------ */
+
+static uint64_t *col_of(uint64_t *base, int col)
+{
+	return base + (size_t)col * GMT_SERIES_POINTS;
+}
+
+/* Halves the points: each pair becomes one point at the later time, with the
+ * later value and the higher maximum. */
+static void series_merge(struct gmt__history *h)
+{
+	size_t half = h->npoints / 2;
+
+	for (size_t i = 0; i < half; i++) {
+		h->pt_time[i] = h->pt_time[2 * i + 1];
+		for (int c = 0; c < h->ncols; c++) {
+			uint64_t *v = col_of(h->pt_val, c), *m = col_of(h->pt_max, c);
+
+			v[i] = v[2 * i + 1];
+			m[i] = m[2 * i] > m[2 * i + 1] ? m[2 * i] : m[2 * i + 1];
+		}
+	}
+	/* An odd last point stays on its own. */
+	if (h->npoints % 2 != 0) {
+		h->pt_time[half] = h->pt_time[h->npoints - 1];
+		for (int c = 0; c < h->ncols; c++) {
+			col_of(h->pt_val, c)[half] = col_of(h->pt_val, c)[h->npoints - 1];
+			col_of(h->pt_max, c)[half] = col_of(h->pt_max, c)[h->npoints - 1];
+		}
+		half++;
+	}
+	h->npoints = half;
+	h->interval_ns *= 2;
+}
+
+/* Closes the open window at time t. */
+static void series_point(struct gmt__history *h, uint64_t t)
+{
+	if (h->npoints == GMT_SERIES_POINTS)
+		series_merge(h);
+	h->pt_time[h->npoints] = t;
+	for (int c = 0; c < h->ncols; c++) {
+		col_of(h->pt_val, c)[h->npoints] = h->cur[c];
+		col_of(h->pt_max, c)[h->npoints] = h->max[c];
+		h->max[c] = h->cur[c];
+	}
+	h->npoints++;
+	h->window++;
+}
+
+void gmt__history_tick(struct gmt__history *h, uint64_t now_ns)
+{
+	if (h->pt_time == NULL)
+		return;
+	if (h->next_ns == 0) {
+		h->start_ns = now_ns;
+		h->next_ns = now_ns + h->interval_ns;
+		return;
+	}
+	if (now_ns < h->next_ns)
+		return;
+	series_point(h, h->next_ns);
+	/* A quiet stretch: one flat point at its last boundary stands for it. */
+	if (now_ns >= h->next_ns + h->interval_ns) {
+		h->next_ns += (now_ns - h->next_ns) / h->interval_ns * h->interval_ns;
+		series_point(h, h->next_ns);
+	}
+	h->next_ns += h->interval_ns;
+}
+
+static int column(struct gmt__history *h, int device, int kind)
+{
+	for (int c = 0; c < h->ncols; c++) {
+		if (h->col_device[c] == device && h->col_kind[c] == kind)
+			return c;
+	}
+	if (h->ncols == GMT_SERIES_COLUMNS)
+		return -1;
+	/* A new column was 0 at every earlier point (the mapping is zero-filled). */
+	h->col_device[h->ncols] = (int16_t)device;
+	h->col_kind[h->ncols] = (uint8_t)kind;
+	return h->ncols++;
+}
+
+uint64_t gmt__history_live(const struct gmt__history *h, int device, int kind)
+{
+	for (int c = 0; c < h->ncols; c++) {
+		if (h->col_device[c] == device && h->col_kind[c] == kind)
+			return h->cur[c];
+	}
+	return 0;
+}
+
+/* --- sites ----------------------------------------------------------------- */
+
+static struct gmt__site *site_of(struct gmt__history *h, uint32_t id)
+{
+	if (h->sites == NULL)
+		return NULL;
+	if (id >= h->nsites) {
+		size_t n = h->nsites;
+		struct gmt__site *bigger;
+
+		while (n <= id)
+			n *= 2;
+		bigger = mremap(h->sites, h->nsites * sizeof(*h->sites), n * sizeof(*h->sites), MREMAP_MAYMOVE);
+		if (bigger == MAP_FAILED) {
+			h->sites_failed = true;
+			return NULL;
+		}
+		h->sites = bigger;
+		h->nsites = n;
+	}
+	return &h->sites[id];
+}
+
+/* Closes the site's window when the series moved on since it began. */
+static void site_roll(struct gmt__site *s, uint32_t window)
+{
+	if (s->window == window)
+		return;
+	if (s->live_bytes > s->mark_bytes)
+		s->rises++;
+	else if (s->live_bytes < s->mark_bytes)
+		s->falls++;
+	if (!s->based) {
+		s->base_bytes = s->live_bytes;
+		s->based = true;
+	}
+	s->mark_bytes = s->live_bytes;
+	s->window = window;
+}
+
+const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t id)
+{
+	if (h->sites == NULL || id >= h->nsites || (h->sites[id].allocs == 0 && h->sites[id].live_count == 0))
+		return NULL;
+	return &h->sites[id];
+}
+
+bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth)
+{
+	uint64_t base = s->based ? s->base_bytes : 0;
+
+	*rises = s->rises + (s->live_bytes > s->mark_bytes);
+	*falls = s->falls + (s->live_bytes < s->mark_bytes);
+	*growth = s->live_bytes > base ? s->live_bytes - base : 0;
+	return *rises >= GMT_GROWTH_MIN_RISES && *falls * 4 <= *rises && *growth > 0;
+}
+
+bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth)
+{
+	uint64_t base = s->based ? s->base_bytes : 0;
+
+	(void)gmt__site_growing(s, rises, falls, growth);
+	*growth = s->peak_bytes > base ? s->peak_bytes - base : 0;
+	return *rises >= GMT_GROWTH_MIN_RISES && *falls * 4 <= *rises && *growth > 0;
+}
+
+/* --- the events ------------------------------------------------------------ */
+
+static void remember(struct gmt__history *h, const struct gmt__hist_event *ev)
+{
+	if (h->cap == 0)
+		return;
+	h->events[h->head] = *ev;
+	h->head = h->head + 1 == h->cap ? 0 : h->head + 1;
+	if (h->count < h->cap)
+		h->count++;
+	else
+		h->dropped++;
+}
+
+const struct gmt__hist_event *gmt__history_event(const struct gmt__history *h, size_t i)
+{
+	size_t at = (h->head + h->cap - h->count + i) % h->cap;
+
+	return &h->events[at];
+}
+
+void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, bool add,
+			 const struct gmt__hist_cause *cause)
+{
+	struct gmt__hist_event ev = {
+		.seq = cause->seq, .time_ns = cause->time_ns, .addr = e->addr, .size = e->size,
+		.stack = e->stack, .tid = cause->tid, .api = cause->api,
+		.op = add ? GMT_HIST_ALLOC : GMT_HIST_FREE, .kind = e->kind, .device = e->device,
+	};
+	struct gmt__site *s;
+	int c;
+
+	if (h->pt_time == NULL)
+		return;
+	c = column(h, e->device, e->kind);
+	if (c < 0) {
+		h->overflow++;
+	} else if (add) {
+		h->cur[c] += e->size;
+		if (h->cur[c] > h->max[c])
+			h->max[c] = h->cur[c];
+	} else {
+		h->cur[c] -= e->size;
+	}
+	s = site_of(h, e->stack);
+	if (s != NULL) {
+		site_roll(s, h->window);
+		if (add) {
+			s->live_bytes += e->size;
+			s->live_count++;
+			if (!cause->undo) {
+				s->allocs++;
+				s->alloc_bytes += e->size;
+			}
+			if (s->live_bytes > s->peak_bytes)
+				s->peak_bytes = s->live_bytes;
+		} else if (s->live_count > 0) {
+			s->live_bytes -= e->size < s->live_bytes ? e->size : s->live_bytes;
+			s->live_count--;
+		}
+	}
+	remember(h, &ev);
+}
+
+void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *cause, uint64_t size,
+		      uint8_t kind, int device, uint32_t stack)
+{
+	struct gmt__hist_event ev = {
+		.seq = cause->seq, .time_ns = cause->time_ns, .size = size, .stack = stack,
+		.tid = cause->tid, .api = cause->api, .op = GMT_HIST_OOM, .kind = kind,
+		.device = (int16_t)device,
+	};
+
+	remember(h, &ev);
+}
+
+void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx)
+{
+	if (h->events != NULL)
+		fn(ctx, h->events, h->cap * sizeof(*h->events));
+}

@@ -1,0 +1,141 @@
+/* What the consumer remembers beyond the live set, for snapshots to tell how
+ * memory got where it is: the last allocations and frees (a bounded history,
+ * like PyTorch's max_entries), a time series of live bytes per device and kind,
+ * and aggregates per allocation site (an interned stack) with the rises and
+ * falls that growth detection reads. Only the consumer side touches it, under
+ * the core's lock; memory comes from mmap, never malloc, because a producer
+ * draining its own full ring applies events inside a hook. */
+#ifndef GMT_HISTORY_H
+#define GMT_HISTORY_H
+
+#include "state/table.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Points the series keeps. When full, neighbours merge two by two and the
+ * interval doubles: a run of any length keeps its whole shape. */
+#define GMT_SERIES_POINTS 1024
+/* The first interval between points. */
+#define GMT_SERIES_INTERVAL_NS (10 * 1000000ull)
+/* (device, kind) pairs the series tells apart; more are left out of it. */
+#define GMT_SERIES_COLUMNS 64
+
+/* A site grows (a leak suspect) when its live bytes rose in at least this
+ * many windows of the series, and fell in at most one window in four of those. */
+#define GMT_GROWTH_MIN_RISES 4
+
+enum gmt__hist_op {
+	GMT_HIST_ALLOC, /* an allocation became live */
+	GMT_HIST_FREE,  /* it went away (a free, a release, its context destroyed) */
+	GMT_HIST_OOM,   /* an allocation failed with out-of-memory */
+};
+
+/* 48 bytes. For a free, `stack` is the allocation's (what was freed) and api,
+ * tid, time and seq the freeing call's. */
+struct gmt__hist_event {
+	uint64_t seq;     /* the event that caused it; an oom's failure ordinal */
+	uint64_t time_ns; /* CLOCK_REALTIME */
+	uint64_t addr;
+	uint64_t size;
+	uint32_t stack;
+	uint32_t tid;
+	uint16_t api;
+	uint8_t op;   /* enum gmt__hist_op */
+	uint8_t kind; /* enum gmt__kind */
+	int16_t device;
+	uint16_t pad;
+};
+
+/* One allocation site: an interned stack id (0: allocations without a stack). */
+struct gmt__site {
+	uint64_t live_bytes, live_count;
+	uint64_t allocs, alloc_bytes; /* every allocation made there, and their bytes */
+	uint64_t peak_bytes;          /* its highest live_bytes */
+	uint64_t mark_bytes;          /* live_bytes when its window `window` began */
+	uint64_t base_bytes;          /* live_bytes at the end of its first window */
+	uint32_t window;              /* the series window mark_bytes belongs to */
+	uint32_t rises, falls;        /* closed windows in which live_bytes rose, fell */
+	bool based;                   /* base_bytes is set */
+};
+
+/* What happened to memory, for the history and the series. */
+struct gmt__hist_cause {
+	uint64_t seq, time_ns;
+	uint32_t tid;
+	uint16_t api;
+	bool undo; /* put back after a failed VMM release, unmap or unreserve: not new */
+};
+
+struct gmt__history {
+	/* the event ring: the last `cap` events, oldest at (head - count) */
+	struct gmt__hist_event *events;
+	size_t cap, head, count;
+	uint64_t dropped; /* events that fell out of the ring */
+
+	/* the series: points[0..npoints) close windows of `interval_ns`; the
+	 * open window ends at next_ns */
+	uint64_t interval_ns, start_ns, next_ns;
+	uint32_t window; /* windows closed since the start (never merged) */
+	int ncols;
+	int16_t col_device[GMT_SERIES_COLUMNS];
+	uint8_t col_kind[GMT_SERIES_COLUMNS];
+	uint64_t cur[GMT_SERIES_COLUMNS], max[GMT_SERIES_COLUMNS];
+	size_t npoints;
+	uint64_t *pt_time; /* [GMT_SERIES_POINTS] */
+	uint64_t *pt_val;  /* [GMT_SERIES_COLUMNS][GMT_SERIES_POINTS]: live at the point */
+	uint64_t *pt_max;  /* the same: the highest live within the window */
+	uint64_t overflow; /* changes of a (device, kind) without a column */
+
+	/* the sites, indexed by stack id */
+	struct gmt__site *sites;
+	size_t nsites; /* capacity in ids */
+	bool sites_failed;
+};
+
+/* Sets up an empty history keeping `max_events` events (0: none). Returns 0
+ * or -ENOMEM (then nothing is kept, and every call below is harmless). */
+int gmt__history_init(struct gmt__history *h, size_t max_events);
+
+/* Forgets everything, keeping the memory (a fork child starts afresh). */
+void gmt__history_clear(struct gmt__history *h);
+
+/* Time passes: call before applying an event of time `now_ns`. Closes the
+ * windows that ended before it. */
+void gmt__history_tick(struct gmt__history *h, uint64_t now_ns);
+
+/* Live entry e (memory: not a reservation or a mapping) was added or removed,
+ * because of `cause`. */
+void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, bool add,
+			 const struct gmt__hist_cause *cause);
+
+/* An allocation of `size` bytes of `kind` on `device` failed with
+ * out-of-memory (failure: its ordinal). */
+void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *cause, uint64_t size,
+		      uint8_t kind, int device, uint32_t stack);
+
+/* The site of stack `id`, or NULL when it has none (never allocated). */
+const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t id);
+
+/* Rises and falls of a site counting its open window (live now against
+ * where the window began), and whether that makes it a growth suspect;
+ * *growth gets the bytes it rose by after its first window. */
+bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
+
+/* Whether the site kept growing during the run even if it fell back since
+ * (a loop that leaks per iteration and frees everything at the end): the
+ * same rises and falls as above, with *growth its peak above its first
+ * window. The exit report's "leak suspects". */
+bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
+
+/* Every region of memory the history owns that holds addresses, to fn. */
+void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx);
+
+/* The i-th event of the ring, oldest first (i < h->count). */
+const struct gmt__hist_event *gmt__history_event(const struct gmt__history *h, size_t i);
+
+/* The live bytes of (device, kind) now, 0 when it never had any. */
+uint64_t gmt__history_live(const struct gmt__history *h, int device, int kind);
+
+#endif /* GMT_HISTORY_H */

@@ -1,0 +1,167 @@
+/* Logging: one line per message on stderr (or the fd a test chose), prefixed
+ * "gpumemtrace: ", written with a single write(2); warnings capped at
+ * GMT_LOG_MAX_WARNINGS. See log.h. */
+#include "util/log.h"
+
+#include "util/fdwrite.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GMT_LOG_PREFIX "gpumemtrace: "
+#define GMT_LOG_MAX_WARNINGS 20u
+/* A longer line is cut and ends in "...". It lives on the stack: hooks may log
+ * from threads with little of it. */
+#define GMT_LOG_LINE_MAX 1024
+
+/* None of these publishes other data; each is read and written on its own, so
+ * relaxed order is enough everywhere in this file. */
+static atomic_int log_fd = 2;
+static atomic_bool log_verbose;
+static atomic_uint log_warnings;
+
+/* Formats one line and writes it whole. Every byte of it outside printable
+ * ASCII (a newline, a terminal escape, UTF-8) is written as \xNN, as
+ * options.c quotes a bad value (which comes here quoted already: its
+ * backslashes are left alone): a path or a suppression line with a newline
+ * in it cannot split a message or forge another. NOTE:
+ * vsnprintf is not async-signal-safe; nothing calls the log from a signal
+ * handler. */
+static void emit(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+static void emit(const char *fmt, va_list ap)
+{
+	char text[GMT_LOG_LINE_MAX], line[GMT_LOG_LINE_MAX];
+	const size_t prefix = sizeof(GMT_LOG_PREFIX) - 1;
+	const size_t room = sizeof(line) - 1; /* keep one byte for '\n' */
+	int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);
+	size_t n = prefix;
+	int len;
+
+	len = vsnprintf(text, sizeof(text), fmt, ap);
+	if (len < 0)
+		return;
+	memcpy(line, GMT_LOG_PREFIX, prefix);
+	for (size_t i = 0; text[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)text[i];
+		bool plain = c >= 0x20 && c < 0x7f;
+
+		if (n + (plain ? 1 : 4) > room - 3) {
+			memcpy(line + n, "...", 3);
+			n += 3;
+			break;
+		}
+		if (plain) {
+			line[n++] = (char)c;
+		} else {
+			static const char hex[] = "0123456789abcdef";
+
+			line[n++] = '\\';
+			line[n++] = 'x';
+			line[n++] = hex[c >> 4];
+			line[n++] = hex[c & 15];
+		}
+	}
+	if ((size_t)len >= sizeof(text) && n <= room - 3) {
+		memcpy(line + n, "...", 3);
+		n += 3;
+	}
+	line[n++] = '\n';
+
+	/* One write per line so that lines of several threads or processes do not
+	 * interleave (a short write to a full pipe is continued). */
+	gmt__write_full(fd, line, n);
+}
+
+static void emit_args(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit_args(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	emit(fmt, ap);
+	va_end(ap);
+}
+
+/* Counts a warning and says whether it may be printed; the first one past the
+ * cap prints the "suppressed" line instead. */
+static bool warn_admit(void)
+{
+	unsigned n = atomic_fetch_add_explicit(&log_warnings, 1, memory_order_relaxed);
+
+	if (n < GMT_LOG_MAX_WARNINGS)
+		return true;
+	if (n == GMT_LOG_MAX_WARNINGS)
+		emit_args("further warnings suppressed (more than %u)", GMT_LOG_MAX_WARNINGS);
+	return false;
+}
+
+void gmt__warn(const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	if (warn_admit()) {
+		va_start(ap, fmt);
+		emit(fmt, ap);
+		va_end(ap);
+	}
+	errno = saved;
+}
+
+void gmt__warn_once(bool *once, const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	/* NOTE: the flag is a plain static bool at the call site (log.h), so the
+	 * GCC builtin makes the exchange atomic: of racing threads exactly one
+	 * sees false. Relaxed: the flag guards nothing but this message. */
+	if (__atomic_exchange_n(once, true, __ATOMIC_RELAXED))
+		goto out;
+	if (warn_admit()) {
+		va_start(ap, fmt);
+		emit(fmt, ap);
+		va_end(ap);
+	}
+out:
+	errno = saved;
+}
+
+void gmt__report(const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	emit(fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
+void gmt__info(const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	if (!atomic_load_explicit(&log_verbose, memory_order_relaxed))
+		return;
+	va_start(ap, fmt);
+	emit(fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
+void gmt__log_set_verbose(bool on)
+{
+	atomic_store_explicit(&log_verbose, on, memory_order_relaxed);
+}
+
+int gmt__log_set_fd(int fd)
+{
+	return atomic_exchange_explicit(&log_fd, fd, memory_order_relaxed);
+}

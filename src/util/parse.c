@@ -1,0 +1,100 @@
+/* Strict parsing of integers and byte sizes (see parse.h). */
+#include "util/parse.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+/* Reads the leading digits of s into *out; *end points past them. */
+static int parse_digits(const char *s, uint64_t *out, const char **end)
+{
+	uint64_t v = 0;
+	const char *p = s;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	*out = v;
+	*end = p;
+	return 0;
+}
+
+int gmt__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v;
+	const char *end;
+	int r;
+
+	if (s == NULL)
+		return -EINVAL;
+	r = parse_digits(s, &v, &end);
+	if (r < 0)
+		return r;
+	if (*end != '\0')
+		return -EINVAL;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+static int lower(int c)
+{
+	return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
+}
+
+static int suffix_shift(const char *sfx)
+{
+	static const struct {
+		char letter;
+		int shift;
+	} units[] = { { 'k', 10 }, { 'm', 20 }, { 'g', 30 }, { 't', 40 } };
+	size_t i;
+
+	if (sfx[0] == '\0')
+		return 0;
+	if ((sfx[0] == 'b' || sfx[0] == 'B') && sfx[1] == '\0')
+		return 0;
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (lower(sfx[0]) != units[i].letter)
+			continue;
+		/* K, KB, Ki, KiB (any case) */
+		if (sfx[1] == '\0')
+			return units[i].shift;
+		if (lower(sfx[1]) == 'i' && sfx[2] == '\0')
+			return units[i].shift;
+		if (lower(sfx[1]) == 'b' && sfx[2] == '\0')
+			return units[i].shift;
+		if (lower(sfx[1]) == 'i' && lower(sfx[2]) == 'b' && sfx[3] == '\0')
+			return units[i].shift;
+	}
+	return -EINVAL;
+}
+
+int gmt__parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v;
+	const char *end;
+	int shift, r;
+
+	if (s == NULL)
+		return -EINVAL;
+	r = parse_digits(s, &v, &end);
+	if (r < 0)
+		return r;
+	shift = suffix_shift(end);
+	if (shift < 0)
+		return -EINVAL;
+	if (shift > 0 && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	v <<= shift;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}

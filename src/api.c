@@ -1,6 +1,6 @@
 /* The public API's table, exported as `gmt_api_v1`: what gpumemtrace.h finds
  * with dlsym. It forwards to the core, nothing else. */
-#include "tracer/core.h"
+#include "record/record.h"
 
 #include <gpumemtrace.h>
 

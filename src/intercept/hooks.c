@@ -3,7 +3,7 @@
  * what happened to the core; nothing else (policy lives in core.c, variant
  * selection in resolve.c). */
 #define _GNU_SOURCE
-#include "tracer/core.h"
+#include "record/record.h"
 #include "intercept/hooks.h"
 #include "record/modules.h"
 

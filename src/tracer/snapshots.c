@@ -1,0 +1,244 @@
+/* When and how the tracer writes a snapshot: under the lock, everything
+ * before it applied, the document handed to report/snapshot.c; the
+ * out-of-memory report; the gate's mark. */
+#define _GNU_SOURCE
+#include "tracer/tracer.h"
+
+#include "intercept/hooks.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* --- snapshots ------------------------------------------------------------------ */
+
+/* The command line, from /proc/self/cmdline (read on the consumer side). */
+static int read_argv(char ***argv_out)
+{
+	static char buf[16384];
+	static char *argv[256];
+	ssize_t n, len = 0;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC), argc = 0;
+
+	if (fd < 0)
+		return 0;
+	while (len < (ssize_t)sizeof(buf) - 1 && (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+		len += n;
+	close(fd);
+	buf[len] = '\0';
+	for (ssize_t i = 0; i < len && argc < 256; i += (ssize_t)strlen(buf + i) + 1)
+		argv[argc++] = buf + i;
+	*argv_out = argv;
+	return argc;
+}
+
+static void unlock_core(void *arg)
+{
+	(void)arg;
+	pthread_mutex_unlock(&gmt__core.lock);
+}
+
+/* One warning per cause of a failed write: a full disk or a read-only
+ * directory stays so, and every later snapshot would say it again. Called
+ * without the core's lock (the writer released it), from any thread. */
+static void warn_write_error(int r)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static int warned[8];
+	bool seen = false;
+	int k;
+
+	pthread_mutex_lock(&lock);
+	for (k = 0; k < 8 && warned[k] != 0 && !seen; k++)
+		seen = warned[k] == r;
+	if (!seen && k < 8)
+		warned[k] = r;
+	pthread_mutex_unlock(&lock);
+	if (!seen)
+		gmt__warn("cannot write a snapshot into %s: %s (snapshots that fail the same way are counted, not reported)",
+			  gmt__core.opt->dir, strerror(-r));
+}
+
+/* The oom report, a line at a time, and where the snapshot is — or that it
+ * could not be written (r: the writer's error). A report, not a warning: one
+ * per episode, never capped. */
+static void oom_report(char *report, const char *path, int r)
+{
+	char *line = report, *next;
+
+	for (; line != NULL && *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		if (next != NULL)
+			*next++ = '\0';
+		gmt__report("%s%s", line == report ? "" : "  ", line);
+	}
+	if (r < 0)
+		gmt__report("  snapshot: not written (%s)", strerror(-r));
+	else
+		gmt__report("  snapshot: %s", path);
+}
+
+/* Writes one snapshot. Called with the lock held and everything before it
+ * applied; returns with the lock RELEASED: the writer lets go of it as soon as
+ * it has read the table and the history, before it resolves frames under the
+ * loader's lock. `state`: what the driver said of the device the caller could
+ * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
+ * NULL), or a negative errno. */
+int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_request *failed,
+			  const struct gmt__device_state *state, char *out, size_t outlen,
+			  struct gmt__snapshot_leaks *leaks, bool no_file)
+{
+	char path[PATH_MAX], host[256], report[1024];
+	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];
+	struct gmt__snapshot_stat stats[] = {
+		{ "events", atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq },
+#define GMT_X_SNAP(name, help) { #name, 0 },
+		GMT_STATS(GMT_X_SNAP)
+#undef GMT_X_SNAP
+	};
+	struct gmt__snapshot s = {
+		.reason = reason,
+		.time_ns = gmt__now_ns(CLOCK_REALTIME),
+		.pid = getpid(),
+		.live_bytes = gmt__core.live_bytes,
+		.live_count = gmt__core.live_count,
+		.peak_bytes = gmt__core.peak_bytes,
+		.total_allocs = gmt__core.total_allocs,
+		.total_frees = gmt__core.total_frees,
+		.devices = devs,
+		.failed = failed,
+		.table = gmt__core.table,
+		.api_names = gmt__api_names,
+		.napi = GMT_API_COUNT,
+		.stats = stats,
+		.nstats = (int)(sizeof(stats) / sizeof(stats[0])),
+		.table_done = unlock_core,
+		.process = &gmt__core.process,
+		.history = gmt__core.have_hist ? &gmt__core.hist : NULL,
+		.report = failed != NULL ? report : NULL,
+		.report_len = sizeof(report),
+		.leaks = leaks,
+		.no_file = no_file,
+	};
+	char **argv = NULL;
+	int r, i = 1;
+
+	s.argc = read_argv(&argv);
+	s.argv = argv;
+#define GMT_X_READ(name, help) stats[i++].value = atomic_load_explicit(&gmt__core.stats.name, memory_order_relaxed);
+	GMT_STATS(GMT_X_READ)
+#undef GMT_X_READ
+	for (int d = 0; d < GMT_MAX_DEVICES && s.ndevices < GMT_SNAPSHOT_MAX_DEVICES; d++) {
+		bool asked = state != NULL && state->index == d;
+
+		if (gmt__core.device_live[d + 1] == 0 && !asked && (failed == NULL || failed->device != d))
+			continue;
+		devs[s.ndevices++] = (struct gmt__snapshot_device){
+			.index = d, .live_bytes = gmt__core.device_live[d + 1], .state = asked ? state : NULL,
+		};
+	}
+	if (gethostname(host, sizeof(host)) == 0) {
+		host[sizeof(host) - 1] = '\0';
+		gmt__core.process.host = host;
+	} else {
+		gmt__core.process.host = NULL;
+	}
+	gmt__core.process.ppid = getppid();
+	/* A name already taken (a file of another run with a recycled pid, or
+	 * one planted there) is never replaced: the writer takes the next
+	 * number, and says which into snapshot_seq while the lock is held. */
+	s.seq = gmt__core.snapshot_seq + 1;
+	s.seq_out = &gmt__core.snapshot_seq;
+	report[0] = '\0';
+	r = gmt__snapshot_write(&s, gmt__core.opt->dir, path, sizeof(path)); /* the lock is released */
+	/* The report first, the file second: what the program ran into does
+	 * not depend on whether the file could be written. */
+	if (failed != NULL && report[0] != '\0')
+		oom_report(report, path, r);
+	if (r < 0) {
+		STAT_ADD(snapshot_errors, 1);
+		warn_write_error(r);
+		return r;
+	}
+	if (no_file)
+		return 0;
+	STAT_ADD(snapshots, 1);
+	if (out != NULL && outlen > 0)
+		snprintf(out, outlen, "%s", path);
+	if (failed == NULL)
+		gmt__info("%s snapshot %s", reason, path);
+	return 0;
+}
+
+int gmt__snapshot_take(const char *reason, const struct gmt__snapshot_request *failed,
+		       const struct gmt__device_state *state, char *out, size_t outlen)
+{
+	return gmt__snapshot_take_leaks(reason, failed, state, out, outlen, NULL, false);
+}
+
+/* Under the gate (GPUMEMTRACE_GATE, set by gpumemtrace check): an empty
+ * file gpumemtrace.<pid>.pending in the snapshot directory from the process's
+ * first recorded event until its exit snapshot is written. One left behind
+ * tells the gate of a process it cannot judge (it ended by _exit or a
+ * signal, or its snapshot could not be written). A process that recorded
+ * nothing (a fork child that only reads data, as a data loader's workers do)
+ * has nothing to judge and leaves no mark. */
+void gmt__gate_mark(bool on)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if (!gmt__core.opt->gate ||
+	    snprintf(path, sizeof(path), "%s/gpumemtrace.%d.pending", gmt__core.opt->dir, (int)getpid()) >= (int)sizeof(path))
+		return;
+	if (!on) {
+		unlink(path);
+		return;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
+void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
+		       uint32_t tid)
+{
+	uint64_t now;
+
+	/* Everything this thread or any other completed before the failing call
+	 * has its number already: apply up to the current one, then write. */
+	pthread_mutex_lock(&gmt__core.lock);
+	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+	req->failure = ++gmt__core.oom_failures;
+	if (gmt__core.have_hist) {
+		struct gmt__hist_cause cause = {
+			.seq = req->failure, .time_ns = gmt__now_ns(CLOCK_REALTIME), .tid = tid, .api = api,
+		};
+
+		gmt__history_oom(&gmt__core.hist, &cause, req->size, (uint8_t)req->kind, req->device, req->stack);
+	}
+	/* NOTE: frameworks retry after an out-of-memory result (PyTorch frees
+	 * its cache and asks again, cuDNN tries smaller workspaces): a failure
+	 * with no successful allocation since the last snapshot, or within
+	 * GMT_OOM_EPISODE_NS of it, belongs to the same episode. */
+	now = gmt__now_ns(CLOCK_MONOTONIC);
+	if (!(gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM) ||
+	    (gmt__core.oom_written &&
+	     (gmt__core.total_allocs == gmt__core.oom_last_allocs || now - gmt__core.oom_last_ns < GMT_OOM_EPISODE_NS))) {
+		pthread_mutex_unlock(&gmt__core.lock);
+		if (gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM)
+			STAT_ADD(oom_suppressed, 1);
+		return;
+	}
+	gmt__core.oom_written = true;
+	gmt__core.oom_last_ns = now;
+	gmt__core.oom_last_allocs = gmt__core.total_allocs;
+	gmt__snapshot_take("oom", req, state, NULL, 0); /* releases the lock */
+}

@@ -1,0 +1,241 @@
+/* The tracer's state, shared by its stages: the process-wide record of what
+ * the tracer is doing (gmt__core) and each thread's own (gmt__tls), and the
+ * functions the stages call across files. Who owns what: the fields above
+ * `lock` are the record path's (atomics, or set once by init); the fields
+ * below it are the consumer's, read and written only with `lock` held
+ * (state/apply.c, state/consumer.c, tracer/snapshots.c). docs/internals.md
+ * draws the stages and threads. */
+#ifndef GMT_TRACER_H
+#define GMT_TRACER_H
+
+#include "analyze/suppress.h"
+#include "intercept/device.h"
+#include "record/event.h"
+#include "record/ring.h"
+#include "record/stacks.h"
+#include "report/snapshot.h"
+#include "state/history.h"
+#include "state/table.h"
+#include "tracer/options.h"
+
+#include <cuda.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define GMT_MAX_DEVICES 64
+/* How long the consumer waits for an event whose sequence number was taken but
+ * which is not in its ring yet (a thread preempted between the two, or killed
+ * there) before it gives up on the order of that one event. */
+#define GMT_GAP_TIMEOUT_NS (2 * 1000000000ull)
+/* Snapshot rate limits: an out-of-memory result starts a new episode (a new
+ * snapshot) only after an allocation succeeded since the last one and this
+ * long has passed; peak snapshots are at least this far apart. */
+#define GMT_OOM_EPISODE_NS 1000000000ull
+#define GMT_PEAK_INTERVAL_NS 1000000000ull
+#define GMT_UNDO_SLOTS 1024
+#define GMT_UNDO_ENTRIES 4
+/* The background thread's sleep when a pass found nothing, paced by what the
+ * last sleep let gather: halved when it gathered more than a quarter of a
+ * ring (or the doorbell had to wake the thread), doubled when less than a
+ * sixteenth, within these bounds. It wakes on its own timer, which costs the
+ * producers nothing, before a flooding thread's ring is half full and rings
+ * the doorbell (ring.h): that wake-up is a system call on the producer's time,
+ * a costly one in some virtual machines (34 us measured on the development
+ * VM, docs/performance.md), so it stays the backstop. */
+#define GMT_IDLE_MIN_NS 20000ull
+#define GMT_IDLE_START_NS 1000000ull
+#define GMT_IDLE_MAX_NS 16000000ull
+
+/* The tracer's own counters: X(name, meaning). One list for the struct, the
+ * snapshot's "stats" and the verbose report. */
+#define GMT_STATS(X)                                                                          \
+	X(ring_full, "times a thread found its ring full")                                    \
+	X(producer_drains, "times a thread with a full ring applied the events itself")       \
+	X(consumer_events, "events the background thread applied (the rest: full rings, snapshots)") \
+	X(consumer_wakeups, "times the sleeping background thread was woken (a ring half full, a signal)") \
+	X(gap_waits, "times the consumer waited for an event in flight")                      \
+	X(gaps_skipped, "events given up on after waiting (their order may be lost)")         \
+	X(late_events, "events applied after their place in the order was given up")          \
+	X(unknown_frees, "frees, releases and unmaps of nothing the tracer knew")             \
+	X(replaced, "allocations at an address already live (its free recorded later or unseen)") \
+	X(debts_dropped, "late frees forgotten: too many open at one address set")             \
+	X(undone, "records undone because the real call failed")                              \
+	X(undo_lost, "failed calls whose record could no longer be undone")                   \
+	X(failed_frees, "frees the driver refused (not recorded: nothing was freed)")           \
+	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
+	X(device_unknown, "allocations whose device could not be asked")                      \
+	X(python_stacks, "allocations recorded with Python frames")                           \
+	X(python_stacks_nogil, "of those, read from memory on a thread without the GIL")      \
+	X(python_frames_dropped, "Python frames left out: not readable consistently without the GIL") \
+	X(oom_suppressed, "out-of-memory results in an episode already written")             \
+	X(snapshots, "snapshots written")                                                     \
+	X(snapshot_errors, "snapshots that could not be written")
+
+struct gmt__stats {
+#define GMT_X_STAT(name, help) _Atomic uint64_t name;
+	GMT_STATS(GMT_X_STAT)
+#undef GMT_X_STAT
+};
+
+/* Relaxed: statistics publish nothing; they are read for snapshots. */
+#define STAT_ADD(name, n) atomic_fetch_add_explicit(&gmt__core.stats.name, (n), memory_order_relaxed)
+
+enum { GMT_UNINIT, GMT_INITIALISING, GMT_READY, GMT_OFF };
+
+/* What a removal did, so that a failed real call can put it back. */
+struct gmt__undo {
+	uint64_t seq;
+	int nremoved, ndec;
+	struct gmt__entry removed[GMT_UNDO_ENTRIES];
+	uint64_t dec_handle[GMT_UNDO_ENTRIES]; /* handles whose refs (RELEASE) or maps (UNMAP) dropped */
+	uint8_t dec_op[GMT_UNDO_ENTRIES];
+};
+
+struct gmt__core {
+	_Atomic int state;
+	const struct gmt__options *opt;
+	int depth; /* stack depth in frames, 0: no stacks */
+	bool python; /* Python frames wanted (found or not yet) */
+	pthread_key_t ring_key;
+	_Atomic bool consumer_running;
+	_Atomic bool gate_marked; /* gate_mark(true) done in this process */
+	uintptr_t text_start, text_end; /* the tracer's own code (no stack frames from it) */
+	/* The most frames of the tracer's own seen at the top of a captured
+	 * stack (the walk's, capture's, record's, the gmt__on_* caller's, the
+	 * hook's): each capture walks this many more than it keeps. Relaxed: a
+	 * hint; capture() re-walks when it finds more. */
+	_Atomic int own_frames;
+	/* Each device's primary context, learned from cuDevicePrimaryCtxRetain, and
+	 * a counter of context teardowns that invalidates every thread's cached
+	 * (context → device). Relaxed/acq-rel as commented where used. */
+	_Atomic uintptr_t primary_ctx[GMT_MAX_DEVICES];
+	_Atomic uint64_t ctx_generation;
+	_Atomic bool stopping;
+	/* SIGUSR2 arrived: the handler sets it, the consumer writes the
+	 * snapshot. Lock-free (asserted in init), as a handler needs. */
+	_Atomic bool signal_pending;
+	struct sigaction signal_old; /* the program's SIGUSR2 action before ours */
+	/* Next sequence number to hand out, on a line of its own: every event
+	 * writes it, and nothing else should move with it. Relaxed fetch_add:
+	 * uniqueness and the modification order are all the order relies on (see
+	 * drain_until); events recorded = next_seq - first_seq. */
+	_Alignas(64) _Atomic uint64_t next_seq;
+	_Alignas(64) struct gmt__stats stats;
+	uint64_t first_seq; /* the first number of this process (a fork child's differs) */
+
+	/* Everything below is the consumer's, guarded by `lock`. */
+	_Alignas(64) pthread_mutex_t lock;
+	uint64_t expected; /* the next seq to apply */
+	struct gmt__table *table;
+	struct gmt__history hist;
+	struct gmt__hist_cause cause; /* of the changes being applied */
+	bool have_hist;
+	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
+	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
+	uint64_t snapshot_seq;
+	/* Out-of-memory episodes: when the last oom snapshot was written, and
+	 * total_allocs then. */
+	bool oom_written;
+	uint64_t oom_failures, oom_last_ns, oom_last_allocs;
+	/* Peak snapshots: armed (by the consumer, once the interval has passed)
+	 * means a new high-water mark past peak_next_bytes is due; the consumer
+	 * stops applying events there (stop_at_peak) and writes it. */
+	bool peak_armed, peak_due, stop_at_peak;
+	uint64_t peak_next_bytes, peak_next_ns;
+	struct gmt__undo undo[GMT_UNDO_SLOTS];
+	struct gmt__snapshot_process process; /* rank and friends from init; host and ppid per snapshot */
+	/* The leak check: the status the program passed to exit() (on_exit;
+	 * -1 until then), the suppression rules, and why the file's were refused. */
+	_Atomic int exit_status;
+	_Atomic uintptr_t consumer_stack_lo, consumer_stack_hi; /* its locals hold addresses */
+	struct gmt__supp supp;
+	char supp_error[512];
+};
+
+/* The one tracer of the process (tracer/core.c). */
+extern struct gmt__core gmt__core;
+
+struct gmt__thread {
+	int depth;           /* intercepted calls on the stack of this thread */
+	bool initialising;   /* this thread runs init(): pass everything through */
+	uint32_t tid;
+	struct gmt__ring *ring;
+	/* The device of the last current context seen, valid while no context was
+	 * torn down since (ctx_generation). */
+	CUcontext ctx;
+	uint64_t ctx_generation;
+	int16_t ctx_device;
+	/* The region tags open on this thread (gmt_tag_push), outermost first;
+	 * ntags counts deeper ones too, which are not recorded. */
+	int ntags;
+	uint32_t tags[GMT_STACK_MAX_TAGS];
+	/* A free between gmt__on_free and gmt__on_result. */
+	uint64_t free_addr;
+	uint8_t free_kind;
+};
+
+/* The calling thread's (record/record.c). NOTE: initial-exec TLS needs no
+ * allocation on first access; the library is always loaded at start-up
+ * (LD_PRELOAD), where static TLS space is reserved. */
+extern _Thread_local struct gmt__thread gmt__tls __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t gmt__now_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --- across the stages -------------------------------------------------------------- */
+
+/* True once the tracer is initialised and on; initialises on first use
+ * (tracer/core.c), from whichever hook comes first. */
+bool gmt__ready_slow(void);
+static inline bool gmt__ready(void)
+{
+	/* A1 pairs with R1 (tracer/core.c): a thread that sees READY sees what
+	 * init() set up. */
+	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY)
+		return true;
+	return gmt__ready_slow();
+}
+
+/* record/record.c: the calling thread's current context (into *ctx, 0 when
+ * none) and its device. */
+int16_t gmt__current_device(uintptr_t *ctx);
+
+/* state/apply.c: applies one event (lock held); forgets what it remembers
+ * of frees in flight (the child of a fork). */
+void gmt__apply(const struct gmt__event *ev);
+void gmt__apply_after_fork(void);
+
+/* state/consumer.c: applies, in sequence order, every event numbered below
+ * `target` (lock held); returns how many. Starts the background thread. */
+uint64_t gmt__drain_until(uint64_t target);
+void gmt__consumer_start(void);
+
+/* tracer/snapshots.c: writes one snapshot; called with the lock held and
+ * everything before it applied, returns with the lock RELEASED. `state`:
+ * what the driver said of the device the caller could ask, or NULL. 0 and
+ * the file's path in out (when not NULL), or a negative errno. With `leaks`,
+ * the leak classification too (and its report); with no_file, only that. */
+int gmt__snapshot_take(const char *reason, const struct gmt__snapshot_request *failed,
+		       const struct gmt__device_state *state, char *out, size_t outlen);
+int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_request *failed,
+			     const struct gmt__device_state *state, char *out, size_t outlen,
+			     struct gmt__snapshot_leaks *leaks, bool no_file);
+/* An out-of-memory result (req) seen by the record path on thread `tid`
+ * in call `api`: in the history, and a snapshot when it starts an episode.
+ * `state` as above. Takes the lock; returns without it. */
+void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
+		       uint32_t tid);
+/* Under the gate: the process's pending mark made (on) or removed. */
+void gmt__gate_mark(bool on);
+
+#endif /* GMT_TRACER_H */

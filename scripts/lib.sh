@@ -192,9 +192,10 @@ GMT_TSAN_TARGETS=(tests/recording/test_ring tests/recording/test_table tests/rec
 # shellcheck disable=SC2034
 GMT_TSAN_TESTS=(ring table stacks stacks-nomalloc unwind)
 
-# Options of the sanitizer build: ASan and UBSan, every UBSan report fatal.
+# Options of the sanitizer build: ASan and UBSan, every UBSan report fatal,
+# and the tracer's internal checks (src/util/check.h) compiled in.
 # NOTE: b_lundef=false because -fsanitize=address leaves the ASan runtime's
 # symbols undefined in shared libraries, which -Wl,--no-undefined rejects.
 # shellcheck disable=SC2034,SC2054 # for scripts/test; the commas are meson's
 GMT_SAN_OPTIONS=(-Db_sanitize=address,undefined -Dc_args=-fno-sanitize-recover=all
-		 -Db_lundef=false)
+		 -Db_lundef=false -Ddebug_checks=true)

@@ -48,10 +48,10 @@ static void make_room(struct gmt__ring *r)
 {
 	STAT_ADD(ring_full, 1);
 	while (!gmt__ring_has_room(r)) {
-		if (pthread_mutex_trylock(&gmt__core.lock) == 0) {
+		if (gmt__core_trylock()) {
 			STAT_ADD(producer_drains, 1);
 			gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
-			pthread_mutex_unlock(&gmt__core.lock);
+			gmt__core_unlock();
 		} else {
 			sched_yield();
 		}

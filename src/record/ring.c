@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "record/ring.h"
 
+#include "util/check.h"
+
 #include <errno.h>
 #include <linux/futex.h>
 #include <stdalign.h>
@@ -166,6 +168,9 @@ bool gmt__ring_push(struct gmt__ring *r, const struct gmt__event *ev)
 
 	if (!room_at(r, tail))
 		return false;
+	/* The head never passes the tail, and a slot is free before it is
+	 * written. */
+	GMT_CHECK(tail - r->head_seen <= r->mask);
 	r->slots[tail & r->mask] = *ev;
 	/* R1: release of tail publishes the event just written; pairs with A1 in
 	 * peek. */
@@ -194,6 +199,8 @@ void gmt__ring_pop(struct gmt__ring *r)
 {
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 
+	/* Only a peeked event is popped: the head stays at or below the tail. */
+	GMT_CHECK(head != r->tail_seen);
 	/* R2: release of head hands the slot back: our reads of it happen before
 	 * the producer overwrites it; pairs with A2 in push. */
 	atomic_store_explicit(&r->head, head + 1, memory_order_release);

@@ -6,6 +6,7 @@
 #include "report/snapshot.h"
 
 #include "analyze/diagnose.h"
+#include "report/json.h"
 #include "util/fdwrite.h"
 #include "record/modules.h"
 #include "tracer/options.h"
@@ -38,187 +39,7 @@
 #define RENAME_NOREPLACE (1 << 0) /* linux/fs.h */
 #endif
 
-#define OUT_BUFFER_BYTES (1u << 20)
-/* Room one record may take apart from its strings: a few dozen keys and
- * numbers of at most 20 digits. */
-#define OUT_RECORD_BYTES 512
 #define TEMP_TRIES 16
-
-/* ---- buffered output -------------------------------------------------------- */
-
-/* Buffered output to a file descriptor. The first failure sticks in `err` (a
- * negative errno) and makes every later write a no-op. */
-struct out {
-	int fd;
-	bool discard; /* writes go nowhere (a leak report without a file) */
-	int err;
-	char *buf;
-	size_t n, cap;
-};
-
-static void write_all(struct out *o, const char *p, size_t n)
-{
-	if (o->discard)
-		return;
-	if (o->err == 0)
-		o->err = gmt__write_full(o->fd, p, n);
-}
-
-static void out_flush(struct out *o)
-{
-	write_all(o, o->buf, o->n);
-	o->n = 0;
-}
-
-/* Makes room for `need` bytes (at most cap) and returns where they go; the
- * caller advances o->n by what it wrote. */
-static char *out_room(struct out *o, size_t need)
-{
-	if (o->cap - o->n < need)
-		out_flush(o);
-	return o->buf + o->n;
-}
-
-static void out_mem(struct out *o, const void *p, size_t n)
-{
-	if (n > o->cap / 2) {
-		out_flush(o);
-		write_all(o, p, n);
-		return;
-	}
-	memcpy(out_room(o, n), p, n);
-	o->n += n;
-}
-
-static void out_str(struct out *o, const char *s)
-{
-	out_mem(o, s, strlen(s));
-}
-
-/* Decimal and "0x" hex writers into a record: return the end. */
-static char *put_u64(char *p, uint64_t v)
-{
-	char tmp[20];
-	int n = 0;
-
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v != 0);
-	while (n > 0)
-		*p++ = tmp[--n];
-	return p;
-}
-
-static char *put_i64(char *p, int64_t v)
-{
-	if (v < 0) {
-		*p++ = '-';
-		return put_u64(p, (uint64_t)0 - (uint64_t)v);
-	}
-	return put_u64(p, (uint64_t)v);
-}
-
-static char *put_hex(char *p, uint64_t v)
-{
-	static const char digits[] = "0123456789abcdef";
-	char tmp[16];
-	int n = 0;
-
-	*p++ = '"';
-	*p++ = '0';
-	*p++ = 'x';
-	do {
-		tmp[n++] = digits[v & 15];
-		v >>= 4;
-	} while (v != 0);
-	while (n > 0)
-		*p++ = tmp[--n];
-	*p++ = '"';
-	return p;
-}
-
-static char *put_lit(char *p, const char *s)
-{
-	size_t n = strlen(s);
-
-	memcpy(p, s, n);
-	return p + n;
-}
-
-/* Whether s needs no escaping at all as a JSON string: printable ASCII
- * without quote or backslash (what jansson would write unchanged). */
-static bool plain_ascii(const char *s)
-{
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
-			return false;
-	}
-	return true;
-}
-
-static void out_fail(struct out *o, int err)
-{
-	if (o->err == 0)
-		o->err = err;
-}
-
-/* Writes s as a JSON string, escaped by jansson. NOTE: jansson accepts only
- * valid UTF-8, and argv or file names need not be: then every byte above 0x7f
- * becomes '?' (lossy, but still names the thing). */
-static void out_json_string(struct out *o, const char *s)
-{
-	json_t *j = NULL;
-	char *copy = NULL, *big = NULL;
-	size_t need, i, len;
-
-	if (plain_ascii(s)) {
-		out_mem(o, "\"", 1);
-		out_str(o, s);
-		out_mem(o, "\"", 1);
-		return;
-	}
-	j = json_string(s);
-	if (j == NULL) {
-		len = strlen(s);
-		copy = malloc(len + 1);
-		if (copy == NULL)
-			goto nomem;
-		for (i = 0; i <= len; i++)
-			copy[i] = (unsigned char)s[i] >= 0x80 ? '?' : s[i];
-		j = json_string(copy);
-		if (j == NULL)
-			goto nomem;
-	}
-	need = json_dumpb(j, NULL, 0, JSON_ENCODE_ANY);
-	if (need <= o->cap) {
-		char *p = out_room(o, need); /* may flush: o->n changes */
-
-		o->n += json_dumpb(j, p, need, JSON_ENCODE_ANY);
-		goto out;
-	}
-	big = malloc(need);
-	if (big == NULL)
-		goto nomem;
-	out_mem(o, big, json_dumpb(j, big, need, JSON_ENCODE_ANY));
-	goto out;
-nomem:
-	out_fail(o, -ENOMEM);
-out:
-	json_decref(j);
-	free(big);
-	free(copy);
-}
-
-static void out_json_string_or_null(struct out *o, const char *s)
-{
-	if (s != NULL)
-		out_json_string(o, s);
-	else
-		out_str(o, "null");
-}
 
 /* ---- collecting and sorting the live set -------------------------------------- */
 
@@ -565,51 +386,51 @@ static const struct frame_info *frame_lookup(struct frame_cache *c, uintptr_t ip
 
 /* One frame object: the address's loader facts, and one source frame (sym,
  * or NULL: the loader's function name and no position). */
-static void out_frame(struct out *o, const struct frame_info *f, const struct gmt__frame_sym *sym,
+static void out_frame(struct gmt__json *o, const struct frame_info *f, const struct gmt__frame_sym *sym,
 		      const char *function, bool first)
 {
-	char *p = out_room(o, OUT_RECORD_BYTES);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
-	p = put_lit(p, first ? "{\"address\": " : ", {\"address\": ");
-	p = put_hex(p, f->ip);
+	p = gmt__put_lit(p, first ? "{\"address\": " : ", {\"address\": ");
+	p = gmt__put_hex(p, f->ip);
 	if (f->module != NULL) {
-		p = put_lit(p, ", \"offset\": ");
-		p = put_hex(p, f->ip - f->base);
+		p = gmt__put_lit(p, ", \"offset\": ");
+		p = gmt__put_hex(p, f->ip - f->base);
 	}
-	p = put_lit(p, ", \"module\": ");
-	o->n = (size_t)(p - o->buf);
-	out_json_string(o, f->module != NULL && f->module[0] != '\0' ? f->module : "?");
-	out_str(o, ", \"function\": ");
-	out_json_string_or_null(o, function);
-	out_str(o, ", \"file\": ");
-	out_json_string_or_null(o, sym != NULL ? sym->file : NULL);
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, ", \"line\": ");
-	p = sym != NULL && sym->line > 0 ? put_i64(p, sym->line) : put_lit(p, "null");
-	p = put_lit(p, sym != NULL && sym->inlined ? ", \"inlined\": true" : ", \"inlined\": false");
-	p = put_lit(p, ", \"python\": false}");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, ", \"module\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string(o, f->module != NULL && f->module[0] != '\0' ? f->module : "?");
+	gmt__json_str(o, ", \"function\": ");
+	gmt__json_string_or_null(o, function);
+	gmt__json_str(o, ", \"file\": ");
+	gmt__json_string_or_null(o, sym != NULL ? sym->file : NULL);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, ", \"line\": ");
+	p = sym != NULL && sym->line > 0 ? gmt__put_i64(p, sym->line) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, sym != NULL && sym->inlined ? ", \"inlined\": true" : ", \"inlined\": false");
+	p = gmt__put_lit(p, ", \"python\": false}");
+	gmt__json_commit(o, p);
 }
 
 /* One Python frame (pystack.h): no address or module, a function, file and
  * line, and the marker. */
-static void out_py_frame(struct out *o, uintptr_t word, bool first)
+static void out_py_frame(struct gmt__json *o, uintptr_t word, bool first)
 {
 	const char *function = NULL, *file = NULL;
 	int line = 0;
 	char *p;
 
 	(void)gmt__py_frame(word, &function, &file, &line);
-	out_str(o, first ? "{\"address\": null, \"module\": null, \"function\": "
+	gmt__json_str(o, first ? "{\"address\": null, \"module\": null, \"function\": "
 			 : ", {\"address\": null, \"module\": null, \"function\": ");
-	out_json_string_or_null(o, function);
-	out_str(o, ", \"file\": ");
-	out_json_string_or_null(o, file);
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, ", \"line\": ");
-	p = line > 0 ? put_i64(p, line) : put_lit(p, "null");
-	p = put_lit(p, ", \"inlined\": false, \"python\": true}");
-	o->n = (size_t)(p - o->buf);
+	gmt__json_string_or_null(o, function);
+	gmt__json_str(o, ", \"file\": ");
+	gmt__json_string_or_null(o, file);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, ", \"line\": ");
+	p = line > 0 ? gmt__put_i64(p, line) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"inlined\": false, \"python\": true}");
+	gmt__json_commit(o, p);
 }
 
 /* Where a stack's frames go, one at a time, innermost first: a native frame
@@ -646,7 +467,7 @@ static void sink_native(const struct frame_sink *k, struct frame_cache *cache, u
 
 /* The JSON frames array's sink. */
 struct json_frames {
-	struct out *o;
+	struct gmt__json *o;
 	bool first;
 };
 
@@ -792,7 +613,7 @@ static void sink_frames(const struct frame_sink *k, struct frame_cache *cache, c
 	}
 }
 
-static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t *ips, int n)
+static void out_frames(struct gmt__json *o, struct frame_cache *cache, const uintptr_t *ips, int n)
 {
 	struct json_frames j = { o, true };
 	struct frame_sink k = { json_native, json_python, &j };
@@ -802,31 +623,31 @@ static void out_frames(struct out *o, struct frame_cache *cache, const uintptr_t
 
 /* The "modules" map: each module a frame lies in, with its load base and GNU
  * build-id, so that the addresses can be symbolised again offline. */
-static void out_modules(struct out *o, struct frame_cache *cache)
+static void out_modules(struct gmt__json *o, struct frame_cache *cache)
 {
 	char id[256];
 	size_t i;
 
-	out_str(o, " \"modules\": [");
+	gmt__json_str(o, " \"modules\": [");
 	for (i = 0; i < cache->nmods; i++) {
 		const struct module_ref *m = &cache->mods[i];
 		char *p;
 
-		out_str(o, i ? ",\n  {\"path\": " : "\n  {\"path\": ");
-		out_json_string(o, m->path);
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, ", \"base\": ");
-		p = put_hex(p, m->base);
-		p = put_lit(p, ", \"build_id\": ");
-		o->n = (size_t)(p - o->buf);
+		gmt__json_str(o, i ? ",\n  {\"path\": " : "\n  {\"path\": ");
+		gmt__json_string(o, m->path);
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, ", \"base\": ");
+		p = gmt__put_hex(p, m->base);
+		p = gmt__put_lit(p, ", \"build_id\": ");
+		gmt__json_commit(o, p);
 		if (strchr(m->path, '/') != NULL &&
 		    gmt__symbols_build_id(cache->symbols, m->path, id, sizeof(id)) == 0)
-			out_json_string(o, id);
+			gmt__json_string(o, id);
 		else
-			out_str(o, "null");
-		out_str(o, "}");
+			gmt__json_str(o, "null");
+		gmt__json_str(o, "}");
 	}
-	out_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
+	gmt__json_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
 }
 
 /* The runtime call that led to the driver (the label DESIGN.md §2 asks for):
@@ -961,38 +782,38 @@ static void leak_stack_seen(struct leak_work *lw, struct frame_cache *cache, uin
 /* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
  * loader's lock (dladdr) and opens files (libdw): only after table_done. The
  * leak check (lw, may be NULL) matches its rules on the frames on the way. */
-static void out_stacks(struct out *o, struct frame_cache *cache, struct idset *ids, struct report *rep,
+static void out_stacks(struct gmt__json *o, struct frame_cache *cache, struct idset *ids, struct report *rep,
 		       struct leak_work *lw)
 {
 	size_t i, n = idset_sorted(ids);
 
-	out_str(o, " \"stacks\": [");
+	gmt__json_str(o, " \"stacks\": [");
 	for (i = 0; i < n; i++) {
 		int depth = 0, ntags;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
-		char *p = out_room(o, OUT_RECORD_BYTES);
+		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
-		p = put_lit(p, i ? ",\n  {\"id\": " : "\n  {\"id\": ");
-		p = put_u64(p, ids->v[i]);
-		p = put_lit(p, ", \"runtime_call\": ");
-		o->n = (size_t)(p - o->buf);
-		out_json_string_or_null(o, ips != NULL ? runtime_call(cache, ips, depth) : NULL);
+		p = gmt__put_lit(p, i ? ",\n  {\"id\": " : "\n  {\"id\": ");
+		p = gmt__put_u64(p, ids->v[i]);
+		p = gmt__put_lit(p, ", \"runtime_call\": ");
+		gmt__json_commit(o, p);
+		gmt__json_string_or_null(o, ips != NULL ? runtime_call(cache, ips, depth) : NULL);
 		/* Region tags come last (stacks.h), innermost last. */
 		for (ntags = 0; ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]); ntags++)
 			;
-		out_str(o, ", \"tags\": [");
+		gmt__json_str(o, ", \"tags\": [");
 		for (int t = 0; t < ntags; t++) {
 			const char *name = gmt__tag_name((uint32_t)ips[depth - ntags + t]);
 
 			if (t > 0)
-				out_str(o, ", ");
-			out_json_string(o, name != NULL ? name : "?");
+				gmt__json_str(o, ", ");
+			gmt__json_string(o, name != NULL ? name : "?");
 		}
-		out_str(o, "], \"frames\": [");
+		gmt__json_str(o, "], \"frames\": [");
 		if (ips != NULL)
 			out_frames(o, cache, ips, depth - ntags);
-		out_str(o, "]}");
+		gmt__json_str(o, "]}");
 		for (int k = 0; ips != NULL && k < rep->ntop; k++) {
 			if (rep->top[k] == ids->v[i])
 				site_label(cache, ips, depth - ntags, rep->where[k], sizeof(rep->where[k]));
@@ -1000,32 +821,32 @@ static void out_stacks(struct out *o, struct frame_cache *cache, struct idset *i
 		if (lw != NULL)
 			leak_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - ntags : 0);
 	}
-	out_str(o, n > 0 ? "\n ],\n" : "],\n");
+	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
 	out_modules(o, cache);
 }
 
 /* The fields every record of the live table carries. */
 static char *put_entry_common(char *p, const struct gmt__entry *e)
 {
-	p = put_lit(p, "{\"address\": ");
-	p = put_hex(p, e->addr);
-	p = put_lit(p, ", \"size\": ");
-	p = put_u64(p, e->size);
-	p = put_lit(p, ", \"device\": ");
-	p = put_i64(p, e->device);
+	p = gmt__put_lit(p, "{\"address\": ");
+	p = gmt__put_hex(p, e->addr);
+	p = gmt__put_lit(p, ", \"size\": ");
+	p = gmt__put_u64(p, e->size);
+	p = gmt__put_lit(p, ", \"device\": ");
+	p = gmt__put_i64(p, e->device);
 	return p;
 }
 
 static char *put_entry_origin(char *p, const struct gmt__entry *e, const char *api)
 {
-	p = put_lit(p, ", \"api\": ");
-	p = put_lit(p, api);
-	p = put_lit(p, ", \"thread\": ");
-	p = put_u64(p, e->tid);
-	p = put_lit(p, ", \"time_ns\": ");
-	p = put_u64(p, e->time_ns);
-	p = put_lit(p, ", \"stack\": ");
-	p = put_u64(p, e->stack);
+	p = gmt__put_lit(p, ", \"api\": ");
+	p = gmt__put_lit(p, api);
+	p = gmt__put_lit(p, ", \"thread\": ");
+	p = gmt__put_u64(p, e->tid);
+	p = gmt__put_lit(p, ", \"time_ns\": ");
+	p = gmt__put_u64(p, e->time_ns);
+	p = gmt__put_lit(p, ", \"stack\": ");
+	p = gmt__put_u64(p, e->stack);
 	return p;
 }
 
@@ -1077,49 +898,49 @@ static const char *api_name(const struct api_table *t, unsigned api)
 	return api < (unsigned)t->n ? t->v[api] : "\"unknown\"";
 }
 
-static void out_entry(struct out *o, const struct gmt__entry *e, const struct api_table *apis,
+static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const struct api_table *apis,
 		      bool first)
 {
-	char *p = out_room(o, OUT_RECORD_BYTES + apis->longest);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES + apis->longest);
 
-	p = put_lit(p, first ? "\n  " : ",\n  ");
+	p = gmt__put_lit(p, first ? "\n  " : ",\n  ");
 	p = put_entry_common(p, e);
 	switch (e->space) {
 	case GMT_SPACE_RESERVATION:
 	case GMT_SPACE_MAPPING:
 		break;
 	default:
-		p = put_lit(p, ", \"kind\": \"");
-		p = put_lit(p, gmt__kind_name(e->kind));
-		p = put_lit(p, "\"");
+		p = gmt__put_lit(p, ", \"kind\": \"");
+		p = gmt__put_lit(p, gmt__kind_name(e->kind));
+		p = gmt__put_lit(p, "\"");
 		break;
 	}
 	switch (e->space) {
 	case GMT_SPACE_HANDLE:
-		p = put_lit(p, ", \"refs\": ");
-		p = put_u64(p, e->refs);
-		p = put_lit(p, ", \"mappings\": ");
-		p = put_u64(p, e->aux);
+		p = gmt__put_lit(p, ", \"refs\": ");
+		p = gmt__put_u64(p, e->refs);
+		p = gmt__put_lit(p, ", \"mappings\": ");
+		p = gmt__put_u64(p, e->aux);
 		break;
 	case GMT_SPACE_MAPPING:
-		p = put_lit(p, ", \"handle\": ");
-		p = put_hex(p, e->link);
-		p = put_lit(p, ", \"offset\": ");
-		p = put_u64(p, e->aux);
+		p = gmt__put_lit(p, ", \"handle\": ");
+		p = gmt__put_hex(p, e->link);
+		p = gmt__put_lit(p, ", \"offset\": ");
+		p = gmt__put_u64(p, e->aux);
 		break;
 	default:
-		p = put_lit(p, ", \"seq\": ");
-		p = put_u64(p, e->link);
+		p = gmt__put_lit(p, ", \"seq\": ");
+		p = gmt__put_u64(p, e->link);
 		break;
 	}
 	p = put_entry_origin(p, e, api_name(apis, e->api));
 	*p++ = '}';
-	o->n = (size_t)(p - o->buf);
+	gmt__json_commit(o, p);
 }
 
 /* Writes the entries v[0..n) of one section as the elements of a JSON array,
  * and adds their stacks to ids. */
-static int out_section(struct out *o, const struct gmt__entry *const *v, size_t n,
+static int out_section(struct gmt__json *o, const struct gmt__entry *const *v, size_t n,
 		       const struct api_table *apis, struct idset *ids)
 {
 	size_t i;
@@ -1132,7 +953,7 @@ static int out_section(struct out *o, const struct gmt__entry *const *v, size_t 
 			return r;
 	}
 	if (n > 0)
-		out_str(o, "\n ");
+		gmt__json_str(o, "\n ");
 	return 0;
 }
 
@@ -1324,35 +1145,35 @@ static void view_build(const struct gmt__snapshot *s, const struct gmt__entry *c
 
 static char *put_u64_or_null(char *p, bool have, uint64_t v)
 {
-	return have ? put_u64(p, v) : put_lit(p, "null");
+	return have ? gmt__put_u64(p, v) : gmt__put_lit(p, "null");
 }
 
-static void out_process(struct out *o, const struct gmt__snapshot *s)
+static void out_process(struct gmt__json *o, const struct gmt__snapshot *s)
 {
 	const struct gmt__snapshot_process *pr = s->process;
 	char *p;
 
 	if (pr == NULL)
 		return;
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, " \"process\": {\"pid\": ");
-	p = put_i64(p, s->pid);
-	p = put_lit(p, ", \"ppid\": ");
-	p = put_i64(p, pr->ppid);
-	p = put_lit(p, ", \"host\": ");
-	o->n = (size_t)(p - o->buf);
-	out_json_string_or_null(o, pr->host);
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, ", \"rank\": ");
-	p = pr->rank >= 0 ? put_i64(p, pr->rank) : put_lit(p, "null");
-	p = put_lit(p, ", \"local_rank\": ");
-	p = pr->local_rank >= 0 ? put_i64(p, pr->local_rank) : put_lit(p, "null");
-	p = put_lit(p, ", \"world_size\": ");
-	p = pr->world_size >= 0 ? put_i64(p, pr->world_size) : put_lit(p, "null");
-	p = put_lit(p, ", \"rank_variable\": ");
-	o->n = (size_t)(p - o->buf);
-	out_json_string_or_null(o, pr->rank_variable);
-	out_str(o, "},\n");
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, " \"process\": {\"pid\": ");
+	p = gmt__put_i64(p, s->pid);
+	p = gmt__put_lit(p, ", \"ppid\": ");
+	p = gmt__put_i64(p, pr->ppid);
+	p = gmt__put_lit(p, ", \"host\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string_or_null(o, pr->host);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, ", \"rank\": ");
+	p = pr->rank >= 0 ? gmt__put_i64(p, pr->rank) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"local_rank\": ");
+	p = pr->local_rank >= 0 ? gmt__put_i64(p, pr->local_rank) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"world_size\": ");
+	p = pr->world_size >= 0 ? gmt__put_i64(p, pr->world_size) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"rank_variable\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string_or_null(o, pr->rank_variable);
+	gmt__json_str(o, "},\n");
 }
 
 /* Fragmentation at a glance: what is free, what a request could get, what
@@ -1364,120 +1185,120 @@ static char *put_fragmentation(char *p, const struct gmt__device_state *st, cons
 	uint64_t g = pg->granularity, whole = mem ? st->free_bytes / g * g : 0;
 	bool any = false;
 
-	p = put_lit(p, ", \"fragmentation\": {\"free_bytes\": ");
+	p = gmt__put_lit(p, ", \"fragmentation\": {\"free_bytes\": ");
 	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
-	p = put_lit(p, ", \"free_in_whole_pages\": ");
+	p = gmt__put_lit(p, ", \"free_in_whole_pages\": ");
 	p = put_u64_or_null(p, mem, whole);
-	p = put_lit(p, ", \"stranded_bytes\": ");
-	p = put_u64(p, pg->stranded_bytes);
-	p = put_lit(p, ", \"largest_hole_bytes\": ");
-	p = put_u64(p, pg->largest_hole);
-	p = put_lit(p, ", \"largest_fit_bytes\": ");
+	p = gmt__put_lit(p, ", \"stranded_bytes\": ");
+	p = gmt__put_u64(p, pg->stranded_bytes);
+	p = gmt__put_lit(p, ", \"largest_hole_bytes\": ");
+	p = gmt__put_u64(p, pg->largest_hole);
+	p = gmt__put_lit(p, ", \"largest_fit_bytes\": ");
 	p = put_u64_or_null(p, mem, whole > pg->largest_hole ? whole : pg->largest_hole);
-	p = put_lit(p, ", \"pool_unused_bytes\": ");
+	p = gmt__put_lit(p, ", \"pool_unused_bytes\": ");
 	p = put_u64_or_null(p, pools, pools && st->pool_reserved > st->pool_used ? st->pool_reserved - st->pool_used : 0);
-	p = put_lit(p, ", \"size_classes\": [");
+	p = gmt__put_lit(p, ", \"size_classes\": [");
 	for (int k = 0; k < SIZE_CLASSES; k++) {
 		if (count[k] == 0)
 			continue;
-		p = put_lit(p, any ? ", {\"min\": " : "{\"min\": ");
-		p = put_u64(p, (uint64_t)1 << k);
-		p = put_lit(p, ", \"max\": ");
-		p = put_u64(p, k == 63 ? UINT64_MAX : ((uint64_t)1 << (k + 1)) - 1);
-		p = put_lit(p, ", \"count\": ");
-		p = put_u64(p, count[k]);
-		p = put_lit(p, ", \"bytes\": ");
-		p = put_u64(p, bytes[k]);
-		p = put_lit(p, "}");
+		p = gmt__put_lit(p, any ? ", {\"min\": " : "{\"min\": ");
+		p = gmt__put_u64(p, (uint64_t)1 << k);
+		p = gmt__put_lit(p, ", \"max\": ");
+		p = gmt__put_u64(p, k == 63 ? UINT64_MAX : ((uint64_t)1 << (k + 1)) - 1);
+		p = gmt__put_lit(p, ", \"count\": ");
+		p = gmt__put_u64(p, count[k]);
+		p = gmt__put_lit(p, ", \"bytes\": ");
+		p = gmt__put_u64(p, bytes[k]);
+		p = gmt__put_lit(p, "}");
 		any = true;
 	}
-	return put_lit(p, "]}");
+	return gmt__put_lit(p, "]}");
 }
 
-static void out_device(struct out *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
+static void out_device(struct gmt__json *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
 		       const uint64_t *kinds, const uint64_t *class_count, const uint64_t *class_bytes, bool first)
 {
 	const struct gmt__device_state *st = d->state;
 	bool mem = st != NULL && st->have_mem;
-	char *p = out_room(o, 2 * OUT_RECORD_BYTES + SIZE_CLASSES * 96);
+	char *p = gmt__json_room(o, 2 * GMT_JSON_RECORD_BYTES + SIZE_CLASSES * 96);
 
-	p = put_lit(p, first ? "\n  {\"index\": " : ",\n  {\"index\": ");
-	p = put_i64(p, d->index);
-	p = put_lit(p, ", \"total_bytes\": ");
+	p = gmt__put_lit(p, first ? "\n  {\"index\": " : ",\n  {\"index\": ");
+	p = gmt__put_i64(p, d->index);
+	p = gmt__put_lit(p, ", \"total_bytes\": ");
 	p = put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
-	p = put_lit(p, ", \"free_bytes\": ");
+	p = gmt__put_lit(p, ", \"free_bytes\": ");
 	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
-	p = put_lit(p, ", \"live_bytes\": ");
-	p = put_u64(p, d->live_bytes);
-	p = put_lit(p, ", \"kinds\": {");
+	p = gmt__put_lit(p, ", \"live_bytes\": ");
+	p = gmt__put_u64(p, d->live_bytes);
+	p = gmt__put_lit(p, ", \"kinds\": {");
 	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
 		if (kinds[k] == 0)
 			continue;
-		p = put_lit(p, any++ ? ", \"" : "\"");
-		p = put_lit(p, gmt__kind_name((enum gmt__kind)k));
-		p = put_lit(p, "\": ");
-		p = put_u64(p, kinds[k]);
+		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = gmt__put_lit(p, "\": ");
+		p = gmt__put_u64(p, kinds[k]);
 	}
-	p = put_lit(p, "}, \"pools\": ");
+	p = gmt__put_lit(p, "}, \"pools\": ");
 	if (st != NULL && st->have_pools) {
-		p = put_lit(p, "{\"count\": ");
-		p = put_i64(p, st->npools);
-		p = put_lit(p, ", \"reserved_bytes\": ");
-		p = put_u64(p, st->pool_reserved);
-		p = put_lit(p, ", \"used_bytes\": ");
-		p = put_u64(p, st->pool_used);
-		p = put_lit(p, "}");
+		p = gmt__put_lit(p, "{\"count\": ");
+		p = gmt__put_i64(p, st->npools);
+		p = gmt__put_lit(p, ", \"reserved_bytes\": ");
+		p = gmt__put_u64(p, st->pool_reserved);
+		p = gmt__put_lit(p, ", \"used_bytes\": ");
+		p = gmt__put_u64(p, st->pool_used);
+		p = gmt__put_lit(p, "}");
 	} else {
-		p = put_lit(p, "null");
+		p = gmt__put_lit(p, "null");
 	}
-	p = put_lit(p, ", \"pages\": {\"granularity\": ");
-	p = put_u64(p, pg->granularity);
-	p = put_lit(p, pg->granularity_known ? ", \"granularity_known\": true" : ", \"granularity_known\": false");
-	p = put_lit(p, ", \"pages\": ");
-	p = put_u64(p, pg->pages);
-	p = put_lit(p, ", \"partial\": ");
-	p = put_u64(p, pg->partial);
-	p = put_lit(p, ", \"stranded_bytes\": ");
-	p = put_u64(p, pg->stranded_bytes);
-	p = put_lit(p, ", \"occupancy\": [");
+	p = gmt__put_lit(p, ", \"pages\": {\"granularity\": ");
+	p = gmt__put_u64(p, pg->granularity);
+	p = gmt__put_lit(p, pg->granularity_known ? ", \"granularity_known\": true" : ", \"granularity_known\": false");
+	p = gmt__put_lit(p, ", \"pages\": ");
+	p = gmt__put_u64(p, pg->pages);
+	p = gmt__put_lit(p, ", \"partial\": ");
+	p = gmt__put_u64(p, pg->partial);
+	p = gmt__put_lit(p, ", \"stranded_bytes\": ");
+	p = gmt__put_u64(p, pg->stranded_bytes);
+	p = gmt__put_lit(p, ", \"occupancy\": [");
 	for (int k = 0; k < 5; k++) {
-		p = put_lit(p, k ? ", " : "");
-		p = put_u64(p, pg->histogram[k]);
+		p = gmt__put_lit(p, k ? ", " : "");
+		p = gmt__put_u64(p, pg->histogram[k]);
 	}
-	p = put_lit(p, "]}");
+	p = gmt__put_lit(p, "]}");
 	p = put_fragmentation(p, st, pg, class_count, class_bytes);
-	p = put_lit(p, ", \"other_processes\": ");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, ", \"other_processes\": ");
+	gmt__json_commit(o, p);
 	if (st == NULL) {
-		out_str(o, "null}");
+		gmt__json_str(o, "null}");
 		return;
 	}
 	if (!st->have_others) {
-		out_str(o, "{\"known\": false, \"why\": ");
-		out_json_string_or_null(o, st->others_why);
-		out_str(o, "}}");
+		gmt__json_str(o, "{\"known\": false, \"why\": ");
+		gmt__json_string_or_null(o, st->others_why);
+		gmt__json_str(o, "}}");
 		return;
 	}
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, "{\"known\": true, \"bytes\": ");
-	p = put_u64(p, st->others_bytes);
-	p = put_lit(p, ", \"count\": ");
-	p = put_i64(p, st->nothers);
-	p = put_lit(p, ", \"processes\": [");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, "{\"known\": true, \"bytes\": ");
+	p = gmt__put_u64(p, st->others_bytes);
+	p = gmt__put_lit(p, ", \"count\": ");
+	p = gmt__put_i64(p, st->nothers);
+	p = gmt__put_lit(p, ", \"processes\": [");
+	gmt__json_commit(o, p);
 	for (int i = 0; i < st->nothers && i < GMT_DEVICE_MAX_OTHERS; i++) {
-		p = out_room(o, 96);
-		p = put_lit(p, i ? ", {\"pid\": " : "{\"pid\": ");
-		p = put_u64(p, st->others[i].pid);
-		p = put_lit(p, ", \"bytes\": ");
-		p = put_u64(p, st->others[i].bytes);
-		p = put_lit(p, "}");
-		o->n = (size_t)(p - o->buf);
+		p = gmt__json_room(o, 96);
+		p = gmt__put_lit(p, i ? ", {\"pid\": " : "{\"pid\": ");
+		p = gmt__put_u64(p, st->others[i].pid);
+		p = gmt__put_lit(p, ", \"bytes\": ");
+		p = gmt__put_u64(p, st->others[i].bytes);
+		p = gmt__put_lit(p, "}");
+		gmt__json_commit(o, p);
 	}
-	out_str(o, "]}}");
+	gmt__json_str(o, "]}}");
 }
 
-static void out_diagnosis(struct out *o, const struct view *view)
+static void out_diagnosis(struct gmt__json *o, const struct view *view)
 {
 	const struct gmt__diagnosis *d = &view->diag;
 	const struct gmt__diag_input *in = &view->diag_in;
@@ -1485,87 +1306,87 @@ static void out_diagnosis(struct out *o, const struct view *view)
 	bool mem = d->have_mem, others = st != NULL && st->have_others;
 	char *p;
 
-	out_str(o, " \"diagnosis\": {\"verdict\": \"");
-	out_str(o, gmt__verdict_name(d->primary));
-	out_str(o, "\", \"summary\": ");
-	out_json_string(o, d->summary);
-	out_str(o, ",\n  \"verdicts\": [");
+	gmt__json_str(o, " \"diagnosis\": {\"verdict\": \"");
+	gmt__json_str(o, gmt__verdict_name(d->primary));
+	gmt__json_str(o, "\", \"summary\": ");
+	gmt__json_string(o, d->summary);
+	gmt__json_str(o, ",\n  \"verdicts\": [");
 	for (int i = 0; i < d->nverdicts; i++) {
 		const struct gmt__diag_verdict *v = &d->v[i];
 
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, i ? ",\n   {\"name\": \"" : "\n   {\"name\": \"");
-		p = put_lit(p, gmt__verdict_name(v->verdict));
-		p = put_lit(p, i == 0 ? "\", \"primary\": true, \"bytes\": " : "\", \"primary\": false, \"bytes\": ");
-		p = put_u64(p, v->bytes);
-		p = put_lit(p, ", \"rests_on\": [");
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, i ? ",\n   {\"name\": \"" : "\n   {\"name\": \"");
+		p = gmt__put_lit(p, gmt__verdict_name(v->verdict));
+		p = gmt__put_lit(p, i == 0 ? "\", \"primary\": true, \"bytes\": " : "\", \"primary\": false, \"bytes\": ");
+		p = gmt__put_u64(p, v->bytes);
+		p = gmt__put_lit(p, ", \"rests_on\": [");
 		for (int k = 0; v->rests_on[k] != NULL; k++) {
-			p = put_lit(p, k ? ", \"" : "\"");
-			p = put_lit(p, v->rests_on[k]);
-			p = put_lit(p, "\"");
+			p = gmt__put_lit(p, k ? ", \"" : "\"");
+			p = gmt__put_lit(p, v->rests_on[k]);
+			p = gmt__put_lit(p, "\"");
 		}
-		p = put_lit(p, "], \"detail\": ");
-		o->n = (size_t)(p - o->buf);
-		out_json_string(o, v->detail);
-		out_str(o, "}");
+		p = gmt__put_lit(p, "], \"detail\": ");
+		gmt__json_commit(o, p);
+		gmt__json_string(o, v->detail);
+		gmt__json_str(o, "}");
 	}
-	p = out_room(o, 4 * OUT_RECORD_BYTES);
-	p = put_lit(p, "],\n  \"numbers\": {\"device\": ");
-	p = put_i64(p, in->device);
-	p = put_lit(p, ", \"requested_bytes\": ");
-	p = put_u64(p, in->requested);
-	p = put_lit(p, ", \"needed_bytes\": ");
-	p = put_u64(p, d->needed);
-	p = put_lit(p, ", \"granularity\": ");
-	p = put_u64(p, in->pages.granularity);
-	p = put_lit(p, ", \"total_bytes\": ");
+	p = gmt__json_room(o, 4 * GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, "],\n  \"numbers\": {\"device\": ");
+	p = gmt__put_i64(p, in->device);
+	p = gmt__put_lit(p, ", \"requested_bytes\": ");
+	p = gmt__put_u64(p, in->requested);
+	p = gmt__put_lit(p, ", \"needed_bytes\": ");
+	p = gmt__put_u64(p, d->needed);
+	p = gmt__put_lit(p, ", \"granularity\": ");
+	p = gmt__put_u64(p, in->pages.granularity);
+	p = gmt__put_lit(p, ", \"total_bytes\": ");
 	p = put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
-	p = put_lit(p, ", \"free_bytes\": ");
+	p = gmt__put_lit(p, ", \"free_bytes\": ");
 	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
-	p = put_lit(p, ", \"used_bytes\": ");
+	p = gmt__put_lit(p, ", \"used_bytes\": ");
 	p = put_u64_or_null(p, mem, d->used);
-	p = put_lit(p, ", \"shortfall_bytes\": ");
+	p = gmt__put_lit(p, ", \"shortfall_bytes\": ");
 	p = put_u64_or_null(p, mem, d->shortfall);
-	p = put_lit(p, ",\n   \"tracked_bytes\": {");
+	p = gmt__put_lit(p, ",\n   \"tracked_bytes\": {");
 	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
 		if (k == GMT_KIND_HOST || k == GMT_KIND_REGISTERED)
 			continue;
-		p = put_lit(p, any++ ? ", \"" : "\"");
-		p = put_lit(p, gmt__kind_name((enum gmt__kind)k));
-		p = put_lit(p, "\": ");
-		p = put_u64(p, in->tracked[k]);
+		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = gmt__put_lit(p, "\": ");
+		p = gmt__put_u64(p, in->tracked[k]);
 	}
-	p = put_lit(p, "}, \"tracked_total_bytes\": ");
-	p = put_u64(p, d->tracked_total);
-	p = put_lit(p, ", \"footprint_bytes\": ");
-	p = put_u64(p, d->footprint);
-	p = put_lit(p, ",\n   \"pool_reserved_bytes\": ");
+	p = gmt__put_lit(p, "}, \"tracked_total_bytes\": ");
+	p = gmt__put_u64(p, d->tracked_total);
+	p = gmt__put_lit(p, ", \"footprint_bytes\": ");
+	p = gmt__put_u64(p, d->footprint);
+	p = gmt__put_lit(p, ",\n   \"pool_reserved_bytes\": ");
 	p = put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_reserved : 0);
-	p = put_lit(p, ", \"pool_used_bytes\": ");
+	p = gmt__put_lit(p, ", \"pool_used_bytes\": ");
 	p = put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_used : 0);
-	p = put_lit(p, ", \"pool_unused_bytes\": ");
+	p = gmt__put_lit(p, ", \"pool_unused_bytes\": ");
 	p = put_u64_or_null(p, d->have_pools, d->pool_unused);
-	p = put_lit(p, ", \"other_processes_bytes\": ");
+	p = gmt__put_lit(p, ", \"other_processes_bytes\": ");
 	p = put_u64_or_null(p, others, others ? st->others_bytes : 0);
-	p = put_lit(p, ", \"untracked_bytes\": ");
+	p = gmt__put_lit(p, ", \"untracked_bytes\": ");
 	p = put_u64_or_null(p, d->have_untracked, d->untracked);
-	p = put_lit(p, ",\n   \"pages\": ");
-	p = put_u64(p, in->pages.pages);
-	p = put_lit(p, ", \"pages_partial\": ");
-	p = put_u64(p, in->pages.partial);
-	p = put_lit(p, ", \"stranded_bytes\": ");
-	p = put_u64(p, in->pages.stranded_bytes);
-	p = put_lit(p, ", \"growth_bytes\": ");
-	p = put_u64(p, in->growth_bytes);
-	p = put_lit(p, ", \"growth_sites\": ");
-	p = put_i64(p, in->growth_sites);
-	p = put_lit(p, ", \"growth_stacks\": [");
+	p = gmt__put_lit(p, ",\n   \"pages\": ");
+	p = gmt__put_u64(p, in->pages.pages);
+	p = gmt__put_lit(p, ", \"pages_partial\": ");
+	p = gmt__put_u64(p, in->pages.partial);
+	p = gmt__put_lit(p, ", \"stranded_bytes\": ");
+	p = gmt__put_u64(p, in->pages.stranded_bytes);
+	p = gmt__put_lit(p, ", \"growth_bytes\": ");
+	p = gmt__put_u64(p, in->growth_bytes);
+	p = gmt__put_lit(p, ", \"growth_sites\": ");
+	p = gmt__put_i64(p, in->growth_sites);
+	p = gmt__put_lit(p, ", \"growth_stacks\": [");
 	for (int i = 0; i < view->ngrowth_ids; i++) {
-		p = put_lit(p, i ? ", " : "");
-		p = put_u64(p, view->growth_ids[i]);
+		p = gmt__put_lit(p, i ? ", " : "");
+		p = gmt__put_u64(p, view->growth_ids[i]);
 	}
-	p = put_lit(p, "]}},\n");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, "]}},\n");
+	gmt__json_commit(o, p);
 }
 
 /* ---- the history: sites, series, events ------------------------------------------ */
@@ -1587,7 +1408,7 @@ static int by_live_desc(const void *x, const void *y)
 	return a->id < b->id ? -1 : a->id > b->id;
 }
 
-static int out_sites(struct out *o, const struct gmt__history *h, struct idset *ids, uint32_t *top, int ntop)
+static int out_sites(struct gmt__json *o, const struct gmt__history *h, struct idset *ids, uint32_t *top, int ntop)
 {
 	struct site_ref *v;
 	size_t n = 0;
@@ -1595,7 +1416,7 @@ static int out_sites(struct out *o, const struct gmt__history *h, struct idset *
 
 	for (int i = 0; i < ntop; i++)
 		top[i] = UINT32_MAX;
-	out_str(o, " \"sites\": [");
+	gmt__json_str(o, " \"sites\": [");
 	v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
 	if (v == NULL)
 		return -ENOMEM;
@@ -1613,209 +1434,209 @@ static int out_sites(struct out *o, const struct gmt__history *h, struct idset *
 		bool growing = gmt__site_growing(s, &rises, &falls, &growth);
 		uint64_t rise;
 		bool suspect = gmt__site_suspect(s, &rises, &falls, &rise);
-		char *p = out_room(o, OUT_RECORD_BYTES);
+		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 		if ((int)i < ntop && s->live_bytes > 0)
 			top[i] = v[i].id;
-		p = put_lit(p, i ? ",\n  {\"stack\": " : "\n  {\"stack\": ");
-		p = put_u64(p, v[i].id);
-		p = put_lit(p, ", \"live_bytes\": ");
-		p = put_u64(p, s->live_bytes);
-		p = put_lit(p, ", \"live_count\": ");
-		p = put_u64(p, s->live_count);
-		p = put_lit(p, ", \"allocs\": ");
-		p = put_u64(p, s->allocs);
-		p = put_lit(p, ", \"alloc_bytes\": ");
-		p = put_u64(p, s->alloc_bytes);
-		p = put_lit(p, ", \"peak_bytes\": ");
-		p = put_u64(p, s->peak_bytes);
-		p = put_lit(p, ", \"rising_windows\": ");
-		p = put_u64(p, rises);
-		p = put_lit(p, ", \"falling_windows\": ");
-		p = put_u64(p, falls);
-		p = put_lit(p, ", \"growth_bytes\": ");
-		p = put_u64(p, growth);
-		p = put_lit(p, growing ? ", \"growing\": true" : ", \"growing\": false");
-		p = put_lit(p, suspect ? ", \"suspect\": true}" : ", \"suspect\": false}");
-		o->n = (size_t)(p - o->buf);
+		p = gmt__put_lit(p, i ? ",\n  {\"stack\": " : "\n  {\"stack\": ");
+		p = gmt__put_u64(p, v[i].id);
+		p = gmt__put_lit(p, ", \"live_bytes\": ");
+		p = gmt__put_u64(p, s->live_bytes);
+		p = gmt__put_lit(p, ", \"live_count\": ");
+		p = gmt__put_u64(p, s->live_count);
+		p = gmt__put_lit(p, ", \"allocs\": ");
+		p = gmt__put_u64(p, s->allocs);
+		p = gmt__put_lit(p, ", \"alloc_bytes\": ");
+		p = gmt__put_u64(p, s->alloc_bytes);
+		p = gmt__put_lit(p, ", \"peak_bytes\": ");
+		p = gmt__put_u64(p, s->peak_bytes);
+		p = gmt__put_lit(p, ", \"rising_windows\": ");
+		p = gmt__put_u64(p, rises);
+		p = gmt__put_lit(p, ", \"falling_windows\": ");
+		p = gmt__put_u64(p, falls);
+		p = gmt__put_lit(p, ", \"growth_bytes\": ");
+		p = gmt__put_u64(p, growth);
+		p = gmt__put_lit(p, growing ? ", \"growing\": true" : ", \"growing\": false");
+		p = gmt__put_lit(p, suspect ? ", \"suspect\": true}" : ", \"suspect\": false}");
+		gmt__json_commit(o, p);
 		r = idset_add(ids, v[i].id);
 		if (r < 0)
 			break;
 	}
-	out_str(o, n > 0 ? "\n ],\n" : "],\n");
+	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
 	free(v);
 	return r;
 }
 
-static void out_u64_array(struct out *o, const uint64_t *v, size_t n, uint64_t last)
+static void out_u64_array(struct gmt__json *o, const uint64_t *v, size_t n, uint64_t last)
 {
-	out_str(o, "[");
+	gmt__json_str(o, "[");
 	for (size_t i = 0; i <= n; i++) {
-		char *p = out_room(o, 32);
+		char *p = gmt__json_room(o, 32);
 
-		p = put_lit(p, i ? ", " : "");
-		p = put_u64(p, i < n ? v[i] : last);
-		o->n = (size_t)(p - o->buf);
+		p = gmt__put_lit(p, i ? ", " : "");
+		p = gmt__put_u64(p, i < n ? v[i] : last);
+		gmt__json_commit(o, p);
 	}
-	out_str(o, "]");
+	gmt__json_str(o, "]");
 }
 
 /* "series": the stored points, then one for the open window at `now`. */
-static void out_series(struct out *o, const struct gmt__history *h, uint64_t now)
+static void out_series(struct gmt__json *o, const struct gmt__history *h, uint64_t now)
 {
-	char *p = out_room(o, OUT_RECORD_BYTES);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 	/* never before the open window's start (none before the first event) */
 	if (h->next_ns >= h->interval_ns && now < h->next_ns - h->interval_ns)
 		now = h->next_ns - h->interval_ns;
-	p = put_lit(p, " \"series\": {\"interval_ns\": ");
-	p = put_u64(p, h->interval_ns);
-	p = put_lit(p, ", \"start_ns\": ");
-	p = put_u64(p, h->start_ns);
-	p = put_lit(p, ", \"columns_dropped\": ");
-	p = put_u64(p, h->overflow);
-	p = put_lit(p, ",\n  \"time_ns\": ");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, " \"series\": {\"interval_ns\": ");
+	p = gmt__put_u64(p, h->interval_ns);
+	p = gmt__put_lit(p, ", \"start_ns\": ");
+	p = gmt__put_u64(p, h->start_ns);
+	p = gmt__put_lit(p, ", \"columns_dropped\": ");
+	p = gmt__put_u64(p, h->overflow);
+	p = gmt__put_lit(p, ",\n  \"time_ns\": ");
+	gmt__json_commit(o, p);
 	out_u64_array(o, h->pt_time, h->npoints, now);
-	out_str(o, ",\n  \"columns\": [");
+	gmt__json_str(o, ",\n  \"columns\": [");
 	for (int c = 0; c < h->ncols; c++) {
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, c ? ",\n   {\"device\": " : "\n   {\"device\": ");
-		p = put_i64(p, h->col_device[c]);
-		p = put_lit(p, ", \"kind\": \"");
-		p = put_lit(p, gmt__kind_name((enum gmt__kind)h->col_kind[c]));
-		p = put_lit(p, "\", \"live_bytes\": ");
-		o->n = (size_t)(p - o->buf);
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, c ? ",\n   {\"device\": " : "\n   {\"device\": ");
+		p = gmt__put_i64(p, h->col_device[c]);
+		p = gmt__put_lit(p, ", \"kind\": \"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)h->col_kind[c]));
+		p = gmt__put_lit(p, "\", \"live_bytes\": ");
+		gmt__json_commit(o, p);
 		out_u64_array(o, h->pt_val + (size_t)c * GMT_SERIES_POINTS, h->npoints, h->cur[c]);
-		out_str(o, ", \"max_bytes\": ");
+		gmt__json_str(o, ", \"max_bytes\": ");
 		out_u64_array(o, h->pt_max + (size_t)c * GMT_SERIES_POINTS, h->npoints, h->max[c]);
-		out_str(o, "}");
+		gmt__json_str(o, "}");
 	}
-	out_str(o, h->ncols > 0 ? "\n  ]},\n" : "]},\n");
+	gmt__json_str(o, h->ncols > 0 ? "\n  ]},\n" : "]},\n");
 }
 
 /* "history": the last events, oldest first. */
-static int out_history(struct out *o, const struct gmt__history *h, const struct api_table *apis,
+static int out_history(struct gmt__json *o, const struct gmt__history *h, const struct api_table *apis,
 		       struct idset *ids)
 {
-	char *p = out_room(o, OUT_RECORD_BYTES);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	int r = 0;
 
-	p = put_lit(p, " \"history\": {\"capacity\": ");
-	p = put_u64(p, h->cap);
-	p = put_lit(p, ", \"dropped\": ");
-	p = put_u64(p, h->dropped);
-	p = put_lit(p, ", \"events\": [");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, " \"history\": {\"capacity\": ");
+	p = gmt__put_u64(p, h->cap);
+	p = gmt__put_lit(p, ", \"dropped\": ");
+	p = gmt__put_u64(p, h->dropped);
+	p = gmt__put_lit(p, ", \"events\": [");
+	gmt__json_commit(o, p);
 	for (size_t i = 0; i < h->count && o->err == 0; i++) {
 		const struct gmt__hist_event *ev = gmt__history_event(h, i);
 
-		p = out_room(o, OUT_RECORD_BYTES + apis->longest);
-		p = put_lit(p, i ? ",\n  {\"op\": \"" : "\n  {\"op\": \"");
-		p = put_lit(p, hist_op_names[ev->op < 3 ? ev->op : 0]);
-		p = put_lit(p, "\", \"seq\": ");
-		p = put_u64(p, ev->seq);
-		p = put_lit(p, ", \"time_ns\": ");
-		p = put_u64(p, ev->time_ns);
-		p = put_lit(p, ", \"address\": ");
-		p = ev->op == GMT_HIST_OOM ? put_lit(p, "null") : put_hex(p, ev->addr);
-		p = put_lit(p, ", \"size\": ");
-		p = put_u64(p, ev->size);
-		p = put_lit(p, ", \"kind\": \"");
-		p = put_lit(p, gmt__kind_name((enum gmt__kind)ev->kind));
-		p = put_lit(p, "\", \"device\": ");
-		p = put_i64(p, ev->device);
-		p = put_lit(p, ", \"api\": ");
-		p = put_lit(p, api_name(apis, ev->api));
-		p = put_lit(p, ", \"thread\": ");
-		p = put_u64(p, ev->tid);
-		p = put_lit(p, ", \"stack\": ");
-		p = put_u64(p, ev->stack);
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES + apis->longest);
+		p = gmt__put_lit(p, i ? ",\n  {\"op\": \"" : "\n  {\"op\": \"");
+		p = gmt__put_lit(p, hist_op_names[ev->op < 3 ? ev->op : 0]);
+		p = gmt__put_lit(p, "\", \"seq\": ");
+		p = gmt__put_u64(p, ev->seq);
+		p = gmt__put_lit(p, ", \"time_ns\": ");
+		p = gmt__put_u64(p, ev->time_ns);
+		p = gmt__put_lit(p, ", \"address\": ");
+		p = ev->op == GMT_HIST_OOM ? gmt__put_lit(p, "null") : gmt__put_hex(p, ev->addr);
+		p = gmt__put_lit(p, ", \"size\": ");
+		p = gmt__put_u64(p, ev->size);
+		p = gmt__put_lit(p, ", \"kind\": \"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)ev->kind));
+		p = gmt__put_lit(p, "\", \"device\": ");
+		p = gmt__put_i64(p, ev->device);
+		p = gmt__put_lit(p, ", \"api\": ");
+		p = gmt__put_lit(p, api_name(apis, ev->api));
+		p = gmt__put_lit(p, ", \"thread\": ");
+		p = gmt__put_u64(p, ev->tid);
+		p = gmt__put_lit(p, ", \"stack\": ");
+		p = gmt__put_u64(p, ev->stack);
 		*p++ = '}';
-		o->n = (size_t)(p - o->buf);
+		gmt__json_commit(o, p);
 		r = idset_add(ids, ev->stack);
 		if (r < 0)
 			break;
 	}
-	out_str(o, h->count > 0 ? "\n ]},\n" : "]},\n");
+	gmt__json_str(o, h->count > 0 ? "\n ]},\n" : "]},\n");
 	return r;
 }
 
-static void out_header(struct out *o, const struct gmt__snapshot *s, const struct view *view)
+static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const struct view *view)
 {
-	char *p = out_room(o, OUT_RECORD_BYTES);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	int i;
 
-	p = put_lit(p, "{\n \"format\": \"gpumemtrace-snapshot\",\n \"version\": 1,\n \"reason\": \"");
-	p = put_lit(p, s->reason);
-	p = put_lit(p, "\",\n \"seq\": ");
-	p = put_u64(p, s->seq);
-	p = put_lit(p, ",\n \"time_ns\": ");
-	p = put_u64(p, s->time_ns);
-	p = put_lit(p, ",\n \"pid\": ");
-	p = put_i64(p, s->pid);
-	p = put_lit(p, ",\n \"argv\": [");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, "{\n \"format\": \"gpumemtrace-snapshot\",\n \"version\": 1,\n \"reason\": \"");
+	p = gmt__put_lit(p, s->reason);
+	p = gmt__put_lit(p, "\",\n \"seq\": ");
+	p = gmt__put_u64(p, s->seq);
+	p = gmt__put_lit(p, ",\n \"time_ns\": ");
+	p = gmt__put_u64(p, s->time_ns);
+	p = gmt__put_lit(p, ",\n \"pid\": ");
+	p = gmt__put_i64(p, s->pid);
+	p = gmt__put_lit(p, ",\n \"argv\": [");
+	gmt__json_commit(o, p);
 	for (i = 0; i < s->argc && s->argv != NULL && s->argv[i] != NULL; i++) {
 		if (i)
-			out_str(o, ", ");
-		out_json_string(o, s->argv[i]);
+			gmt__json_str(o, ", ");
+		gmt__json_string(o, s->argv[i]);
 	}
 
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, "],\n \"summary\": {\"live_bytes\": ");
-	p = put_u64(p, s->live_bytes);
-	p = put_lit(p, ", \"live_count\": ");
-	p = put_u64(p, s->live_count);
-	p = put_lit(p, ", \"peak_bytes\": ");
-	p = put_u64(p, s->peak_bytes);
-	p = put_lit(p, ", \"total_allocs\": ");
-	p = put_u64(p, s->total_allocs);
-	p = put_lit(p, ", \"total_frees\": ");
-	p = put_u64(p, s->total_frees);
-	p = put_lit(p, "},\n");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, "],\n \"summary\": {\"live_bytes\": ");
+	p = gmt__put_u64(p, s->live_bytes);
+	p = gmt__put_lit(p, ", \"live_count\": ");
+	p = gmt__put_u64(p, s->live_count);
+	p = gmt__put_lit(p, ", \"peak_bytes\": ");
+	p = gmt__put_u64(p, s->peak_bytes);
+	p = gmt__put_lit(p, ", \"total_allocs\": ");
+	p = gmt__put_u64(p, s->total_allocs);
+	p = gmt__put_lit(p, ", \"total_frees\": ");
+	p = gmt__put_u64(p, s->total_frees);
+	p = gmt__put_lit(p, "},\n");
+	gmt__json_commit(o, p);
 	out_process(o, s);
-	out_str(o, " \"devices\": [");
+	gmt__json_str(o, " \"devices\": [");
 	for (i = 0; i < s->ndevices; i++)
 		out_device(o, &s->devices[i], &view->pages[i], view->kinds[i], view->class_count[i], view->class_bytes[i],
 			   i == 0);
-	out_str(o, s->ndevices > 0 ? "\n ],\n" : "],\n");
+	gmt__json_str(o, s->ndevices > 0 ? "\n ],\n" : "],\n");
 
 	if (s->failed != NULL) {
 		const struct gmt__snapshot_request *f = s->failed;
 
-		out_str(o, " \"failed_request\": {\"api\": ");
-		out_json_string(o, f->api != NULL ? f->api : "unknown");
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, ", \"size\": ");
-		p = put_u64(p, f->size);
-		p = put_lit(p, ", \"kind\": \"");
-		p = put_lit(p, gmt__kind_name((enum gmt__kind)f->kind));
-		p = put_lit(p, "\", \"device\": ");
-		p = put_i64(p, f->device);
-		p = put_lit(p, ", \"result\": ");
-		p = put_i64(p, f->result);
-		p = put_lit(p, ", \"failure\": ");
-		p = put_u64(p, f->failure);
-		p = put_lit(p, ", \"stack\": ");
-		p = put_u64(p, f->stack);
-		p = put_lit(p, "},\n");
-		o->n = (size_t)(p - o->buf);
+		gmt__json_str(o, " \"failed_request\": {\"api\": ");
+		gmt__json_string(o, f->api != NULL ? f->api : "unknown");
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, ", \"size\": ");
+		p = gmt__put_u64(p, f->size);
+		p = gmt__put_lit(p, ", \"kind\": \"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)f->kind));
+		p = gmt__put_lit(p, "\", \"device\": ");
+		p = gmt__put_i64(p, f->device);
+		p = gmt__put_lit(p, ", \"result\": ");
+		p = gmt__put_i64(p, f->result);
+		p = gmt__put_lit(p, ", \"failure\": ");
+		p = gmt__put_u64(p, f->failure);
+		p = gmt__put_lit(p, ", \"stack\": ");
+		p = gmt__put_u64(p, f->stack);
+		p = gmt__put_lit(p, "},\n");
+		gmt__json_commit(o, p);
 		if (view->have_diagnosis)
 			out_diagnosis(o, view);
 	}
 
-	out_str(o, " \"stats\": {");
+	gmt__json_str(o, " \"stats\": {");
 	for (i = 0; i < s->nstats; i++) {
-		out_str(o, i ? ", " : "");
-		out_json_string(o, s->stats[i].name);
-		p = out_room(o, 32);
-		p = put_lit(p, ": ");
-		p = put_u64(p, s->stats[i].value);
-		o->n = (size_t)(p - o->buf);
+		gmt__json_str(o, i ? ", " : "");
+		gmt__json_string(o, s->stats[i].name);
+		p = gmt__json_room(o, 32);
+		p = gmt__put_lit(p, ": ");
+		p = gmt__put_u64(p, s->stats[i].value);
+		gmt__json_commit(o, p);
 	}
-	out_str(o, "},\n");
+	gmt__json_str(o, "},\n");
 }
 
 /* ---- the leak check ---------------------------------------------------------------- */
@@ -2234,56 +2055,56 @@ static void ref_where(struct frame_cache *cache, const struct leak_group *g, cha
 		 (unsigned long long)ref->at);
 }
 
-static void out_leak_group(struct out *o, struct frame_cache *cache, const struct leak_work *lw,
+static void out_leak_group(struct gmt__json *o, struct frame_cache *cache, const struct leak_work *lw,
 			   const struct leak_group *g, bool first)
 {
 	const struct gmt__supp *supp = lw->in->supp;
-	char *p = out_room(o, OUT_RECORD_BYTES);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	char text[320];
 	int16_t devs[8];
 	int ndev = 0;
 
-	p = put_lit(p, first ? "\n   {\"stack\": " : ",\n   {\"stack\": ");
-	p = put_u64(p, g->stack);
-	p = put_lit(p, ", \"class\": \"");
-	p = put_lit(p, class_names[g->cls]);
-	p = put_lit(p, g->counted ? "\", \"counted\": true" : "\", \"counted\": false");
-	p = put_lit(p, ", \"suppressed_by\": ");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, first ? "\n   {\"stack\": " : ",\n   {\"stack\": ");
+	p = gmt__put_u64(p, g->stack);
+	p = gmt__put_lit(p, ", \"class\": \"");
+	p = gmt__put_lit(p, class_names[g->cls]);
+	p = gmt__put_lit(p, g->counted ? "\", \"counted\": true" : "\", \"counted\": false");
+	p = gmt__put_lit(p, ", \"suppressed_by\": ");
+	gmt__json_commit(o, p);
 	if (rule_suppresses(lw, g->rule)) {
 		gmt__supp_rule_text(&supp->v[g->rule], text, sizeof(text));
-		out_json_string(o, text);
+		gmt__json_string(o, text);
 	} else {
-		out_str(o, "null");
+		gmt__json_str(o, "null");
 	}
-	out_str(o, ", \"rule\": ");
+	gmt__json_str(o, ", \"rule\": ");
 	if (g->rule != NO_RULE) {
 		gmt__supp_rule_text(&supp->v[g->rule], text, sizeof(text));
-		out_json_string(o, text);
-		out_str(o, ", \"rule_source\": ");
+		gmt__json_string(o, text);
+		gmt__json_str(o, ", \"rule_source\": ");
 		if (supp->v[g->rule].line > 0)
 			snprintf(text, sizeof(text), "%s:%d", supp->v[g->rule].source, supp->v[g->rule].line);
 		else
 			snprintf(text, sizeof(text), "%s", supp->v[g->rule].source);
-		out_json_string(o, text);
+		gmt__json_string(o, text);
 	} else {
-		out_str(o, "null, \"rule_source\": null");
+		gmt__json_str(o, "null, \"rule_source\": null");
 	}
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, ", \"count\": ");
-	p = put_u64(p, g->count);
-	p = put_lit(p, ", \"bytes\": ");
-	p = put_u64(p, g->bytes);
-	p = put_lit(p, ", \"kinds\": {");
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, ", \"count\": ");
+	p = gmt__put_u64(p, g->count);
+	p = gmt__put_lit(p, ", \"bytes\": ");
+	p = gmt__put_u64(p, g->bytes);
+	p = gmt__put_lit(p, ", \"kinds\": {");
 	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
 		if (g->kinds[k] == 0)
 			continue;
-		p = put_lit(p, any++ ? ", \"" : "\"");
-		p = put_lit(p, gmt__kind_name((enum gmt__kind)k));
-		p = put_lit(p, "\": ");
-		p = put_u64(p, g->kinds[k]);
+		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = gmt__put_lit(p, "\": ");
+		p = gmt__put_u64(p, g->kinds[k]);
 	}
-	p = put_lit(p, "}, \"devices\": [");
+	p = gmt__put_lit(p, "}, \"devices\": [");
 	for (uint64_t i = 0; i < g->count; i++) {
 		int16_t d = lw->items[lw->order[g->first + i]].device;
 		int k;
@@ -2292,139 +2113,139 @@ static void out_leak_group(struct out *o, struct frame_cache *cache, const struc
 			;
 		if (k == ndev && ndev < 8) {
 			devs[ndev++] = d;
-			p = put_lit(p, ndev > 1 ? ", " : "");
-			p = put_i64(p, d);
+			p = gmt__put_lit(p, ndev > 1 ? ", " : "");
+			p = gmt__put_i64(p, d);
 		}
 	}
-	p = put_lit(p, "], \"addresses\": [");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, "], \"addresses\": [");
+	gmt__json_commit(o, p);
 	for (uint64_t i = 0; i < g->count; i++) {
-		p = out_room(o, 32);
-		p = put_lit(p, i ? ", " : "");
-		p = put_hex(p, lw->items[lw->order[g->first + i]].addr);
-		o->n = (size_t)(p - o->buf);
+		p = gmt__json_room(o, 32);
+		p = gmt__put_lit(p, i ? ", " : "");
+		p = gmt__put_hex(p, lw->items[lw->order[g->first + i]].addr);
+		gmt__json_commit(o, p);
 	}
-	out_str(o, "], \"referenced_from\": ");
+	gmt__json_str(o, "], \"referenced_from\": ");
 	if (g->ref.at == 0) {
-		out_str(o, "null}");
+		gmt__json_str(o, "null}");
 		return;
 	}
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, "{\"address\": ");
-	p = put_hex(p, g->ref.at);
-	p = put_lit(p, ", \"value\": ");
-	p = put_hex(p, g->ref_value);
-	p = put_lit(p, ", \"region\": \"");
-	p = put_lit(p, gmt__ref_region_name(g->ref.region));
-	p = put_lit(p, "\", \"what\": ");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, "{\"address\": ");
+	p = gmt__put_hex(p, g->ref.at);
+	p = gmt__put_lit(p, ", \"value\": ");
+	p = gmt__put_hex(p, g->ref_value);
+	p = gmt__put_lit(p, ", \"region\": \"");
+	p = gmt__put_lit(p, gmt__ref_region_name(g->ref.region));
+	p = gmt__put_lit(p, "\", \"what\": ");
+	gmt__json_commit(o, p);
 	ref_where(cache, g, text, sizeof(text));
-	out_json_string(o, text);
-	out_str(o, "}}");
+	gmt__json_string(o, text);
+	gmt__json_str(o, "}}");
 }
 
-static void out_leak_total(struct out *o, const char *name, uint64_t count, uint64_t bytes, bool first)
+static void out_leak_total(struct gmt__json *o, const char *name, uint64_t count, uint64_t bytes, bool first)
 {
-	char *p = out_room(o, OUT_RECORD_BYTES);
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
-	p = put_lit(p, first ? "\"" : ", \"");
-	p = put_lit(p, name);
-	p = put_lit(p, "\": {\"count\": ");
-	p = put_u64(p, count);
-	p = put_lit(p, ", \"bytes\": ");
-	p = put_u64(p, bytes);
-	p = put_lit(p, "}");
-	o->n = (size_t)(p - o->buf);
+	p = gmt__put_lit(p, first ? "\"" : ", \"");
+	p = gmt__put_lit(p, name);
+	p = gmt__put_lit(p, "\": {\"count\": ");
+	p = gmt__put_u64(p, count);
+	p = gmt__put_lit(p, ", \"bytes\": ");
+	p = gmt__put_u64(p, bytes);
+	p = gmt__put_lit(p, "}");
+	gmt__json_commit(o, p);
 }
 
-static void out_leaks(struct out *o, struct frame_cache *cache, const struct leak_work *lw)
+static void out_leaks(struct gmt__json *o, struct frame_cache *cache, const struct leak_work *lw)
 {
 	const struct gmt__snapshot_leaks *in = lw->in;
 	const struct gmt__supp *supp = in->supp;
-	char *p = out_room(o, OUT_RECORD_BYTES), sec[32];
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES), sec[32];
 	bool any = false;
 
-	p = put_lit(p, ",\n \"leaks\": {\"scan\": {\"done\": ");
-	p = put_lit(p, lw->scan.done ? "true" : "false");
-	p = put_lit(p, ", \"why\": ");
-	o->n = (size_t)(p - o->buf);
-	out_json_string_or_null(o, lw->scan.done ? NULL : lw->scan.why);
-	p = out_room(o, OUT_RECORD_BYTES);
-	p = put_lit(p, ", \"mappings\": ");
-	p = put_u64(p, lw->scan.mappings);
-	p = put_lit(p, ", \"bytes\": ");
-	p = put_u64(p, lw->scan.bytes);
-	p = put_lit(p, ", \"excluded_bytes\": ");
-	p = put_u64(p, lw->scan.excluded);
+	p = gmt__put_lit(p, ",\n \"leaks\": {\"scan\": {\"done\": ");
+	p = gmt__put_lit(p, lw->scan.done ? "true" : "false");
+	p = gmt__put_lit(p, ", \"why\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string_or_null(o, lw->scan.done ? NULL : lw->scan.why);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, ", \"mappings\": ");
+	p = gmt__put_u64(p, lw->scan.mappings);
+	p = gmt__put_lit(p, ", \"bytes\": ");
+	p = gmt__put_u64(p, lw->scan.bytes);
+	p = gmt__put_lit(p, ", \"excluded_bytes\": ");
+	p = gmt__put_u64(p, lw->scan.excluded);
 	snprintf(sec, sizeof(sec), "%.6f", lw->scan.seconds);
-	p = put_lit(p, ", \"seconds\": ");
-	p = put_lit(p, sec);
-	p = put_lit(p, "},\n  \"classes\": [");
+	p = gmt__put_lit(p, ", \"seconds\": ");
+	p = gmt__put_lit(p, sec);
+	p = gmt__put_lit(p, "},\n  \"classes\": [");
 	for (int c = 0; c < CLASS_COUNT; c++) {
 		if (!(in->classes & class_bits[c]))
 			continue;
-		p = put_lit(p, any ? ", \"" : "\"");
-		p = put_lit(p, class_names[c]);
-		p = put_lit(p, "\"");
+		p = gmt__put_lit(p, any ? ", \"" : "\"");
+		p = gmt__put_lit(p, class_names[c]);
+		p = gmt__put_lit(p, "\"");
 		any = true;
 	}
-	p = put_lit(p, "], \"exit_status\": ");
-	p = in->exit_status >= 0 ? put_i64(p, in->exit_status) : put_lit(p, "null");
-	p = put_lit(p, ", \"suppressions_error\": ");
-	o->n = (size_t)(p - o->buf);
-	out_json_string_or_null(o, in->supp_error);
-	out_str(o, ",\n  \"totals\": {");
+	p = gmt__put_lit(p, "], \"exit_status\": ");
+	p = in->exit_status >= 0 ? gmt__put_i64(p, in->exit_status) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"suppressions_error\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string_or_null(o, in->supp_error);
+	gmt__json_str(o, ",\n  \"totals\": {");
 	for (int c = 0; c < CLASS_COUNT; c++)
 		out_leak_total(o, class_names[c], lw->total_count[c], lw->total_bytes[c], c == 0);
 	out_leak_total(o, "suppressed", lw->total_count[TOTAL_SUPPRESSED], lw->total_bytes[TOTAL_SUPPRESSED], false);
 	out_leak_total(o, "counted", lw->total_count[TOTAL_COUNTED], lw->total_bytes[TOTAL_COUNTED], false);
-	out_str(o, "},\n  \"sites\": [");
+	gmt__json_str(o, "},\n  \"sites\": [");
 	for (size_t i = 0; i < lw->ngroups && o->err == 0; i++)
 		out_leak_group(o, cache, lw, &lw->groups[i], i == 0);
-	out_str(o, lw->ngroups > 0 ? "\n  ],\n  \"suspects\": [" : "],\n  \"suspects\": [");
+	gmt__json_str(o, lw->ngroups > 0 ? "\n  ],\n  \"suspects\": [" : "],\n  \"suspects\": [");
 	for (int i = 0; i < lw->nsuspects; i++) {
 		const struct leak_suspect *x = &lw->suspects[i];
 
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, i ? ", {\"stack\": " : "{\"stack\": ");
-		p = put_u64(p, x->id);
-		p = put_lit(p, ", \"live_bytes\": ");
-		p = put_u64(p, x->live);
-		p = put_lit(p, ", \"peak_bytes\": ");
-		p = put_u64(p, x->peak);
-		p = put_lit(p, ", \"growth_bytes\": ");
-		p = put_u64(p, x->growth);
-		p = put_lit(p, ", \"rising_windows\": ");
-		p = put_u64(p, x->rises);
-		p = put_lit(p, ", \"falling_windows\": ");
-		p = put_u64(p, x->falls);
-		p = put_lit(p, "}");
-		o->n = (size_t)(p - o->buf);
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, i ? ", {\"stack\": " : "{\"stack\": ");
+		p = gmt__put_u64(p, x->id);
+		p = gmt__put_lit(p, ", \"live_bytes\": ");
+		p = gmt__put_u64(p, x->live);
+		p = gmt__put_lit(p, ", \"peak_bytes\": ");
+		p = gmt__put_u64(p, x->peak);
+		p = gmt__put_lit(p, ", \"growth_bytes\": ");
+		p = gmt__put_u64(p, x->growth);
+		p = gmt__put_lit(p, ", \"rising_windows\": ");
+		p = gmt__put_u64(p, x->rises);
+		p = gmt__put_lit(p, ", \"falling_windows\": ");
+		p = gmt__put_u64(p, x->falls);
+		p = gmt__put_lit(p, "}");
+		gmt__json_commit(o, p);
 	}
-	out_str(o, "],\n  \"suppressions\": [");
+	gmt__json_str(o, "],\n  \"suppressions\": [");
 	any = false;
 	for (size_t r = 0; supp != NULL && r < supp->n; r++) {
 		char text[320];
 
 		if (lw->rule_hits[r] == 0)
 			continue;
-		out_str(o, any ? ", {\"rule\": " : "{\"rule\": ");
+		gmt__json_str(o, any ? ", {\"rule\": " : "{\"rule\": ");
 		gmt__supp_rule_text(&supp->v[r], text, sizeof(text));
-		out_json_string(o, text);
-		out_str(o, ", \"source\": ");
-		out_json_string(o, supp->v[r].source);
-		p = out_room(o, OUT_RECORD_BYTES);
-		p = put_lit(p, ", \"line\": ");
-		p = supp->v[r].line > 0 ? put_i64(p, supp->v[r].line) : put_lit(p, "null");
-		p = put_lit(p, ", \"hits\": ");
-		p = put_u64(p, lw->rule_hits[r]);
-		p = put_lit(p, ", \"bytes\": ");
-		p = put_u64(p, lw->rule_bytes[r]);
-		p = put_lit(p, "}");
-		o->n = (size_t)(p - o->buf);
+		gmt__json_string(o, text);
+		gmt__json_str(o, ", \"source\": ");
+		gmt__json_string(o, supp->v[r].source);
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, ", \"line\": ");
+		p = supp->v[r].line > 0 ? gmt__put_i64(p, supp->v[r].line) : gmt__put_lit(p, "null");
+		p = gmt__put_lit(p, ", \"hits\": ");
+		p = gmt__put_u64(p, lw->rule_hits[r]);
+		p = gmt__put_lit(p, ", \"bytes\": ");
+		p = gmt__put_u64(p, lw->rule_bytes[r]);
+		p = gmt__put_lit(p, "}");
+		gmt__json_commit(o, p);
 		any = true;
 	}
-	out_str(o, "]}\n");
+	gmt__json_str(o, "]}\n");
 }
 
 /* ---- the leak report: text for stderr ------------------------------------------- */
@@ -2711,7 +2532,7 @@ static void table_done(const struct gmt__snapshot *s, bool *done)
 	*done = true;
 }
 
-static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done)
+static int out_document(struct gmt__json *o, const struct gmt__snapshot *s, bool *done)
 {
 	struct collect c = { 0 };
 	struct idset ids = { 0 };
@@ -2757,19 +2578,19 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	}
 
 	out_header(o, s, view);
-	out_str(o, " \"allocations\": [");
+	gmt__json_str(o, " \"allocations\": [");
 	r = out_section(o, c.v, hi0, &apis, &ids);
 	if (r < 0)
 		goto out;
-	out_str(o, "],\n \"vmm\": {\"reservations\": [");
+	gmt__json_str(o, "],\n \"vmm\": {\"reservations\": [");
 	r = out_section(o, c.v + hi0, hi1 - hi0, &apis, &ids);
 	if (r < 0)
 		goto out;
-	out_str(o, "], \"mappings\": [");
+	gmt__json_str(o, "], \"mappings\": [");
 	r = out_section(o, c.v + hi1, c.n - hi1, &apis, &ids);
 	if (r < 0)
 		goto out;
-	out_str(o, "]},\n");
+	gmt__json_str(o, "]},\n");
 	if (s->failed != NULL && s->failed->stack != 0) {
 		r = idset_add(&ids, s->failed->stack);
 		if (r < 0)
@@ -2814,8 +2635,8 @@ static int out_document(struct out *o, const struct gmt__snapshot *s, bool *done
 	 * whether or not the file could be written. */
 	if (s->report != NULL && s->report_len > 0 && view->have_diagnosis)
 		report_write(s, view, &rep);
-	out_str(o, "}\n");
-	out_flush(o);
+	gmt__json_str(o, "}\n");
+	gmt__json_flush(o);
 	r = o->err;
 out:
 	leak_work_free(&lw);
@@ -2960,10 +2781,10 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 {
 	int saved = errno;
 	char name[128], tmp[192];
-	struct out o = { .fd = -1 };
+	struct gmt__json o = { .fd = -1 };
 	struct gmt__snapshot numbered = *s;
 	bool have_tmp = false, done = false;
-	int dirfd = -1, r, tries = 0;
+	int dirfd = -1, fd = -1, r, tries = 0;
 
 	if (dir == NULL || dir[0] == '\0')
 		dir = ".";
@@ -3005,31 +2826,28 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		r = -ENAMETOOLONG;
 		goto no_file;
 	}
-	o.cap = OUT_BUFFER_BYTES;
-	o.buf = malloc(o.cap);
-	if (o.buf == NULL) {
-		r = -ENOMEM;
-		goto out;
-	}
-	o.fd = open_temp(dirfd, name, tmp, sizeof(tmp));
-	if (o.fd < 0) {
-		r = o.fd;
+	fd = open_temp(dirfd, name, tmp, sizeof(tmp));
+	if (fd < 0) {
+		r = fd;
 		goto no_file;
 	}
 	have_tmp = true;
 	/* The umask may have taken bits off 0600, never added any: make it
 	 * exact. A filesystem without modes may refuse, and the file is no more
 	 * open than 0600 either way, so that is no reason to lose the snapshot. */
-	(void)fchmod(o.fd, 0600);
-	r = out_document(&o, s, &done);
+	(void)fchmod(fd, 0600);
+	r = gmt__json_open(&o, fd, false);
+	if (r == 0)
+		r = out_document(&o, s, &done);
+	r = r < 0 ? r : gmt__json_close(&o);
 	if (r < 0)
 		goto out;
 	/* NOTE: no fsync: it can cost seconds on a busy disk, at the moment the
 	 * program is dying of OOM. A crash of the program never leaves a partial
 	 * file under the final name; a crash of the whole machine may lose the
 	 * file or leave it empty. */
-	r = close(o.fd) == 0 ? 0 : -errno;
-	o.fd = -1;
+	r = close(fd) == 0 ? 0 : -errno;
+	fd = -1;
 	if (r < 0)
 		goto out;
 	r = publish(dirfd, tmp, name);
@@ -3039,12 +2857,9 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 no_file:
 	/* No file (asked for none, or it cannot be made): the document is built
 	 * all the same, written nowhere, for the report and the leak check. */
-	o.cap = OUT_BUFFER_BYTES;
-	o.buf = malloc(o.cap);
-	o.discard = true;
 	if (path != NULL && len > 0)
 		path[0] = '\0';
-	if (o.buf == NULL) {
+	if (gmt__json_open(&o, -1, true) < 0) {
 		r = r < 0 ? r : -ENOMEM;
 	} else {
 		int built = out_document(&o, s, &done);
@@ -3053,8 +2868,9 @@ no_file:
 	}
 out:
 	table_done(s, &done);
-	if (o.fd >= 0)
-		close(o.fd);
+	gmt__json_close(&o);
+	if (fd >= 0)
+		close(fd);
 	if (have_tmp)
 		unlinkat(dirfd, tmp, 0);
 	if (dirfd >= 0)

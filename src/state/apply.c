@@ -387,6 +387,7 @@ void gmt__apply(const struct gmt__event *ev)
 	struct gmt__entry *found;
 	struct gmt__undo *u;
 
+	GMT_CHECK(gmt__core_held());
 	gmt__core.cause = (struct gmt__hist_cause){
 		.seq = ev->seq, .time_ns = ev->time_ns, .tid = ev->tid, .api = ev->api,
 		.undo = ev->op == GMT_OP_FREE_FAILED,

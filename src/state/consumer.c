@@ -22,6 +22,7 @@ uint64_t gmt__drain_until(uint64_t target)
 {
 	uint64_t applied = 0, wait_start = 0;
 
+	GMT_CHECK(gmt__core_held());
 	while ((int64_t)(target - gmt__core.expected) > 0 && !(gmt__core.stop_at_peak && gmt__core.peak_due)) {
 		struct gmt__ring *best = NULL;
 		const struct gmt__event *ev;
@@ -129,7 +130,7 @@ static void *consumer_main(void *arg)
 		if (gmt__core.depth > 0)
 			(void)gmt__unwind_learn();
 
-		pthread_mutex_lock(&gmt__core.lock);
+		gmt__core_lock();
 		if ((gmt__core.opt->snapshot_on & GMT_TRIGGER_PEAK) && !gmt__core.peak_armed &&
 		    gmt__now_ns(CLOCK_MONOTONIC) >= gmt__core.peak_next_ns)
 			gmt__core.peak_armed = true;
@@ -150,7 +151,7 @@ static void *consumer_main(void *arg)
 			/* Nothing left: sleep, unless a ring filled up since the
 			 * pass looked (ring.h, the doorbell). */
 			sleep = n == 0 && gmt__rings_may_sleep();
-			pthread_mutex_unlock(&gmt__core.lock);
+			gmt__core_unlock();
 		}
 		if (n > 0)
 			STAT_ADD(consumer_events, n);

@@ -50,13 +50,13 @@ static void ring_exit(void *ring)
 static void fork_prepare(void)
 {
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY)
-		pthread_mutex_lock(&gmt__core.lock);
+		gmt__core_lock();
 }
 
 static void fork_parent(void)
 {
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY)
-		pthread_mutex_unlock(&gmt__core.lock);
+		gmt__core_unlock();
 }
 
 /* The child keeps tracing under its own pid, from an empty table: the parent's
@@ -66,7 +66,7 @@ static void fork_child(void)
 {
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) != GMT_READY)
 		return;
-	pthread_mutex_unlock(&gmt__core.lock);
+	gmt__core_unlock();
 	gmt__stack_after_fork();
 	gmt__unwind_after_fork();
 	gmt__py_after_fork();
@@ -399,7 +399,7 @@ __attribute__((destructor)) static void core_exit(void)
 	write = gmt__core.opt->snapshot_on & GMT_TRIGGER_EXIT;
 	check = gmt__core.opt->leak_check;
 	atomic_store_explicit(&gmt__core.stopping, true, memory_order_relaxed);
-	pthread_mutex_lock(&gmt__core.lock);
+	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	gmt__info("at exit: %llu live allocations, %llu bytes; peak %llu bytes; %llu events recorded",
 		  (unsigned long long)gmt__core.live_count, (unsigned long long)gmt__core.live_bytes,
@@ -437,7 +437,7 @@ __attribute__((destructor)) static void core_exit(void)
 		free(lk.report);
 		free(own.v);
 	} else {
-		pthread_mutex_unlock(&gmt__core.lock);
+		gmt__core_unlock();
 	}
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \
@@ -472,7 +472,7 @@ int gmt__api_dump(char *path, size_t len)
 	device = gmt__current_device(&ctx);
 	if (ctx != 0)
 		gmt__device_query(device, &state);
-	pthread_mutex_lock(&gmt__core.lock);
+	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	r = gmt__snapshot_take("api", NULL, ctx != 0 ? &state : NULL, path, len); /* releases the lock */
 	errno = saved;
@@ -511,10 +511,10 @@ int gmt__api_live_bytes(int device, unsigned long long *bytes)
 		return -ENOSYS;
 	if (bytes == NULL || device < -2 || device >= GMT_MAX_DEVICES)
 		return -EINVAL;
-	pthread_mutex_lock(&gmt__core.lock);
+	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	*bytes = device == -2 ? gmt__core.live_bytes : gmt__core.device_live[device + 1];
-	pthread_mutex_unlock(&gmt__core.lock);
+	gmt__core_unlock();
 	return 0;
 }
 

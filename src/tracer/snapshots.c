@@ -42,7 +42,7 @@ static int read_argv(char ***argv_out)
 static void unlock_core(void *arg)
 {
 	(void)arg;
-	pthread_mutex_unlock(&gmt__core.lock);
+	gmt__core_unlock();
 }
 
 /* One warning per cause of a failed write: a full disk or a read-only
@@ -130,6 +130,7 @@ int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_requ
 	char **argv = NULL;
 	int r, i = 1;
 
+	GMT_CHECK(gmt__core_held());
 	s.argc = read_argv(&argv);
 	s.argv = argv;
 #define GMT_X_READ(name, help) stats[i++].value = atomic_load_explicit(&gmt__core.stats.name, memory_order_relaxed);
@@ -214,7 +215,7 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 
 	/* Everything this thread or any other completed before the failing call
 	 * has its number already: apply up to the current one, then write. */
-	pthread_mutex_lock(&gmt__core.lock);
+	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	req->failure = ++gmt__core.oom_failures;
 	if (gmt__core.have_hist) {
@@ -232,7 +233,7 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 	if (!(gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM) ||
 	    (gmt__core.oom_written &&
 	     (gmt__core.total_allocs == gmt__core.oom_last_allocs || now - gmt__core.oom_last_ns < GMT_OOM_EPISODE_NS))) {
-		pthread_mutex_unlock(&gmt__core.lock);
+		gmt__core_unlock();
 		if (gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM)
 			STAT_ADD(oom_suppressed, 1);
 		return;

@@ -17,6 +17,7 @@
 #include "state/history.h"
 #include "state/table.h"
 #include "tracer/options.h"
+#include "util/check.h"
 
 #include <cuda.h>
 #include <pthread.h>
@@ -177,6 +178,7 @@ struct gmt__thread {
 	/* A free between gmt__on_free and gmt__on_result. */
 	uint64_t free_addr;
 	uint8_t free_kind;
+	bool holds_lock; /* this thread holds gmt__core.lock (for GMT_CHECK) */
 };
 
 /* The calling thread's (record/record.c). NOTE: initial-exec TLS needs no
@@ -190,6 +192,35 @@ static inline uint64_t gmt__now_ns(clockid_t clock)
 
 	clock_gettime(clock, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The consumer's lock: everything below `lock` in gmt__core is read and
+ * written only with it held, which GMT_CHECK(gmt__core_held()) asserts
+ * where it matters (util/check.h). */
+static inline void gmt__core_lock(void)
+{
+	pthread_mutex_lock(&gmt__core.lock);
+	gmt__tls.holds_lock = true;
+}
+
+static inline bool gmt__core_trylock(void)
+{
+	if (pthread_mutex_trylock(&gmt__core.lock) != 0)
+		return false;
+	gmt__tls.holds_lock = true;
+	return true;
+}
+
+static inline void gmt__core_unlock(void)
+{
+	GMT_CHECK(gmt__tls.holds_lock);
+	gmt__tls.holds_lock = false;
+	pthread_mutex_unlock(&gmt__core.lock);
+}
+
+static inline bool gmt__core_held(void)
+{
+	return gmt__tls.holds_lock;
 }
 
 /* --- across the stages -------------------------------------------------------------- */

@@ -11,9 +11,10 @@ one library is found by running the reference library three times: a key or
 line that differs there is not compared, nor are times, the series and
 growth windows (buckets of time), the counters of the tracer's own waits,
 and what the leak scan read and where it found a reference (the process's
-memory map; the class is compared). Addresses are compared by rank, not by
-value (the two libraries differ in size, so later mappings move): each
-distinct address of a document becomes "@N", N its place in ascending order.
+memory map; the class is compared). Addresses are compared by rank among
+those of their kind of memory, not by value (the two libraries differ in
+size, so later mappings move): each distinct address of a document becomes
+"@KIND.N", N its place in ascending order (class Numbering).
 Keys the library under test adds (--new-key PATH, e.g. "stacks[*].site": the
 key and everything under it) are ignored.
 
@@ -113,15 +114,37 @@ def run(build: str, lib: str, case: str, work: str, source: str) -> dict[str, An
 
 
 class Numbering:
-    """Addresses by rank: each distinct address of one document (or of one
-    run's stderr) becomes "@N", N its place in ascending order."""
+    """Addresses by rank within their kind of memory: each distinct address
+    of one document (or of one run's stderr) becomes "@KIND.N", N its place in
+    ascending order among the addresses of that kind ("device", "host", ...:
+    what an allocation or history event at it says; "x" for the rest — code,
+    modules). Regions of different kinds come from different mappings, whose
+    order the libraries' sizes may change."""
 
-    def __init__(self, text: str) -> None:
-        values = sorted({int(h, 16) for h in HEX.findall(text)})
-        self.ids = {v: f"@{i}" for i, v in enumerate(values)}
+    def __init__(self, text: str, kinds: dict[int, str] | None = None) -> None:
+        kinds = kinds or {}
+        groups: dict[str, set[int]] = {}
+        for h in HEX.findall(text):
+            v = int(h, 16)
+            groups.setdefault(kinds.get(v, "x"), set()).add(v)
+        self.ids = {v: f"@{k}.{i}" for k, vs in groups.items() for i, v in enumerate(sorted(vs))}
 
     def sub(self, s: str) -> str:
         return HEX.sub(lambda m: self.ids.get(int(m.group(0), 16), m.group(0)), s)
+
+
+def kinds_of(v: Any, out: dict[int, str]) -> dict[int, str]:
+    """address -> kind, from every object with both."""
+    if isinstance(v, dict):
+        a, k = v.get("address"), v.get("kind")
+        if isinstance(a, str) and isinstance(k, str) and HEX.fullmatch(a):
+            out[int(a, 16)] = k
+        for x in v.values():
+            kinds_of(x, out)
+    elif isinstance(v, list):
+        for x in v:
+            kinds_of(x, out)
+    return out
 
 
 def flatten(v: Any, path: str, out: dict[str, Any]) -> None:
@@ -164,7 +187,7 @@ def leaves(r: dict[str, Any], new_keys: list[str]) -> dict[str, Any]:
         flat: dict[str, Any] = {}
         flatten(doc, "", flat)
         kept = {k: v for k, v in flat.items() if not fixed_key(shape(k), new_keys)}
-        n = Numbering(" ".join(v for v in kept.values() if isinstance(v, str)))
+        n = Numbering(" ".join(v for v in kept.values() if isinstance(v, str)), kinds_of(doc, {}))
         for k, v in kept.items():
             out[f"snapshot[{i}:{reason}].{k}"] = n.sub(v) if isinstance(v, str) else v
     return out

@@ -373,6 +373,7 @@ static void test_registry_rules(void)
 	CHECK_EQ(gmt__rings_reap(), 1); /* a */
 	CHECK(gmt__rings_first() == d && gmt__ring_next(d) == c && gmt__ring_next(c) == b);
 	CHECK(gmt__ring_next(b) == NULL);
+	CHECK(gmt__ring_peek(b) != NULL);
 	gmt__ring_pop(b);
 	CHECK_EQ(gmt__rings_reap(), 1); /* b, now empty */
 	CHECK(gmt__ring_next(c) == NULL);

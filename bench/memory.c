@@ -1,5 +1,5 @@
 /* Benchmark: the tracer's memory per live allocation and per unique stack,
- * measured (DESIGN.md §6: at most 96 bytes per live allocation). With the
+ * measured (docs/internals.md, "Targets": at most 96 bytes per live allocation). With the
  * tracer's own core (no preload) it fills a live table with N allocations, and
  * interns N distinct stacks at depths 16 and 64 and gives each its allocation
  * site, and reads the process's resident memory before and after each: the

@@ -47,7 +47,7 @@ import check_trace  # noqa: E402  (the ledger comparison of the preload tests)
 
 THREADS = (1, 2, 4, 8)
 DEPTHS = (0, 16, 64)
-# The figures the tracer must meet (DESIGN.md §6).
+# The figures the tracer must meet (docs/internals.md, "Targets").
 BAR_PAIR_NS = {0: 150.0, 64: 1000.0}
 BAR_BYTES_PER_LIVE = 96.0
 BAR_SNAPSHOT_1M_S = 2.0
@@ -348,7 +348,7 @@ def row(section: str, what: str, unit: str, baseline: float | None, traced: floa
 
 
 def bar(value: float, limit: float, unit: str) -> str:
-    return f"DESIGN.md §6 ≤ {limit:g} {unit}: {'met' if value <= limit else 'NOT MET'}"
+    return f"target ≤ {limit:g} {unit}: {'met' if value <= limit else 'NOT MET'}"
 
 
 def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-/* Benchmark: writing a snapshot of N live allocations (DESIGN.md §6: 1,000,000
+/* Benchmark: writing a snapshot of N live allocations (docs/internals.md, "Targets": 1,000,000
  * in at most 2 s). Builds, with the tracer's own core (no preload), a live
  * table of N device allocations from 1,024 distinct 16-frame stacks of this
  * program, the history those allocations leave (events, series, sites), and an

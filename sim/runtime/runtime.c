@@ -60,7 +60,7 @@ static cudaError_t load_driver(void)
 	handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!handle)
 		return cudaErrorInsufficientDriver;
-	/* The only symbol fetched by name (DESIGN.md §2); a driver older than
+	/* The only symbol fetched by name (docs/tracing.md, "What is intercepted"); a driver older than
 	 * CUDA 12.0 lacks it. The handle stays open for the process's life. */
 	by_name = (PFN_cuGetProcAddress_v12000)dlsym(handle, "cuGetProcAddress_v2");
 	if (!by_name)

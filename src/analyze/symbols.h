@@ -2,7 +2,7 @@
  * function, source file and line, inlined frames included, read from the DWARF
  * debug information with elfutils' libdw, which is dlopen()ed at first use (not
  * linked: without it every lookup finds nothing). Never on the hot path
- * (DESIGN.md §3): it opens files, allocates and takes the dynamic loader's lock. */
+ * (docs/internals.md, "Recording"): it opens files, allocates and takes the dynamic loader's lock. */
 #ifndef GMT_SYMBOLS_H
 #define GMT_SYMBOLS_H
 

@@ -1,7 +1,7 @@
 /* Where the real functions come from: glibc's dlsym through dlvsym, libcuda's
  * own symbols through a RTLD_NOLOAD handle, and the answers of the driver's
  * cuGetProcAddress, which decide which hook stands in for which variant
- * (DESIGN.md §2, "variant selection"). */
+ * (docs/tracing.md, "What is intercepted": the variant the driver chose). */
 #define _GNU_SOURCE
 #include "intercept/hooks.h"
 

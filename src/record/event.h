@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What memory an allocation is: the snapshot's "kind" (DESIGN.md §5). */
+/* What memory an allocation is: the snapshot's "kind" (docs/snapshot-format.md). */
 enum gmt__kind {
 	GMT_KIND_DEVICE,
 	GMT_KIND_ASYNC,

@@ -317,7 +317,7 @@ void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 {
 	/* NOTE: at teardown the driver answers CUDA_ERROR_DEINITIALIZED to frees of
 	 * memory it has already released with the context: a release, not an
-	 * error (DESIGN.md §2, "exit"). */
+	 * error (docs/tracing.md: counted once). */
 	bool done = r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED;
 
 	if (token == FREE_PENDING) {

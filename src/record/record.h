@@ -22,7 +22,7 @@ struct gmt__call {
 };
 
 /* Entry of every hook: counts call depth (only the outermost call records,
- * DESIGN.md §2 "count once") and initialises the tracer on first use. Never
+ * docs/tracing.md: counted once) and initialises the tracer on first use. Never
  * fails; with tracing off the call is simply not recorded. */
 void gmt__call_enter(struct gmt__call *c, enum gmt__api api);
 

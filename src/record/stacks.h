@@ -1,6 +1,6 @@
 /* Native stacks: capture of raw return addresses with libunwind on the hot path,
  * and interning, so that equal stacks share one id and one copy. Symbolisation
- * happens at dump time, never here (DESIGN.md §3). */
+ * happens at dump time, never here (docs/internals.md, "Recording"). */
 #ifndef GMT_STACKS_H
 #define GMT_STACKS_H
 

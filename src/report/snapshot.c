@@ -1,4 +1,4 @@
-/* Snapshot writing: streams the JSON document of snapshot.h (DESIGN.md §5) into
+/* Snapshot writing: streams the JSON document of snapshot.h (docs/snapshot-format.md) into
  * a temporary file beside the target through a hand-rolled buffered writer (1M
  * allocations in well under 2 s), then renames it into place without ever
  * replacing a file or following a symlink. */
@@ -650,7 +650,7 @@ static void out_modules(struct gmt__json *o, struct frame_cache *cache)
 	gmt__json_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
 }
 
-/* The runtime call that led to the driver (the label DESIGN.md §2 asks for):
+/* The runtime call that led to the driver (the label docs/tracing.md describes):
  * the outermost frame of the innermost run of frames in a shared cudart — the
  * function the program called, "cudaMalloc". NULL when no shared cudart is on
  * the stack (a static one exports no name to go by).

@@ -1,4 +1,4 @@
-/* Snapshot writing: one JSON document (DESIGN.md §5's required keys, and more)
+/* Snapshot writing: one JSON document (docs/snapshot-format.md)
  * built from the live table, the interned stacks and the numbers the core hands
  * over, written atomically into GPUMEMTRACE_DIR as
  * gpumemtrace.<pid>.<reason>.<seq>.json. Runs on the consumer side with the

@@ -171,8 +171,9 @@ static void *consumer_main(void *arg)
 }
 
 /* The background consumer blocks every signal: a handler of the program must
- * never run on it (DESIGN.md §2). Without it (thread creation failed) the
- * producers drain their own rings when full, and snapshots drain everything. */
+ * never run on it (docs/internals.md, "Stages and threads"). Without it
+ * (thread creation failed) the producers drain their own rings when full,
+ * and snapshots drain everything. */
 void gmt__consumer_start(void)
 {
 	sigset_t all, old;

@@ -11,7 +11,7 @@
 /* NOTE: why an index over dense entries rather than entries in the slots: a
  * slot array of entries is 56 bytes a slot, and open addressing keeps 30-65%
  * of its slots empty (x2 at 70% load), so 80 to 160 bytes per live entry —
- * over DESIGN.md §6's 96. Here empty index slots cost 8 bytes, entries sit
+ * over the target of 96 (docs/internals.md). Here empty index slots cost 8 bytes, entries sit
  * packed, and the table holds 67 to 79 bytes per live entry (plus at most two
  * part-empty chunks: below 0.2 bytes an entry at 1M live). A lookup touches
  * the index line and one entry; the walk for a snapshot reads entries in

@@ -2,7 +2,7 @@
  * tracer believes live, keyed by (space, address). Only the consumer touches it
  * (callers serialise with the consumer lock), so it has no locking of its own.
  * Open addressing with linear probing; memory stays proportional to the live
- * set (target: at most 96 bytes per live entry, DESIGN.md §6, counting the
+ * set (target: at most 96 bytes per live entry, docs/internals.md, "Targets", counting the
  * table's empty slots). */
 #ifndef GMT_TABLE_H
 #define GMT_TABLE_H
@@ -51,8 +51,9 @@ struct gmt__entry *gmt__table_find(struct gmt__table *t, enum gmt__space space, 
 
 /* Inserts a copy of *e under (e->space, e->addr), replacing an entry with the
  * same key (the old one is copied to *replaced when not NULL). Returns a pointer
- * to the stored entry, or NULL when memory cannot be had (-ENOMEM in errno).
- * Valid until the next insert or remove. */
+ * to the stored entry, valid until the next insert or remove; or NULL with
+ * errno ENOMEM when memory cannot be had, EINVAL for an entry the table
+ * cannot key. */
 struct gmt__entry *gmt__table_insert(struct gmt__table *t, const struct gmt__entry *e,
 				     struct gmt__entry *replaced);
 

@@ -456,7 +456,8 @@ static pthread_once_t options_once = PTHREAD_ONCE_INIT;
 
 /* NOTE: pthread_once is safe here because parsing never re-enters the tracer
  * (no dlsym, no CUDA call, no malloc); the hooks' own initialisation, which
- * can re-enter dlsym, uses an atomic state instead (DESIGN.md §2). */
+ * can re-enter dlsym, uses an atomic state instead (tracer/core.c,
+ * gmt__ready_slow). */
 bool gmt__secure(void)
 {
 	return getauxval(AT_SECURE) != 0;

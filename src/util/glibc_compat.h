@@ -1,8 +1,8 @@
 /* Binds the glibc functions that moved into libc.so.6 in glibc 2.32 and 2.34
  * (taking new symbol versions there) to their original versions, so that
- * libgpumemtrace.so loads on every glibc from 2.17 on (DESIGN.md §2: "link so
- * the library loads on glibc < 2.34"). Force-included into every tracer source
- * by src/meson.build; tests/preload/check_glibc.py checks the result. */
+ * libgpumemtrace.so loads on every glibc from 2.17 on (docs/internals.md,
+ * "Portability"). Force-included into every tracer source by src/meson.build;
+ * tests/preload/check_library.py checks the result. */
 #ifndef GMT_GLIBC_COMPAT_H
 #define GMT_GLIBC_COMPAT_H
 

@@ -1,6 +1,6 @@
 /* The snapshot writer (src/report/snapshot.c): a live table and interned stacks built
  * by hand are written, read back with jansson and compared key by key with
- * what went in (DESIGN.md §5); then the file safety rules: mode 0600, never
+ * what went in (docs/snapshot-format.md); then the file safety rules: mode 0600, never
  * replace a file, never follow a symlink, no file left behind on failure; and
  * a timing print for a large live set (argv[1] entries, not asserted). With
  * GMT_TEST_KEEP_DIR set, a copy of every snapshot written goes there, for

@@ -3,11 +3,12 @@
 
 - exports: its dynamic symbol table defines exactly the symbols of the version
   script (src/libgpumemtrace.map), and those are exactly the hooks of
-  src/intercept/hooks.h's GMT_HOOKS list plus dlsym, dlclose and the public API's table
-  gmt_api_v1 — nothing internal leaks out;
+  src/intercept/hooks.h's GMT_HOOKS list plus dlsym, dlclose and the public
+  API's table gmt_api_v1 — nothing internal leaks out;
 - glibc: no symbol version newer than the architecture's baseline (2.17) is
-  required, and libdl.so.2 and libpthread.so.0 are NEEDED where their functions
-  are used, so the library loads on glibc before 2.34 (DESIGN.md §2).
+  required, and libdl.so.2 and libpthread.so.0 are NEEDED where their
+  functions are used, so the library loads on glibc before 2.34
+  (docs/internals.md, "Portability").
 
 Usage: check_library.py LIB SRCDIR --objdump OBJDUMP
 """

@@ -1,5 +1,5 @@
 /* The tracer's background thread must block every signal: a handler of the
- * program may never run on it (DESIGN.md §2). Finds that thread by its name,
+ * program may never run on it (docs/internals.md, "Stages and threads"). Finds that thread by its name,
  * checks its blocked set in /proc, and sends the process signals that only the
  * program's worker threads (and, wrongly, the tracer's) could take. */
 #define _GNU_SOURCE

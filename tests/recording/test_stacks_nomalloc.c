@@ -1,4 +1,4 @@
-/* The hot path allocates nothing (DESIGN.md §3): after gmt__stack_init,
+/* The hot path allocates nothing (docs/internals.md, "Recording"): after gmt__stack_init,
  * capturing a stack and interning one seen before call no malloc, on the
  * initialising thread and on a thread started later, whether libunwind or
  * unwind.c walks (before and after the rules are learnt). This executable defines

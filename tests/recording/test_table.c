@@ -349,7 +349,7 @@ static void test_growth(void)
 			missing++;
 	}
 	CHECK_EQ(missing, 0);
-	/* DESIGN.md §6: at most 96 bytes per live allocation. */
+	/* docs/internals.md, "Targets": at most 96 bytes per live allocation. */
 	printf("growth: worst %.1f bytes per live entry (at %zu live)\n", worst, worst_mark);
 	CHECK_LE(worst, 96.0);
 	CHECK_EQ(gmt__table_each(t, stop_at_third, &n), 77);

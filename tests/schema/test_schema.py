@@ -154,7 +154,7 @@ def delete_path(path: List[Any]) -> Callable[[Dict[str, Any]], None]:
 
 
 def no_extras(doc: Dict[str, Any]) -> None:
-    """Only DESIGN.md's required keys at the top level."""
+    """Only the schema's required keys at the top level."""
     for key in ("seq", "process", "stats", "vmm", "sites", "series", "history", "modules", "diagnosis"):
         del doc[key]
 

@@ -61,16 +61,6 @@ struct collect {
 	size_t n, cap;
 };
 
-static int collect_one(void *ctx, const struct gmt__entry *e)
-{
-	struct collect *c = ctx;
-
-	if (c->n == c->cap)
-		return -EOVERFLOW; /* the table changed under us: a caller bug */
-	c->v[c->n++] = e;
-	return 0;
-}
-
 /* By section, then address, then space. */
 static int by_section_address(const void *x, const void *y)
 {
@@ -780,8 +770,9 @@ static void leak_stack_seen(struct leak_work *lw, struct frame_cache *cache, uin
 			    int n);
 
 /* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
- * loader's lock (dladdr) and opens files (libdw): only after table_done. The
- * leak check (lw, may be NULL) matches its rules on the frames on the way. */
+ * loader's lock (dladdr) and opens files (libdw): the caller's lock is long
+ * released (snapshot.h). The leak check (lw, may be NULL) matches its rules
+ * on the frames on the way. */
 static void out_stacks(struct gmt__json *o, struct frame_cache *cache, struct idset *ids, struct report *rep,
 		       struct leak_work *lw)
 {
@@ -1756,8 +1747,7 @@ static void leak_suspects(struct leak_work *lw, const struct gmt__history *h)
 }
 
 /* The live allocations alloc[0..na) and VMM mappings map[0..nm), both in
- * address order, as items and scan targets; their stacks into ids. Runs
- * before table_done. */
+ * address order, as items and scan targets; their stacks into ids. */
 static int leak_collect(struct leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
 			const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
 			struct idset *ids)
@@ -1856,8 +1846,8 @@ static struct leak_stack *leak_stack_of(const struct leak_work *lw, uint32_t id)
 	return lo < lw->nstacks && lw->stacks[lo].id == id ? &lw->stacks[lo] : NULL;
 }
 
-/* The pointer scan, after table_done: leaked or referenced. */
-static void leak_scan(struct leak_work *lw)
+/* The pointer scan: leaked or referenced. */
+static void leak_scan(struct leak_work *lw, const struct gmt__snapshot *s)
 {
 	struct gmt__range *skip;
 	size_t nskip = lw->in->nskip;
@@ -1866,8 +1856,9 @@ static void leak_scan(struct leak_work *lw)
 		lw->scan.why = "the scan is off (GPUMEMTRACE_LEAK_SCAN=0)";
 		return;
 	}
-	/* The tracer's own memory, and the items (they hold every address). */
-	skip = malloc((nskip + 1) * sizeof(*skip));
+	/* The tracer's own memory, the items and the capture (they hold every
+	 * address). */
+	skip = malloc((nskip + 3) * sizeof(*skip));
 	if (skip == NULL) {
 		lw->scan.why = "out of memory";
 		return;
@@ -1875,6 +1866,10 @@ static void leak_scan(struct leak_work *lw)
 	if (nskip > 0)
 		memcpy(skip, lw->in->skip, nskip * sizeof(*skip));
 	skip[nskip++] = (struct gmt__range){ (uintptr_t)lw->items, (uintptr_t)(lw->items + lw->n) };
+	skip[nskip++] = (struct gmt__range){ (uintptr_t)s->entries, (uintptr_t)(s->entries + s->nentries) };
+	if (s->history != NULL && s->history->events != NULL)
+		skip[nskip++] = (struct gmt__range){ (uintptr_t)s->history->events,
+						     (uintptr_t)(s->history->events + s->history->cap) };
 	(void)gmt__leak_scan(lw->targets, lw->ntargets, lw->refs, skip, nskip, lw->in->stack_from, &lw->scan);
 	free(skip);
 	for (size_t i = 0; i < lw->n; i++) {
@@ -2524,15 +2519,7 @@ static void report_write(const struct gmt__snapshot *s, const struct view *view,
 
 /* Streams the whole document to o. Returns 0 or a negative errno (the
  * writer's own error is in o->err). */
-/* s->table_done, at most once. */
-static void table_done(const struct gmt__snapshot *s, bool *done)
-{
-	if (!*done && s->table_done != NULL)
-		s->table_done(s->table_done_arg);
-	*done = true;
-}
-
-static int out_document(struct gmt__json *o, const struct gmt__snapshot *s, bool *done)
+static int out_document(struct gmt__json *o, const struct gmt__snapshot *s)
 {
 	struct collect c = { 0 };
 	struct idset ids = { 0 };
@@ -2552,19 +2539,16 @@ static int out_document(struct gmt__json *o, const struct gmt__snapshot *s, bool
 		r = -ENOMEM;
 		goto out;
 	}
-	if (s->table != NULL) {
-		c.cap = gmt__table_count(s->table);
-		c.v = malloc((c.cap ? c.cap : 1) * sizeof(*c.v));
-		if (c.v == NULL) {
-			r = -ENOMEM;
-			goto out;
-		}
-		r = gmt__table_each(s->table, collect_one, &c);
-		if (r < 0)
-			goto out;
-		if (c.n > 1)
-			qsort(c.v, c.n, sizeof(*c.v), by_section_address);
+	c.cap = s->nentries;
+	c.v = malloc((c.cap ? c.cap : 1) * sizeof(*c.v));
+	if (c.v == NULL) {
+		r = -ENOMEM;
+		goto out;
 	}
+	for (size_t i = 0; i < s->nentries; i++)
+		c.v[c.n++] = &s->entries[i];
+	if (c.n > 1)
+		qsort(c.v, c.n, sizeof(*c.v), by_section_address);
 	/* c.v is sorted by section: three runs, one per array. */
 	for (hi0 = 0; hi0 < c.n && section_of(c.v[hi0]) == 0; hi0++)
 		;
@@ -2612,11 +2596,8 @@ static int out_document(struct gmt__json *o, const struct gmt__snapshot *s, bool
 			rep.count[i] = site != NULL ? site->live_count : 0;
 		}
 	}
-	/* The table and the history are not read again: the caller may let go
-	 * of them. */
-	table_done(s, done);
 	if (s->leaks != NULL)
-		leak_scan(&lw);
+		leak_scan(&lw, s);
 	cache_open(&cache);
 	out_stacks(o, &cache, &ids, &rep, s->leaks != NULL ? &lw : NULL);
 	if (s->leaks != NULL) {
@@ -2783,7 +2764,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	char name[128], tmp[192];
 	struct gmt__json o = { .fd = -1 };
 	struct gmt__snapshot numbered = *s;
-	bool have_tmp = false, done = false;
+	bool have_tmp = false;
 	int dirfd = -1, fd = -1, r, tries = 0;
 
 	if (dir == NULL || dir[0] == '\0')
@@ -2838,7 +2819,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	(void)fchmod(fd, 0600);
 	r = gmt__json_open(&o, fd, false);
 	if (r == 0)
-		r = out_document(&o, s, &done);
+		r = out_document(&o, s);
 	r = r < 0 ? r : gmt__json_close(&o);
 	if (r < 0)
 		goto out;
@@ -2862,12 +2843,11 @@ no_file:
 	if (gmt__json_open(&o, -1, true) < 0) {
 		r = r < 0 ? r : -ENOMEM;
 	} else {
-		int built = out_document(&o, s, &done);
+		int built = out_document(&o, s);
 
 		r = r < 0 ? r : built;
 	}
 out:
-	table_done(s, &done);
 	gmt__json_close(&o);
 	if (fd >= 0)
 		close(fd);

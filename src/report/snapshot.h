@@ -1,8 +1,8 @@
-/* Snapshot writing: one JSON document (docs/snapshot-format.md)
- * built from the live table, the interned stacks and the numbers the core hands
- * over, written atomically into GPUMEMTRACE_DIR as
- * gpumemtrace.<pid>.<reason>.<seq>.json. Runs on the consumer side with the
- * consumer lock held; never from a signal handler. */
+/* Snapshot writing: one JSON document (docs/snapshot-format.md) built from
+ * a copy of the live entries and of the history that the caller took (under
+ * its lock, which it released before calling), the interned stacks and the
+ * numbers it hands over, written atomically into GPUMEMTRACE_DIR as
+ * gpumemtrace.<pid>.<reason>.<seq>.json. Never from a signal handler. */
 #ifndef GMT_SNAPSHOT_H
 #define GMT_SNAPSHOT_H
 
@@ -81,17 +81,19 @@ struct gmt__snapshot {
 	const struct gmt__snapshot_device *devices;
 	int ndevices;
 	const struct gmt__snapshot_request *failed; /* reason "oom" only, else NULL */
-	struct gmt__table *table;
+	/* The live entries (any order), and the history (events, series,
+	 * sites; may be NULL): the snapshot's own, nothing else changes them
+	 * while it is written (gmt__table_copy, gmt__history_copy). */
+	const struct gmt__entry *entries;
+	size_t nentries;
 	const char *const *api_names; /* api label index → name */
 	int napi;
 	const struct gmt__snapshot_stat *stats; /* the tracer's own counters */
 	int nstats;
 	const struct gmt__snapshot_process *process; /* may be NULL */
-	/* The history (events, series, sites), read before table_done like the
-	 * table; may be NULL. */
 	const struct gmt__history *history;
 	/* Out, may be NULL: the number the snapshot got (seq, or a later one
-	 * when names were taken), stored before table_done. */
+	 * when names were taken). */
 	uint64_t *seq_out;
 	/* Out: for an "oom" snapshot, a few lines for a human (requested, free,
 	 * verdict, top sites; no path), NUL-terminated, whether or not the file
@@ -103,13 +105,6 @@ struct gmt__snapshot {
 	struct gmt__snapshot_leaks *leaks;
 	/* Write no file: build the document for the leak report only. */
 	bool no_file;
-	/* Called exactly once, on every path, as soon as the writer no longer reads
-	 * `table` — before it resolves stack frames, which takes the dynamic
-	 * loader's lock: the caller releases its own lock here, so that a thread
-	 * waiting for it while holding the loader's lock (an allocation in a
-	 * library constructor) cannot deadlock with the snapshot. May be NULL. */
-	void (*table_done)(void *arg);
-	void *table_done_arg;
 };
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
@@ -130,8 +125,7 @@ struct gmt__snapshot {
  * errno is left as it was. dir NULL or "" means ".". With a rank the name is
  * gpumemtrace.<pid>.<reason>.<seq>.rank<rank>.json.
  * Live entries of GMT_SPACE_MEMORY, _ARRAY and _HANDLE are the "allocations";
- * reservations and mappings go under "vmm". Frames are resolved after
- * table_done, at dump time: function, file, line and inlined frames from the
+ * reservations and mappings go under "vmm". Frames are resolved at dump time: function, file, line and inlined frames from the
  * debug information through libdw when it can be loaded (symbols.h), else the
  * loader's name (dladdr) with file and line null; "modules" lists each module a
  * frame names, with its load base and build-id, for exact offline symbolisation. */

@@ -6,6 +6,7 @@
 #include "record/event.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -295,4 +296,45 @@ void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void
 {
 	if (h->events != NULL)
 		fn(ctx, h->events, h->cap * sizeof(*h->events));
+}
+
+struct gmt__history *gmt__history_copy(const struct gmt__history *h)
+{
+	struct gmt__history *c = malloc(sizeof(*c));
+	size_t cols = h->ncols > 0 ? (size_t)h->ncols : 1, series = cols * GMT_SERIES_POINTS * sizeof(uint64_t);
+
+	if (c == NULL)
+		return NULL;
+	*c = *h;
+	c->events = h->cap > 0 ? malloc(h->cap * sizeof(*h->events)) : NULL;
+	c->pt_time = malloc(GMT_SERIES_POINTS * sizeof(uint64_t));
+	/* Only the columns in use: the layout is [column][point]. */
+	c->pt_val = malloc(series);
+	c->pt_max = malloc(series);
+	c->sites = h->nsites > 0 ? malloc(h->nsites * sizeof(*h->sites)) : NULL;
+	if ((h->cap > 0 && c->events == NULL) || c->pt_time == NULL || c->pt_val == NULL || c->pt_max == NULL ||
+	    (h->nsites > 0 && c->sites == NULL)) {
+		gmt__history_copy_free(c);
+		return NULL;
+	}
+	if (h->cap > 0)
+		memcpy(c->events, h->events, h->cap * sizeof(*h->events));
+	memcpy(c->pt_time, h->pt_time, GMT_SERIES_POINTS * sizeof(uint64_t));
+	memcpy(c->pt_val, h->pt_val, (size_t)h->ncols * GMT_SERIES_POINTS * sizeof(uint64_t));
+	memcpy(c->pt_max, h->pt_max, (size_t)h->ncols * GMT_SERIES_POINTS * sizeof(uint64_t));
+	if (h->nsites > 0)
+		memcpy(c->sites, h->sites, h->nsites * sizeof(*h->sites));
+	return c;
+}
+
+void gmt__history_copy_free(struct gmt__history *copy)
+{
+	if (copy == NULL)
+		return;
+	free(copy->events);
+	free(copy->pt_time);
+	free(copy->pt_val);
+	free(copy->pt_max);
+	free(copy->sites);
+	free(copy);
 }

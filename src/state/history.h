@@ -129,6 +129,12 @@ bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *fal
  * window. The exit report's "leak suspects". */
 bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
 
+/* A copy of h for a snapshot to read without the consumer's lock: every
+ * function above that reads works on it; nothing may change it. malloc'd;
+ * NULL when memory cannot be had. Freed by gmt__history_copy_free. */
+struct gmt__history *gmt__history_copy(const struct gmt__history *h);
+void gmt__history_copy_free(struct gmt__history *copy);
+
 /* Every region of memory the history owns that holds addresses, to fn. */
 void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx);
 

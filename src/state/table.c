@@ -5,6 +5,7 @@
 #include "state/table.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -331,6 +332,21 @@ int gmt__table_each(struct gmt__table *t, int (*fn)(void *ctx, const struct gmt_
 		if (r != 0)
 			return r;
 	}
+	return 0;
+}
+
+int gmt__table_copy(const struct gmt__table *t, struct gmt__entry **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (t->count == 0)
+		return 0;
+	*out = malloc(t->count * sizeof(**out));
+	if (*out == NULL)
+		return -ENOMEM;
+	for (size_t pos = 0; pos < t->count; pos++)
+		(*out)[pos] = *entry_at((struct gmt__table *)t, pos);
+	*n = t->count;
 	return 0;
 }
 

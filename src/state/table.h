@@ -70,6 +70,11 @@ size_t gmt__table_count_space(const struct gmt__table *t, enum gmt__space space)
  * returns that value. fn must not insert or remove. */
 int gmt__table_each(struct gmt__table *t, int (*fn)(void *ctx, const struct gmt__entry *e), void *ctx);
 
+/* A copy of every entry (any order) into a malloc'd array *out of *n
+ * entries (NULL when empty), for a snapshot to read without the table.
+ * 0, or -ENOMEM. */
+int gmt__table_copy(const struct gmt__table *t, struct gmt__entry **out, size_t *n);
+
 /* Bytes of memory the table holds (for the per-allocation overhead figure). */
 size_t gmt__table_bytes(const struct gmt__table *t);
 

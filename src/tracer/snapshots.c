@@ -39,12 +39,6 @@ static int read_argv(char ***argv_out)
 	return argc;
 }
 
-static void unlock_core(void *arg)
-{
-	(void)arg;
-	gmt__core_unlock();
-}
-
 /* One warning per cause of a failed write: a full disk or a read-only
  * directory stays so, and every later snapshot would say it again. Called
  * without the core's lock (the writer released it), from any thread. */
@@ -86,9 +80,10 @@ static void oom_report(char *report, const char *path, int r)
 }
 
 /* Writes one snapshot. Called with the lock held and everything before it
- * applied; returns with the lock RELEASED: the writer lets go of it as soon as
- * it has read the table and the history, before it resolves frames under the
- * loader's lock. `state`: what the driver said of the device the caller could
+ * applied; returns with the lock RELEASED: it copies what the document needs
+ * of the live table and the history (the capture) and lets go of the lock
+ * before the writer analyses and writes — resolving frames takes the
+ * loader's lock, and a document of a million allocations takes a while. `state`: what the driver said of the device the caller could
  * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
  * NULL), or a negative errno. */
 int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_request *failed,
@@ -103,6 +98,7 @@ int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_requ
 		GMT_STATS(GMT_X_SNAP)
 #undef GMT_X_SNAP
 	};
+	struct gmt__snapshot_process process = gmt__core.process;
 	struct gmt__snapshot s = {
 		.reason = reason,
 		.time_ns = gmt__now_ns(CLOCK_REALTIME),
@@ -114,20 +110,20 @@ int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_requ
 		.total_frees = gmt__core.total_frees,
 		.devices = devs,
 		.failed = failed,
-		.table = gmt__core.table,
 		.api_names = gmt__api_names,
 		.napi = GMT_API_COUNT,
 		.stats = stats,
 		.nstats = (int)(sizeof(stats) / sizeof(stats[0])),
-		.table_done = unlock_core,
-		.process = &gmt__core.process,
-		.history = gmt__core.have_hist ? &gmt__core.hist : NULL,
+		.process = &process,
 		.report = failed != NULL ? report : NULL,
 		.report_len = sizeof(report),
 		.leaks = leaks,
 		.no_file = no_file,
 	};
+	struct gmt__entry *entries = NULL;
+	struct gmt__history *hist = NULL;
 	char **argv = NULL;
+	uint64_t used = 0;
 	int r, i = 1;
 
 	GMT_CHECK(gmt__core_held());
@@ -147,18 +143,39 @@ int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_requ
 	}
 	if (gethostname(host, sizeof(host)) == 0) {
 		host[sizeof(host) - 1] = '\0';
-		gmt__core.process.host = host;
+		process.host = host;
 	} else {
-		gmt__core.process.host = NULL;
+		process.host = NULL;
 	}
-	gmt__core.process.ppid = getppid();
+	process.ppid = getppid();
 	/* A name already taken (a file of another run with a recycled pid, or
 	 * one planted there) is never replaced: the writer takes the next
-	 * number, and says which into snapshot_seq while the lock is held. */
-	s.seq = gmt__core.snapshot_seq + 1;
-	s.seq_out = &gmt__core.snapshot_seq;
+	 * number, and says which (used). This one's number is claimed now. */
+	s.seq = ++gmt__core.snapshot_seq;
+	s.seq_out = &used;
 	report[0] = '\0';
-	r = gmt__snapshot_write(&s, gmt__core.opt->dir, path, sizeof(path)); /* the lock is released */
+	/* The capture: the snapshot's own copy of the live entries and of the
+	 * history. Then the lock goes, here and only here. */
+	r = gmt__table_copy(gmt__core.table, &entries, &s.nentries);
+	s.entries = entries;
+	if (r == 0 && gmt__core.have_hist) {
+		hist = gmt__history_copy(&gmt__core.hist);
+		r = hist != NULL ? 0 : -ENOMEM;
+		s.history = hist;
+	}
+	gmt__core_unlock();
+	if (r == 0)
+		r = gmt__snapshot_write(&s, gmt__core.opt->dir, path, sizeof(path));
+	else
+		path[0] = '\0';
+	free(entries);
+	gmt__history_copy_free(hist);
+	if (used > s.seq) {
+		gmt__core_lock();
+		if (used > gmt__core.snapshot_seq)
+			gmt__core.snapshot_seq = used;
+		gmt__core_unlock();
+	}
 	/* The report first, the file second: what the program ran into does
 	 * not depend on whether the file could be written. */
 	if (failed != NULL && report[0] != '\0')

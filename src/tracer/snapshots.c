@@ -87,8 +87,8 @@ static void oom_report(char *report, const char *path, int r)
  * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
  * NULL), or a negative errno. */
 int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_request *failed,
-			  const struct gmt__device_state *state, char *out, size_t outlen,
-			  struct gmt__snapshot_leaks *leaks, bool no_file)
+			     const struct gmt__device_state *state, char *out, size_t outlen,
+			     struct gmt__snapshot_leaks *leaks, bool no_file)
 {
 	char path[PATH_MAX], host[256], report[1024];
 	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];

@@ -1,0 +1,192 @@
+/* What a snapshot derives from its live set (view.h): pages and
+ * fragmentation per device, the growing sites with memory there, and the
+ * diagnosis's numbers. Pure: no lock, no I/O. */
+#define _GNU_SOURCE
+#include "analyze/view.h"
+
+#include "analyze/diagnose.h"
+#include "record/event.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Page occupancy of one device, built from its allocations in address order. */
+struct page_walk {
+	uint64_t page; /* the page being filled, valid when open */
+	uint64_t used; /* its bytes covered so far */
+	uint64_t end;  /* where the last allocation in it ends */
+	bool open;
+};
+
+static void hole(struct gmt__pages *pg, uint64_t bytes)
+{
+	if (bytes > pg->largest_hole)
+		pg->largest_hole = bytes;
+}
+
+static void page_close(struct gmt__pages *pg, struct page_walk *w)
+{
+	if (!w->open)
+		return;
+	pg->pages++;
+	if (w->used < pg->granularity) {
+		hole(pg, (w->page + 1) * pg->granularity - w->end);
+		pg->partial++;
+		pg->stranded_bytes += pg->granularity - w->used;
+		pg->histogram[w->used * 4 / pg->granularity]++;
+	} else {
+		pg->histogram[4]++;
+	}
+	w->open = false;
+}
+
+/* Adds [addr, addr + size) to the walk. Allocations do not overlap and come
+ * in address order. */
+static void page_add(struct gmt__pages *pg, struct page_walk *w, uint64_t addr, uint64_t size)
+{
+	uint64_t g = pg->granularity, end = addr + size, first = addr / g, last = (end - 1) / g;
+
+	if (size == 0 || end < addr)
+		return;
+	if (w->open && w->page != first)
+		page_close(pg, w);
+	if (!w->open) {
+		w->page = first;
+		w->used = 0;
+		w->end = first * g;
+		w->open = true;
+	}
+	hole(pg, addr - w->end);
+	w->end = end;
+	if (first == last) {
+		w->used += size;
+		return;
+	}
+	w->used += (first + 1) * g - addr;
+	w->end = (first + 1) * g; /* it runs to the end of its first page */
+	page_close(pg, w);
+	/* The pages wholly inside, then the last one, open. */
+	pg->pages += last - first - 1;
+	pg->histogram[4] += last - first - 1;
+	w->page = last;
+	w->used = end - last * g;
+	w->end = end;
+	w->open = true;
+}
+
+static int device_slot_of(const struct gmt__snapshot *s, int device)
+{
+	for (int i = 0; i < s->ndevices; i++) {
+		if (s->devices[i].index == device)
+			return i;
+	}
+	return -1;
+}
+
+/* The growing sites with live memory on device `slot`, for the diagnosis:
+ * their growth summed, the largest kept by id. */
+static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
+			     int device, struct view *view)
+{
+	const struct gmt__history *h = s->history;
+	uint64_t best[8] = { 0 };
+	uint8_t *seen;
+
+	if (h == NULL || h->nsites == 0)
+		return;
+	seen = calloc(h->nsites / 8 + 1, 1);
+	if (seen == NULL)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const struct gmt__site *site;
+		uint32_t id = v[i]->stack, rises, falls;
+		uint64_t growth;
+		int at;
+
+		if (v[i]->device != device || id >= h->nsites || (seen[id / 8] & (1u << (id % 8))))
+			continue;
+		seen[id / 8] |= (uint8_t)(1u << (id % 8));
+		site = gmt__history_site(h, id);
+		if (site == NULL || !gmt__site_growing(site, &rises, &falls, &growth))
+			continue;
+		view->diag_in.growth_bytes += growth;
+		view->diag_in.growth_sites++;
+		/* Insertion into the 8 largest, largest first. */
+		for (at = view->ngrowth_ids; at > 0 && best[at - 1] < growth; at--)
+			;
+		if (at < 8) {
+			int last = view->ngrowth_ids < 8 ? view->ngrowth_ids : 7;
+
+			for (int k = last; k > at; k--) {
+				best[k] = best[k - 1];
+				view->growth_ids[k] = view->growth_ids[k - 1];
+			}
+			best[at] = growth;
+			view->growth_ids[at] = id;
+			if (view->ngrowth_ids < 8)
+				view->ngrowth_ids++;
+		}
+	}
+	free(seen);
+}
+
+/* Fills the view from the live allocations v[0..n) (sorted by address). */
+void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
+		     struct view *view)
+{
+	struct page_walk walks[GMT_SNAPSHOT_MAX_DEVICES] = { 0 };
+	int ndev = s->ndevices < GMT_SNAPSHOT_MAX_DEVICES ? s->ndevices : GMT_SNAPSHOT_MAX_DEVICES;
+
+	memset(view, 0, sizeof(*view));
+	for (int i = 0; i < ndev; i++) {
+		const struct gmt__device_state *st = s->devices[i].state;
+
+		view->pages[i].granularity_known = st != NULL && st->have_granularity;
+		view->pages[i].granularity = view->pages[i].granularity_known ? st->granularity : GMT_DEFAULT_GRANULARITY;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int d = device_slot_of(s, v[i]->device);
+
+		if (d < 0 || d >= ndev)
+			continue;
+		view->kinds[d][v[i]->kind < GMT_KIND_COUNT ? v[i]->kind : 0] += v[i]->size;
+		if (v[i]->size > 0) {
+			int k = 63 - __builtin_clzll(v[i]->size);
+
+			view->class_count[d][k]++;
+			view->class_bytes[d][k] += v[i]->size;
+		}
+		if (v[i]->kind == GMT_KIND_DEVICE && v[i]->space == GMT_SPACE_MEMORY)
+			page_add(&view->pages[d], &walks[d], v[i]->addr, v[i]->size);
+	}
+	for (int i = 0; i < ndev; i++)
+		page_close(&view->pages[i], &walks[i]);
+
+	if (s->failed != NULL) {
+		int d = device_slot_of(s, s->failed->device);
+
+		if (d < 0 || d >= ndev)
+			return;
+		view->diag_in.requested = s->failed->size;
+		view->diag_in.device = s->failed->device;
+		view->diag_in.state = s->devices[d].state;
+		memcpy(view->diag_in.tracked, view->kinds[d], sizeof(view->diag_in.tracked));
+		view->diag_in.pages = view->pages[d];
+		growth_on_device(s, v, n, s->failed->device, view);
+		gmt__diagnose(&view->diag_in, &view->diag);
+		view->have_diagnosis = true;
+	}
+}

@@ -1,0 +1,53 @@
+/* What the parts of the report stage share: the analysis they render
+ * (frames.h, view.h, leakcheck.h), the out-of-memory report's sites, the
+ * api names as JSON strings, and the sections each file writes. */
+#ifndef GMT_DOCUMENT_H
+#define GMT_DOCUMENT_H
+
+#include "analyze/frames.h"
+#include "analyze/leakcheck.h"
+#include "analyze/view.h"
+#include "report/json.h"
+#include "report/snapshot.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The oom report's top sites: the sites with the most live bytes (ids,
+ * UINT32_MAX: none), their bytes and counts, and where each is, in words,
+ * from its stack. Sites with the same words (different callers further out)
+ * are shown as one: REPORT_SITES are labelled for REPORT_SHOWN lines. */
+#define REPORT_SITES 16
+#define REPORT_SHOWN 3
+struct report {
+	int ntop;
+	uint32_t top[REPORT_SITES];
+	uint64_t bytes[REPORT_SITES], count[REPORT_SITES];
+	char where[REPORT_SITES][192];
+};
+
+/* The api names as JSON strings ("\"cuMemAlloc_v2\""), escaped once. */
+struct api_table {
+	char **v;
+	int n;
+	size_t longest;
+};
+
+/* Streams the whole document to o. Returns 0 or a negative errno (the
+ * writer's own error is in o->err). */
+int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s);
+
+void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
+		     const uint64_t *kinds, const uint64_t *class_count, const uint64_t *class_bytes, bool first);
+
+void gmt__doc_diagnosis(struct gmt__json *o, const struct view *view);
+
+void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s);
+
+void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache);
+
+/* The oom report: a few lines for the program's stderr. */
+void gmt__text_oom_report(const struct gmt__snapshot *s, const struct view *view, const struct report *rep);
+
+#endif /* GMT_DOCUMENT_H */

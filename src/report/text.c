@@ -1,0 +1,298 @@
+/* The text reports on stderr: the leak check's report and the few lines an
+ * out-of-memory snapshot prints (verdict, top sites). Made from the same
+ * analysis as the document, whether or not the file could be written. */
+#define _GNU_SOURCE
+#include "report/document.h"
+
+#include "analyze/diagnose.h"
+#include "record/event.h"
+#include "record/pystack.h"
+#include "record/stacks.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct text {
+	char *s;
+	size_t n, cap;
+	bool failed;
+};
+
+static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int need;
+
+	if (t->failed)
+		return;
+	va_start(ap, fmt);
+	need = vsnprintf(t->s != NULL ? t->s + t->n : NULL, t->s != NULL ? t->cap - t->n : 0, fmt, ap);
+	va_end(ap);
+	if (need < 0) {
+		t->failed = true;
+		return;
+	}
+	if (t->s == NULL || (size_t)need >= t->cap - t->n) {
+		size_t cap = t->cap ? t->cap : 4096;
+		char *bigger;
+
+		while (cap - t->n <= (size_t)need)
+			cap *= 2;
+		bigger = realloc(t->s, cap);
+		if (bigger == NULL) {
+			t->failed = true;
+			return;
+		}
+		t->s = bigger;
+		t->cap = cap;
+		va_start(ap, fmt);
+		vsnprintf(t->s + t->n, t->cap - t->n, fmt, ap);
+		va_end(ap);
+	}
+	t->n += (size_t)need;
+}
+
+/* Frames as LeakSanitizer prints them. */
+struct text_frames {
+	struct text *t;
+	int k;
+};
+
+static void text_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+			const char *function)
+{
+	struct text_frames *tf = ctx;
+	const char *mod = gmt__base_name(f->module);
+
+	if (tf->k >= LEAK_REPORT_FRAMES) {
+		tf->k++;
+		return;
+	}
+	text_add(tf->t, "    #%d 0x%llx in %s", tf->k++, (unsigned long long)f->ip, function != NULL ? function : "??");
+	if (sym != NULL && sym->file != NULL && sym->line > 0)
+		text_add(tf->t, " %s:%d", sym->file, sym->line);
+	if (f->module != NULL)
+		text_add(tf->t, " (%s+0x%llx)", mod != NULL ? mod : "?", (unsigned long long)(f->ip - f->base));
+	text_add(tf->t, "\n");
+}
+
+static void text_python(void *ctx, uintptr_t word)
+{
+	struct text_frames *tf = ctx;
+	const char *function = NULL, *file = NULL;
+	int line = 0;
+
+	if (tf->k >= LEAK_REPORT_FRAMES) {
+		tf->k++;
+		return;
+	}
+	(void)gmt__py_frame(word, &function, &file, &line);
+	text_add(tf->t, "    #%d in %s %s:%d [Python]\n", tf->k++, function != NULL ? function : "??",
+		 file != NULL ? file : "?", line);
+}
+
+/* "device memory on device 0", "device and managed memory on devices 0, 1". */
+static void group_what(const struct leak_work *lw, const struct leak_group *g, char *buf, size_t len)
+{
+	size_t at = 0;
+	int nk = 0, nd = 0;
+	int16_t devs[4];
+
+	buf[0] = '\0';
+	for (int k = 0; k < GMT_KIND_COUNT; k++) {
+		if (g->kinds[k] == 0)
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", nk++ ? " and " : "", gmt__kind_name((enum gmt__kind)k));
+		if (at >= len)
+			return;
+	}
+	at += (size_t)snprintf(buf + at, len - at, " memory");
+	for (uint64_t i = 0; i < g->count && at < len; i++) {
+		int16_t d = lw->items[lw->order[g->first + i]].device;
+		int k;
+
+		for (k = 0; k < nd && devs[k] != d; k++)
+			;
+		if (k < nd || nd == 4)
+			continue;
+		devs[nd++] = d;
+		if (d < 0)
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, "%s%d", nd == 1 ? " on device " : ", ", d);
+	}
+}
+
+static const char *plural(uint64_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
+static void rule_words(const struct gmt__supp *supp, uint32_t rule, char *buf, size_t len)
+{
+	const struct gmt__supp_rule *r = &supp->v[rule];
+	char text[256];
+
+	gmt__supp_rule_text(r, text, sizeof(text));
+	if (r->line > 0)
+		snprintf(buf, len, "%s (%s:%d)", text, r->source, r->line);
+	else
+		snprintf(buf, len, "%s (built-in: %s)", text, r->why != NULL ? r->why : "?");
+}
+
+void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
+{
+	const struct gmt__snapshot_leaks *in = lw->in;
+	struct text t = { 0 };
+	char a[32], b[32], what[160], where[320];
+	size_t shown = 0, brief = 0, counted_groups = 0;
+
+	if (in->supp_error != NULL)
+		text_add(&t, "leak check: suppressions not applied: %s\n", in->supp_error);
+	if (!lw->scan.done)
+		text_add(&t, "leak check: no pointer scan (%s): every allocation nobody freed is 'leaked'\n",
+			 lw->scan.why != NULL ? lw->scan.why : "?");
+	for (size_t i = 0; i < lw->ngroups; i++)
+		counted_groups += lw->groups[i].counted;
+	if (lw->total_count[TOTAL_COUNTED] > 0)
+		text_add(&t, "leak check: %llu allocation%s of %s live at exit count as leaks, from %zu site%s:\n",
+			 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]),
+			 gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]), counted_groups,
+			 counted_groups == 1 ? "" : "s");
+	for (size_t i = 0; i < lw->ngroups && lw->groups[i].counted; i++) {
+		const struct leak_group *g = &lw->groups[i];
+		int depth = 0, ntags = 0;
+		const uintptr_t *ips;
+
+		if (shown++ == LEAK_REPORT_SITES) {
+			text_add(&t, "... and %zu more site%s (the exit snapshot lists them all)\n",
+				 counted_groups - LEAK_REPORT_SITES, counted_groups - LEAK_REPORT_SITES == 1 ? "" : "s");
+			break;
+		}
+		group_what(lw, g, what, sizeof(what));
+		text_add(&t, "\n%s %s in %llu allocation%s of %s", g->cls == CLASS_REFERENCED ? "Still referenced:" :
+			 g->cls == CLASS_CACHED ? "Cached:" : "Leaked:", gmt__human_bytes(a, sizeof(a), g->bytes),
+			 (unsigned long long)g->count, plural(g->count), what);
+		if (g->cls == CLASS_REFERENCED) {
+			gmt__leakcheck_where(cache, g, where, sizeof(where));
+			text_add(&t, "; %s holds 0x%llx\n", where, (unsigned long long)g->ref_value);
+		} else if (g->cls == CLASS_LEAKED && lw->scan.done) {
+			text_add(&t, "; no host memory holds %s address\n", g->count == 1 ? "its" : "their");
+		} else {
+			text_add(&t, "\n");
+		}
+		ips = gmt__stack_get(g->stack, &depth);
+		cache->epoch = gmt__stack_epoch(g->stack);
+		while (ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]))
+			ntags++;
+		if (ips != NULL && depth - ntags > 0) {
+			struct text_frames tf = { &t, 0 };
+			struct frame_sink k = { text_native, text_python, &tf };
+
+			gmt__frames_sink(&k, cache, ips, depth - ntags);
+			if (tf.k > LEAK_REPORT_FRAMES)
+				text_add(&t, "    ... %d more frames\n", tf.k - LEAK_REPORT_FRAMES);
+		} else {
+			text_add(&t, "    (no stack: GPUMEMTRACE_STACK_DEPTH=0)\n");
+		}
+	}
+	if (shown > 0)
+		text_add(&t, "\n");
+	for (size_t i = 0; i < lw->ngroups; i++) {
+		const struct leak_group *g = &lw->groups[i];
+		const struct leak_stack *ls = gmt__leakcheck_stack_of(lw, g->stack);
+
+		if (g->counted)
+			continue;
+		if (brief++ == LEAK_REPORT_BRIEF) {
+			text_add(&t, "Not counted: ... and more (the exit snapshot lists them all)\n");
+			break;
+		}
+		if (g->rule != NO_RULE)
+			rule_words(in->supp, g->rule, where, sizeof(where));
+		else
+			snprintf(where, sizeof(where), "GPUMEMTRACE_LEAK_CLASSES leaves out '%s'", gmt__leak_class_names[g->cls]);
+		text_add(&t, "Not counted: %s %s in %llu allocation%s at %s: %s\n",
+			 gmt__leakcheck_suppresses(lw, g->rule) ? "suppressed" : gmt__leak_class_names[g->cls],
+			 gmt__human_bytes(a, sizeof(a), g->bytes), (unsigned long long)g->count, plural(g->count),
+			 ls != NULL ? ls->where : "an unknown place", where);
+	}
+	for (int i = 0; i < lw->nsuspects; i++) {
+		const struct leak_suspect *x = &lw->suspects[i];
+		const struct leak_stack *ls = gmt__leakcheck_stack_of(lw, x->id);
+
+		text_add(&t, "Leak suspect: %s grew in %u windows (fell in %u) to %s at its peak; %s live at exit\n",
+			 ls != NULL ? ls->where : "an unknown place", x->rises, x->falls,
+			 gmt__human_bytes(a, sizeof(a), x->peak), gmt__human_bytes(b, sizeof(b), x->live));
+	}
+	text_add(&t, "SUMMARY: %s in %llu allocation%s count as leaks", gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]),
+		 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]));
+	text_add(&t, " (leaked %s in %llu, still referenced %s in %llu)",
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_LEAKED]), (unsigned long long)lw->total_count[CLASS_LEAKED],
+		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[CLASS_REFERENCED]),
+		 (unsigned long long)lw->total_count[CLASS_REFERENCED]);
+	text_add(&t, "; cached %s in %llu; suppressed %s in %llu\n",
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_CACHED]), (unsigned long long)lw->total_count[CLASS_CACHED],
+		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[TOTAL_SUPPRESSED]),
+		 (unsigned long long)lw->total_count[TOTAL_SUPPRESSED]);
+	if (t.failed) {
+		free(t.s);
+		return;
+	}
+	lw->in->report = t.s;
+}
+
+/* The oom report: a few lines for the program's stderr. */
+void gmt__text_oom_report(const struct gmt__snapshot *s, const struct view *view, const struct report *rep)
+{
+	const struct gmt__device_state *st = view->diag_in.state;
+	char a[32], b[32], c[32];
+	size_t at;
+	int n;
+
+	n = snprintf(s->report, s->report_len, "out of memory: %s of %s on device %d failed",
+		     s->failed->api != NULL ? s->failed->api : "an allocation",
+		     gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
+	at = n > 0 ? (size_t)n : 0;
+	if (at < s->report_len && st != NULL && st->have_mem)
+		at += (size_t)snprintf(s->report + at, s->report_len - at, " with %s free of %s",
+				       gmt__human_bytes(b, sizeof(b), st->free_bytes),
+				       gmt__human_bytes(c, sizeof(c), st->total_bytes));
+	if (at < s->report_len)
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nverdict: %s: %s",
+				       gmt__verdict_name(view->diag.primary), view->diag.v[0].detail);
+	for (int i = 0, shown = 0; i < rep->ntop && shown < REPORT_SHOWN && at < s->report_len; i++) {
+		uint64_t bytes = rep->bytes[i], count = rep->count[i];
+		bool seen = false;
+
+		if (rep->top[i] == UINT32_MAX)
+			break;
+		for (int k = 0; k < i; k++)
+			seen |= strcmp(rep->where[k], rep->where[i]) == 0;
+		if (seen)
+			continue;
+		for (int k = i + 1; k < rep->ntop && rep->top[k] != UINT32_MAX; k++) {
+			if (strcmp(rep->where[k], rep->where[i]) == 0) {
+				bytes += rep->bytes[k];
+				count += rep->count[k];
+			}
+		}
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in %llu allocation%s at %s",
+				       shown++ == 0 ? "\ntop sites: " : "; ", gmt__human_bytes(a, sizeof(a), bytes),
+				       (unsigned long long)count, count == 1 ? "" : "s",
+				       rep->where[i][0] != '\0' ? rep->where[i] : "an unknown place");
+	}
+}

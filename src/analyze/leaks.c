@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "analyze/leaks.h"
 
+#include "util/map.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -57,13 +59,6 @@ struct scratch {
 	size_t len;
 };
 
-static void *scratch_new(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
-
 /* Grows *v (of *cap elements of `size` bytes) to hold at least need. */
 static int scratch_grow(void **v, size_t *cap, size_t need, size_t size)
 {
@@ -74,7 +69,7 @@ static int scratch_grow(void **v, size_t *cap, size_t need, size_t size)
 		return 0;
 	while (n < need)
 		n *= 2;
-	bigger = *v == NULL ? scratch_new(n * size) : mremap(*v, *cap * size, n * size, MREMAP_MAYMOVE);
+	bigger = *v == NULL ? gmt__map(n * size) : mremap(*v, *cap * size, n * size, MREMAP_MAYMOVE);
 	if (bigger == NULL || bigger == MAP_FAILED)
 		return -ENOMEM;
 	*v = bigger;
@@ -130,8 +125,8 @@ static int reader_open(struct reader *rd)
 			return -EPERM;
 		}
 	}
-	rd->page_addr = scratch_new(PAGE_SLOTS * sizeof(uint64_t));
-	rd->pages = scratch_new((size_t)PAGE_SLOTS * PAGE_BYTES);
+	rd->page_addr = gmt__map(PAGE_SLOTS * sizeof(uint64_t));
+	rd->pages = gmt__map((size_t)PAGE_SLOTS * PAGE_BYTES);
 	if (rd->page_addr == NULL || rd->pages == NULL)
 		return -ENOMEM;
 	return 0;
@@ -383,7 +378,7 @@ static bool addrset_add(struct addrset *s, uint64_t a)
 	if (2 * (s->n + 1) > s->cap) {
 		struct addrset bigger = { .cap = s->cap ? 2 * s->cap : 4096 };
 
-		bigger.v = scratch_new(bigger.cap * sizeof(uint64_t));
+		bigger.v = gmt__map(bigger.cap * sizeof(uint64_t));
 		if (bigger.v == NULL)
 			return false; /* treated as seen: the walk stops growing */
 		for (size_t j = 0; j < s->cap; j++) {
@@ -743,8 +738,8 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 		st->why = "cannot read /proc/self/maps";
 		goto out;
 	}
-	buf = scratch_new(READ_BLOCK);
-	vec = scratch_new(RESIDENT_WINDOW / PAGE_BYTES);
+	buf = gmt__map(READ_BLOCK);
+	vec = gmt__map(RESIDENT_WINDOW / PAGE_BYTES);
 	if (buf == NULL || vec == NULL || dl_iterate_phdr(module_data_one, &md) != 0) {
 		r = -ENOMEM;
 		st->why = "out of memory";

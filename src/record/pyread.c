@@ -7,6 +7,7 @@
 
 #include "record/pylayout.h"
 #include "record/pylayout_table.h"
+#include "util/map.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -61,13 +62,6 @@ static char *maps_buf;
 static size_t maps_len;
 static bool may_refresh;
 
-static void *map(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
-
 /* All of /proc/self/maps into maps_buf; its length, or -1. */
 static ssize_t maps_read(void)
 {
@@ -77,7 +71,7 @@ static ssize_t maps_read(void)
 
 		if (maps_buf == NULL) {
 			maps_len = 64 << 10;
-			maps_buf = map(maps_len);
+			maps_buf = gmt__map(maps_len);
 			if (maps_buf == NULL)
 				return -1;
 		}
@@ -96,7 +90,7 @@ static ssize_t maps_read(void)
 		maps_len *= 2;
 		if (maps_len > ((size_t)64 << 20))
 			return -1;
-		maps_buf = map(maps_len);
+		maps_buf = gmt__map(maps_len);
 		if (maps_buf == NULL)
 			return -1;
 	}
@@ -112,7 +106,7 @@ static void ranges_add(uintptr_t start, uintptr_t end)
 	}
 	if (nranges == ranges_cap) {
 		size_t cap = ranges_cap ? 2 * ranges_cap : 1024;
-		struct range *r = map(cap * sizeof(*r));
+		struct range *r = gmt__map(cap * sizeof(*r));
 
 		if (r == NULL)
 			return;

@@ -4,8 +4,9 @@
 #define _GNU_SOURCE
 #include "record/pystack.h"
 
-#include "util/log.h"
 #include "record/pyread.h"
+#include "util/log.h"
+#include "util/map.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -105,13 +106,6 @@ static char *names_next, *names_end;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void *map(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
-
 static size_t slot_hash(uintptr_t code, uint32_t pos)
 {
 	uint64_t h = ((uint64_t)code >> 4) * 0x9e3779b97f4a7c15ull ^ (uint64_t)pos * 0xc2b2ae3d27d4eb4full;
@@ -140,7 +134,7 @@ static int slots_reserve(void)
 
 	if (nslots != 0 && 2 * (used + 1) <= nslots)
 		return 0;
-	slots = map((oldn ? 2 * oldn : 4096) * sizeof(*slots));
+	slots = gmt__map((oldn ? 2 * oldn : 4096) * sizeof(*slots));
 	if (slots == NULL) {
 		slots = old;
 		return -ENOMEM;
@@ -162,7 +156,7 @@ static const char *name_copy(const char *s)
 	char *p;
 
 	if ((size_t)(names_end - names_next) < len + 1) {
-		p = map(GMT_PY_CHUNK);
+		p = gmt__map(GMT_PY_CHUNK);
 		if (p == NULL)
 			return NULL;
 		names_next = p;
@@ -206,7 +200,7 @@ static struct py_code *code_next(uint32_t *id)
 		return NULL;
 	leaf = code_leaf[*id >> GMT_PY_LEAF_BITS];
 	if (leaf == NULL) {
-		leaf = map(GMT_PY_LEAF * sizeof(*leaf));
+		leaf = gmt__map(GMT_PY_LEAF * sizeof(*leaf));
 		if (leaf == NULL)
 			return NULL;
 		code_leaf[*id >> GMT_PY_LEAF_BITS] = leaf;

@@ -6,6 +6,7 @@
 #include "record/ring.h"
 
 #include "util/check.h"
+#include "util/map.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -104,8 +105,8 @@ struct gmt__ring *gmt__ring_new(uint32_t capacity, uint32_t tid)
 		return NULL;
 	bytes = offsetof(struct gmt__ring, slots) + (size_t)capacity * sizeof(struct gmt__event);
 	bytes = (bytes + page - 1) & ~(page - 1);
-	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
+	p = gmt__map(bytes);
+	if (p == NULL)
 		return NULL;
 	/* mmap gives zeroed memory: counters, flags and links start at 0. */
 	r = p;

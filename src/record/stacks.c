@@ -5,6 +5,7 @@
 #include "record/stacks.h"
 
 #include "record/unwind.h"
+#include "util/map.h"
 
 #include <errno.h>
 #include <libunwind.h>
@@ -87,9 +88,9 @@ static _Atomic size_t bytes;   /* every byte mapped here; statistics only */
 
 static void *map(size_t len)
 {
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = gmt__map(len);
 
-	if (p == MAP_FAILED)
+	if (p == NULL)
 		return NULL;
 	atomic_fetch_add_explicit(&bytes, len, memory_order_relaxed);
 	return p;

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "record/tags.h"
 
+#include "util/map.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,9 +45,9 @@ int gmt__tag_id(const char *name, uint32_t *id)
 	len = strnlen(name, GMT_TAG_NAME_MAX - 1);
 	pthread_mutex_lock(&lock);
 	if (table == NULL) {
-		void *p = mmap(NULL, sizeof(*table), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		void *p = gmt__map(sizeof(*table));
 
-		if (p == MAP_FAILED) {
+		if (p == NULL) {
 			r = -ENOMEM;
 			goto out;
 		}

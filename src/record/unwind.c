@@ -24,6 +24,7 @@ void gmt__unwind_stats(struct gmt__unwind_stats *out)
 #if defined(__x86_64__) && defined(__linux__)
 
 #include "util/dwlib.h"
+#include "util/map.h"
 
 #include <dwarf.h>
 #include <fcntl.h>
@@ -138,9 +139,9 @@ static bool known(const struct table *t, uintptr_t pc)
 static struct table *table_new(unsigned bits)
 {
 	size_t bytes = sizeof(struct table) + ((size_t)1 << bits) * sizeof(struct slot);
-	struct table *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct table *t = gmt__map(bytes);
 
-	if (t == MAP_FAILED)
+	if (t == NULL)
 		return NULL;
 	t->bits = bits;
 	t->map_bytes = bytes;
@@ -513,8 +514,8 @@ static struct memo *memo_get(void)
 	struct memo *m = memo_of_thread;
 
 	if (m == NULL && !memo_failed) {
-		m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (m == MAP_FAILED) {
+		m = gmt__map(sizeof(*m));
+		if (m == NULL) {
 			memo_failed = true; /* walk without one */
 			return NULL;
 		}

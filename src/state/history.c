@@ -4,6 +4,7 @@
 #include "state/history.h"
 
 #include "record/event.h"
+#include "util/map.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -12,28 +13,21 @@
 
 #define SITES_FIRST 4096
 
-static void *map(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
-
 int gmt__history_init(struct gmt__history *h, size_t max_events)
 {
 	memset(h, 0, sizeof(*h));
 	h->interval_ns = GMT_SERIES_INTERVAL_NS;
 	if (max_events > 0) {
-		h->events = map(max_events * sizeof(*h->events));
+		h->events = gmt__map(max_events * sizeof(*h->events));
 		if (h->events == NULL)
 			return -ENOMEM;
 		h->cap = max_events;
 	}
 	/* Untouched pages cost nothing: columns never used stay unbacked. */
-	h->pt_time = map(GMT_SERIES_POINTS * sizeof(uint64_t));
-	h->pt_val = map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
-	h->pt_max = map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
-	h->sites = map(SITES_FIRST * sizeof(*h->sites));
+	h->pt_time = gmt__map(GMT_SERIES_POINTS * sizeof(uint64_t));
+	h->pt_val = gmt__map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
+	h->pt_max = gmt__map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
+	h->sites = gmt__map(SITES_FIRST * sizeof(*h->sites));
 	if (h->pt_time == NULL || h->pt_val == NULL || h->pt_max == NULL || h->sites == NULL)
 		return -ENOMEM;
 	h->nsites = SITES_FIRST;

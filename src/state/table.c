@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "state/table.h"
 
+#include "util/map.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +43,6 @@ struct gmt__table {
 	size_t count;
 	size_t counts[GMT_SPACE_COUNT];
 };
-
-static void *map(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
 
 static size_t page_round(size_t len)
 {
@@ -110,7 +105,7 @@ static size_t index_probe(const struct gmt__table *t, unsigned space, uint64_t a
  * Returns 0, or -ENOMEM leaving it as it was. */
 static int index_resize(struct gmt__table *t, size_t slots)
 {
-	uint64_t *index = map(slots * sizeof(*index)), v;
+	uint64_t *index = gmt__map(slots * sizeof(*index)), v;
 	size_t i, j, mask = slots - 1;
 
 	if (index == NULL)
@@ -160,7 +155,7 @@ static int chunk_add(struct gmt__table *t)
 
 	if (t->nchunks == t->dir_cap) {
 		size_t cap = 2 * t->dir_cap;
-		struct gmt__entry **dir = map(cap * sizeof(*dir));
+		struct gmt__entry **dir = gmt__map(cap * sizeof(*dir));
 
 		if (dir == NULL)
 			return -ENOMEM;
@@ -169,7 +164,7 @@ static int chunk_add(struct gmt__table *t)
 		t->chunks = dir;
 		t->dir_cap = cap;
 	}
-	c = map(GMT_CHUNK_BYTES);
+	c = gmt__map(GMT_CHUNK_BYTES);
 	if (c == NULL)
 		return -ENOMEM;
 	t->chunks[t->nchunks++] = c;
@@ -188,13 +183,13 @@ static void chunks_trim(struct gmt__table *t)
 
 struct gmt__table *gmt__table_new(void)
 {
-	struct gmt__table *t = map(GMT_TABLE_PAGE);
+	struct gmt__table *t = gmt__map(GMT_TABLE_PAGE);
 
 	if (t == NULL)
 		return NULL;
-	t->index = map(GMT_INDEX_MIN_SLOTS * sizeof(*t->index));
+	t->index = gmt__map(GMT_INDEX_MIN_SLOTS * sizeof(*t->index));
 	t->mask = GMT_INDEX_MIN_SLOTS - 1;
-	t->chunks = map(GMT_DIR_MIN * sizeof(*t->chunks));
+	t->chunks = gmt__map(GMT_DIR_MIN * sizeof(*t->chunks));
 	t->dir_cap = GMT_DIR_MIN;
 	if (t->index == NULL || t->chunks == NULL) {
 		gmt__table_free(t);
@@ -365,7 +360,7 @@ void gmt__table_clear(struct gmt__table *t)
 	while (t->nchunks > 0)
 		munmap(t->chunks[--t->nchunks], GMT_CHUNK_BYTES);
 	if (t->dir_cap > GMT_DIR_MIN)
-		dir = map(GMT_DIR_MIN * sizeof(*dir));
+		dir = gmt__map(GMT_DIR_MIN * sizeof(*dir));
 	if (dir != NULL) {
 		munmap(t->chunks, t->dir_cap * sizeof(*dir));
 		t->chunks = dir;
@@ -373,7 +368,7 @@ void gmt__table_clear(struct gmt__table *t)
 	}
 	/* Back to the smallest index; when that cannot be had, empty this one. */
 	if (t->mask + 1 > GMT_INDEX_MIN_SLOTS)
-		small = map(GMT_INDEX_MIN_SLOTS * sizeof(*small));
+		small = gmt__map(GMT_INDEX_MIN_SLOTS * sizeof(*small));
 	if (small != NULL) {
 		munmap(t->index, (t->mask + 1) * sizeof(*t->index));
 		t->index = small;

@@ -1,6 +1,6 @@
 /* The exported hooks: the dlsym override, the cuGetProcAddress wrappers and the
  * versioned driver entry points. Each forwards to the real function and reports
- * what happened to the core; nothing else (policy lives in core.c, variant
+ * what happened to the core; nothing else (policy lives behind record/record.h, variant
  * selection in resolve.c). */
 #define _GNU_SOURCE
 #include "record/record.h"

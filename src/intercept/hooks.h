@@ -1,5 +1,5 @@
 /* The intercepted driver entry points, as one list, and what hooks.c, resolve.c
- * and core.c share about them: api label indices, the real functions behind
+ * and record/record.c share about them: api label indices, the real functions behind
  * each hook, and the lookup of a hook by (base name, version, flags). */
 #ifndef GMT_HOOKS_H
 #define GMT_HOOKS_H

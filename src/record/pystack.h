@@ -23,7 +23,8 @@
  * captured from now on; false (and nothing changes) when no interpreter of a
  * supported version (3.9 or later) is loaded yet — call it again later to
  * catch one loaded since. Takes the dynamic loader's lock: not for the hot
- * path (core.c calls it at initialisation and from its background thread). */
+ * path (tracer/core.c calls it at initialisation, state/consumer.c from the
+ * background thread). */
 bool gmt__py_probe(void);
 
 /* What one capture did, for the tracer's statistics. */

@@ -1,6 +1,7 @@
 /* The tracking core as the hooks see it: enter and leave an intercepted call,
  * and report what it did. All policy (initialisation, counting once, stacks,
- * rings, the consumer, snapshots) lives behind these calls, in core.c. */
+ * rings, the consumer, snapshots) lives behind these calls: record/record.c
+ * and the stages it feeds (docs/internals.md). */
 #ifndef GMT_CORE_H
 #define GMT_CORE_H
 
@@ -36,7 +37,7 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
 		   int device);
 
 /* Before the real free of `addr`: notes it for gmt__on_result, which records
- * the free when it succeeded (core.c, "Frees are recorded after"). Returns a
+ * the free when it succeeded (state/apply.c, "Frees are recorded after"). Returns a
  * token for gmt__on_result (0 when nothing will be recorded). The caller
  * must call gmt__on_result with it on every path. */
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr);

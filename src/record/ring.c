@@ -36,7 +36,7 @@
  *      data rides on them, only the wake-up: ThreadSanitizer, which does not
  *      model fences (GCC says so, -Wtsan), misses nothing it could check.
  * The consumer role passes between threads only under the consumer lock
- * (core.c), which orders the consumer-private fields (head, tail_seen). */
+ * (tracer/tracer.h), which orders the consumer-private fields (head, tail_seen). */
 struct gmt__ring {
 	/* Written by the producer only. */
 	alignas(GMT_CACHE_LINE) _Atomic uint64_t tail; /* next slot to fill */

@@ -4,7 +4,7 @@
  * Contract (in the manner of ck_ring / rte_ring):
  * - one producer: the thread that owns the ring, and only from outside a signal
  *   handler that interrupted a push on the same thread (the hooks guarantee it);
- * - one consumer at a time: whoever holds the consumer lock (core.c) — the
+ * - one consumer at a time: whoever holds the consumer lock (tracer/tracer.h) — the
  *   background thread, or a producer draining because its ring is full;
  * - push is wait-free while the ring is not full; when it is full push fails and
  *   the caller drains (takes the consumer role) or waits; nothing is ever dropped
@@ -95,7 +95,7 @@ void gmt__rings_after_fork(struct gmt__ring *keep);
  * so that a producer that pushes on wakes it at a check before its ring is
  * 5/8 full. False (the announcement withdrawn) when some ring is fuller:
  * drain again instead. The doorbell is a backstop: a consumer that sleeps
- * with a timeout paced to the producers (core.c) wakes on its own first, and
+ * with a timeout paced to the producers (state/consumer.c) wakes on its own first, and
  * costs them no system call. */
 bool gmt__rings_may_sleep(void);
 

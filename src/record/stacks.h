@@ -44,7 +44,7 @@ int gmt__stack_init(void);
 /* Unwinds the calling thread into ips[0..max), innermost first, with no copy:
  * raw return addresses, the innermost of them the caller's own frames (and
  * maybe this function's). For callers that drop their own frames themselves
- * (core.c: by address). Returns the number stored (0 when unwinding fails);
+ * (record/record.c: by address). Returns the number stored (0 when unwinding fails);
  * `max` is capped at GMT_STACK_MAX_DEPTH. */
 int gmt__stack_walk(uintptr_t *ips, int max);
 

@@ -41,7 +41,7 @@ static inline const char *symtest_basename(const char *path)
 }
 
 /* The module of return address ip: its path (the main program's from
- * /proc/self/exe) and base, as src/report/snapshot.c finds them. 0, or -1. */
+ * /proc/self/exe) and base, as src/analyze/frames.c finds them. 0, or -1. */
 static inline int symtest_module(uintptr_t ip, char *path, size_t len, uintptr_t *base)
 {
 	struct link_map *map = NULL;

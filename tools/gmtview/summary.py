@@ -219,7 +219,7 @@ _REMEDIES = {
     "untracked": "a smaller cudaLimitMallocHeapSize, fewer modules loaded",
 }
 # Tracer counters that mean the record may be incomplete or wrong
-# (src/tracer/core.c says what each counts).
+# (src/tracer/tracer.h, GMT_STATS, says what each counts).
 _WARN_STATS = {
     "ring_full": "times a thread found its ring full",
     "gaps_skipped": "events given up on after waiting (their order may be lost)",

@@ -34,8 +34,10 @@ struct api_table {
 	size_t longest;
 };
 
-/* Streams the whole document to o. Returns 0 or a negative errno (the
- * writer's own error is in o->err). */
+/* Analyses the snapshot — and so makes the leak check's verdict and report
+ * and the out-of-memory report (s->leaks, s->report) — then streams the
+ * document to o; with o NULL, the analysis alone (no file to write).
+ * Returns 0 or a negative errno (the writer's own error is in o->err). */
 int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s);
 
 void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,

@@ -13,9 +13,9 @@
  * written before gmt__json_commit saw it. */
 #define JSON_MARGIN_BYTES (64u << 10)
 
-int gmt__json_open(struct gmt__json *o, int fd, bool discard)
+int gmt__json_open(struct gmt__json *o, int fd)
 {
-	*o = (struct gmt__json){ .fd = fd, .discard = discard, .cap = GMT_JSON_BUFFER_BYTES };
+	*o = (struct gmt__json){ .fd = fd, .cap = GMT_JSON_BUFFER_BYTES };
 	o->buf = malloc(o->cap + JSON_MARGIN_BYTES);
 	if (o->buf == NULL) {
 		o->err = -ENOMEM;
@@ -36,8 +36,6 @@ int gmt__json_close(struct gmt__json *o)
 
 static void write_all(struct gmt__json *o, const char *p, size_t n)
 {
-	if (o->discard)
-		return;
 	if (o->err == 0)
 		o->err = gmt__write_full(o->fd, p, n);
 }

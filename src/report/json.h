@@ -21,15 +21,14 @@
 
 struct gmt__json {
 	int fd;
-	bool discard; /* writes go nowhere (a document built for its verdicts only) */
 	int err;      /* 0, or the first failure (a negative errno) */
 	char *buf;
 	size_t n, cap;
 	char *room_end; /* where the last reserved room ends */
 };
 
-/* An empty writer into fd (discard: into nothing). 0, or -ENOMEM. */
-int gmt__json_open(struct gmt__json *o, int fd, bool discard);
+/* An empty writer into fd. 0, or -ENOMEM. */
+int gmt__json_open(struct gmt__json *o, int fd);
 /* Writes what is buffered; frees the buffer. Returns o->err. */
 int gmt__json_close(struct gmt__json *o);
 

@@ -218,7 +218,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	 * exact. A filesystem without modes may refuse, and the file is no more
 	 * open than 0600 either way, so that is no reason to lose the snapshot. */
 	(void)fchmod(fd, 0600);
-	r = gmt__json_open(&o, fd, false);
+	r = gmt__json_open(&o, fd);
 	if (r == 0)
 		r = gmt__doc_write(&o, s);
 	r = r < 0 ? r : gmt__json_close(&o);
@@ -237,16 +237,15 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		have_tmp = false;
 	goto out;
 no_file:
-	/* No file (asked for none, or it cannot be made): the document is built
-	 * all the same, written nowhere, for the report and the leak check. */
+	/* No file (asked for none, or it cannot be made): the snapshot is
+	 * analysed all the same, for the reports and the leak check; nothing is
+	 * rendered. */
 	if (path != NULL && len > 0)
 		path[0] = '\0';
-	if (gmt__json_open(&o, -1, true) < 0) {
-		r = r < 0 ? r : -ENOMEM;
-	} else {
-		int built = gmt__doc_write(&o, s);
+	{
+		int analysed = gmt__doc_write(NULL, s);
 
-		r = r < 0 ? r : built;
+		r = r < 0 ? r : analysed;
 	}
 out:
 	gmt__json_close(&o);

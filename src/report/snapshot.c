@@ -172,17 +172,62 @@ static void out_modules(struct gmt__json *o, struct frame_cache *cache)
 	gmt__json_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
 }
 
-/* The "stacks" array and the "modules" map. Resolving frames takes the dynamic
- * loader's lock (dladdr) and opens files (libdw): the caller's lock is long
- * released (snapshot.h). The leak check (lw, may be NULL) matches its rules
- * on the frames on the way. */
-static void out_stacks(struct gmt__json *o, struct frame_cache *cache, struct idset *ids, struct report *rep,
-		       struct leak_work *lw)
+/* Region tags come last in a stack (stacks.h), innermost last: how many. */
+static int stack_tags(const uintptr_t *ips, int depth)
 {
-	size_t i, n = gmt__idset_sorted(ids);
+	int ntags = 0;
 
+	while (ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]))
+		ntags++;
+	return ntags;
+}
+
+static void no_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym, const char *function)
+{
+	(void)ctx, (void)f, (void)sym, (void)function;
+}
+
+static void no_python(void *ctx, uintptr_t word)
+{
+	(void)ctx, (void)word;
+}
+
+/* The analysis of the stacks ids[0..n): every frame resolved (dladdr, libdw:
+ * the loader's lock — never under the tracer's), in the order the document
+ * then writes them, so that "modules" lists each in the order first seen;
+ * the labels of the report's top sites; the leak check's rules matched
+ * (lw, may be NULL). */
+static void resolve_stacks(struct frame_cache *cache, const struct idset *ids, size_t n, struct report *rep,
+			   struct leak_work *lw)
+{
+	const struct frame_sink none = { no_native, no_python, NULL };
+
+	for (size_t i = 0; i < n; i++) {
+		int depth = 0, ntags;
+		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+
+		cache->epoch = gmt__stack_epoch(ids->v[i]);
+		if (ips != NULL) {
+			(void)gmt__frames_runtime_call(cache, ips, depth);
+			ntags = stack_tags(ips, depth);
+			gmt__frames_sink(&none, cache, ips, depth - ntags);
+			for (int k = 0; k < rep->ntop; k++) {
+				if (rep->top[k] == ids->v[i])
+					gmt__frames_site_label(cache, ips, depth - ntags, rep->where[k],
+							       sizeof(rep->where[k]));
+			}
+		}
+		if (lw != NULL)
+			gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - stack_tags(ips, depth) : 0);
+	}
+}
+
+/* The "stacks" array and the "modules" map, from frames resolve_stacks
+ * looked up (the cache answers). */
+static void out_stacks(struct gmt__json *o, struct frame_cache *cache, const struct idset *ids, size_t n)
+{
 	gmt__json_str(o, " \"stacks\": [");
-	for (i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		int depth = 0, ntags;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
 		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
@@ -193,9 +238,7 @@ static void out_stacks(struct gmt__json *o, struct frame_cache *cache, struct id
 		p = gmt__put_lit(p, ", \"runtime_call\": ");
 		gmt__json_commit(o, p);
 		gmt__json_string_or_null(o, ips != NULL ? gmt__frames_runtime_call(cache, ips, depth) : NULL);
-		/* Region tags come last (stacks.h), innermost last. */
-		for (ntags = 0; ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]); ntags++)
-			;
+		ntags = stack_tags(ips, depth);
 		gmt__json_str(o, ", \"tags\": [");
 		for (int t = 0; t < ntags; t++) {
 			const char *name = gmt__tag_name((uint32_t)ips[depth - ntags + t]);
@@ -208,12 +251,6 @@ static void out_stacks(struct gmt__json *o, struct frame_cache *cache, struct id
 		if (ips != NULL)
 			out_frames(o, cache, ips, depth - ntags);
 		gmt__json_str(o, "]}");
-		for (int k = 0; ips != NULL && k < rep->ntop; k++) {
-			if (rep->top[k] == ids->v[i])
-				gmt__frames_site_label(cache, ips, depth - ntags, rep->where[k], sizeof(rep->where[k]));
-		}
-		if (lw != NULL)
-			gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - ntags : 0);
 	}
 	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
 	out_modules(o, cache);
@@ -325,23 +362,14 @@ static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const str
 	gmt__json_commit(o, p);
 }
 
-/* Writes the entries v[0..n) of one section as the elements of a JSON array,
- * and adds their stacks to ids. */
-static int out_section(struct gmt__json *o, const struct gmt__entry *const *v, size_t n,
-		       const struct api_table *apis, struct idset *ids)
+/* Writes the entries v[0..n) of one section as the elements of a JSON array. */
+static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, size_t n,
+			const struct api_table *apis)
 {
-	size_t i;
-	int r;
-
-	for (i = 0; i < n && o->err == 0; i++) {
+	for (size_t i = 0; i < n && o->err == 0; i++)
 		out_entry(o, v[i], apis, i == 0);
-		r = gmt__idset_add(ids, v[i]->stack);
-		if (r < 0)
-			return r;
-	}
 	if (n > 0)
 		gmt__json_str(o, "\n ");
-	return 0;
 }
 
 /* ---- the history: sites, series, events ------------------------------------------ */
@@ -363,25 +391,36 @@ static int by_live_desc(const void *x, const void *y)
 	return a->id < b->id ? -1 : a->id > b->id;
 }
 
-static int out_sites(struct gmt__json *o, const struct gmt__history *h, struct idset *ids, uint32_t *top, int ntop)
+/* The sites with a history, by live bytes (largest first, then by id), into
+ * *out (malloc'd); the first ntop with live bytes into top (UINT32_MAX
+ * past them). 0, or -ENOMEM. */
+static int sites_sorted(const struct gmt__history *h, struct site_ref **out, size_t *n, uint32_t *top, int ntop)
 {
-	struct site_ref *v;
-	size_t n = 0;
-	int r = 0;
+	struct site_ref *v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
 
+	*n = 0;
+	*out = v;
 	for (int i = 0; i < ntop; i++)
 		top[i] = UINT32_MAX;
-	gmt__json_str(o, " \"sites\": [");
-	v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
 	if (v == NULL)
 		return -ENOMEM;
 	for (size_t id = 0; id < h->nsites; id++) {
 		const struct gmt__site *s = gmt__history_site(h, (uint32_t)id);
 
 		if (s != NULL)
-			v[n++] = (struct site_ref){ (uint32_t)id, s->live_bytes };
+			v[(*n)++] = (struct site_ref){ (uint32_t)id, s->live_bytes };
 	}
-	qsort(v, n, sizeof(*v), by_live_desc);
+	qsort(v, *n, sizeof(*v), by_live_desc);
+	for (size_t i = 0; i < *n && (int)i < ntop; i++) {
+		if (v[i].live > 0)
+			top[i] = v[i].id;
+	}
+	return 0;
+}
+
+static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct site_ref *v, size_t n)
+{
+	gmt__json_str(o, " \"sites\": [");
 	for (size_t i = 0; i < n && o->err == 0; i++) {
 		const struct gmt__site *s = gmt__history_site(h, v[i].id);
 		uint32_t rises, falls;
@@ -391,8 +430,6 @@ static int out_sites(struct gmt__json *o, const struct gmt__history *h, struct i
 		bool suspect = gmt__site_suspect(s, &rises, &falls, &rise);
 		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
-		if ((int)i < ntop && s->live_bytes > 0)
-			top[i] = v[i].id;
 		p = gmt__put_lit(p, i ? ",\n  {\"stack\": " : "\n  {\"stack\": ");
 		p = gmt__put_u64(p, v[i].id);
 		p = gmt__put_lit(p, ", \"live_bytes\": ");
@@ -414,13 +451,8 @@ static int out_sites(struct gmt__json *o, const struct gmt__history *h, struct i
 		p = gmt__put_lit(p, growing ? ", \"growing\": true" : ", \"growing\": false");
 		p = gmt__put_lit(p, suspect ? ", \"suspect\": true}" : ", \"suspect\": false}");
 		gmt__json_commit(o, p);
-		r = gmt__idset_add(ids, v[i].id);
-		if (r < 0)
-			break;
 	}
 	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
-	free(v);
-	return r;
 }
 
 static void out_u64_array(struct gmt__json *o, const uint64_t *v, size_t n, uint64_t last)
@@ -471,11 +503,9 @@ static void out_series(struct gmt__json *o, const struct gmt__history *h, uint64
 }
 
 /* "history": the last events, oldest first. */
-static int out_history(struct gmt__json *o, const struct gmt__history *h, const struct api_table *apis,
-		       struct idset *ids)
+static void out_history(struct gmt__json *o, const struct gmt__history *h, const struct api_table *apis)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
-	int r = 0;
 
 	p = gmt__put_lit(p, " \"history\": {\"capacity\": ");
 	p = gmt__put_u64(p, h->cap);
@@ -509,12 +539,8 @@ static int out_history(struct gmt__json *o, const struct gmt__history *h, const 
 		p = gmt__put_u64(p, ev->stack);
 		*p++ = '}';
 		gmt__json_commit(o, p);
-		r = gmt__idset_add(ids, ev->stack);
-		if (r < 0)
-			break;
 	}
 	gmt__json_str(o, h->count > 0 ? "\n ]},\n" : "]},\n");
-	return r;
 }
 
 static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const struct view *view)
@@ -787,113 +813,144 @@ static void out_leaks(struct gmt__json *o, struct frame_cache *cache, const stru
 	gmt__json_str(o, "]}\n");
 }
 
-/* Streams the whole document to o. Returns 0 or a negative errno (the
- * writer's own error is in o->err). */
-int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
-{
-	struct collect c = { 0 };
-	struct idset ids = { 0 };
-	struct api_table apis = { 0 };
-	struct view *view = NULL;
-	struct report rep = { .ntop = 0 };
-	struct leak_work lw = { .in = s->leaks };
+/* One snapshot's analysis: everything the document and the reports say,
+ * made before anything is written and whether or not anything is. */
+struct doc {
+	struct collect c;             /* the live set, by section then address */
+	size_t hi0, hi1;              /* where reservations and mappings begin */
+	struct idset ids;             /* every stack the document names */
+	size_t nids;
+	struct site_ref *sites;       /* by live bytes */
+	size_t nsites;
+	struct view *view;
+	struct report rep;            /* the out-of-memory report's top sites */
+	struct leak_work lw;
 	struct frame_cache cache;
-	size_t hi0, hi1;
+	bool cache_open;
+};
+
+static void doc_free(struct doc *d)
+{
+	if (d->cache_open)
+		gmt__frames_close(&d->cache);
+	gmt__leakcheck_free(&d->lw);
+	free(d->sites);
+	free(d->view);
+	free(d->ids.v);
+	free(d->c.v);
+}
+
+/* The analysis; also the leak check's verdict and report, and the
+ * out-of-memory report (s->leaks, s->report). 0 or a negative errno. */
+static int analyse(const struct gmt__snapshot *s, struct doc *d)
+{
+	const struct gmt__history *h = s->history;
 	int r;
 
-	r = api_table_init(&apis, s);
-	if (r < 0)
-		goto out;
-	view = malloc(sizeof(*view));
-	if (view == NULL) {
-		r = -ENOMEM;
-		goto out;
-	}
-	c.cap = s->nentries;
-	c.v = malloc((c.cap ? c.cap : 1) * sizeof(*c.v));
-	if (c.v == NULL) {
-		r = -ENOMEM;
-		goto out;
-	}
+	d->view = malloc(sizeof(*d->view));
+	d->c.cap = s->nentries;
+	d->c.v = malloc((d->c.cap ? d->c.cap : 1) * sizeof(*d->c.v));
+	if (d->view == NULL || d->c.v == NULL)
+		return -ENOMEM;
 	for (size_t i = 0; i < s->nentries; i++)
-		c.v[c.n++] = &s->entries[i];
-	if (c.n > 1)
-		qsort(c.v, c.n, sizeof(*c.v), by_section_address);
-	/* c.v is sorted by section: three runs, one per array. */
-	for (hi0 = 0; hi0 < c.n && section_of(c.v[hi0]) == 0; hi0++)
+		d->c.v[d->c.n++] = &s->entries[i];
+	if (d->c.n > 1)
+		qsort(d->c.v, d->c.n, sizeof(*d->c.v), by_section_address);
+	/* Sorted by section: three runs, one per array. */
+	for (d->hi0 = 0; d->hi0 < d->c.n && section_of(d->c.v[d->hi0]) == 0; d->hi0++)
 		;
-	for (hi1 = hi0; hi1 < c.n && section_of(c.v[hi1]) == 1; hi1++)
+	for (d->hi1 = d->hi0; d->hi1 < d->c.n && section_of(d->c.v[d->hi1]) == 1; d->hi1++)
 		;
-	gmt__view_build(s, c.v, hi0, view);
+	gmt__view_build(s, d->c.v, d->hi0, d->view);
 	if (s->leaks != NULL) {
-		r = gmt__leakcheck_collect(&lw, c.v, hi0, c.v + hi1, c.n - hi1, s->history, &ids);
+		r = gmt__leakcheck_collect(&d->lw, d->c.v, d->hi0, d->c.v + d->hi1, d->c.n - d->hi1, h, &d->ids);
 		if (r < 0)
-			goto out;
+			return r;
 	}
-
-	out_header(o, s, view);
-	gmt__json_str(o, " \"allocations\": [");
-	r = out_section(o, c.v, hi0, &apis, &ids);
-	if (r < 0)
-		goto out;
-	gmt__json_str(o, "],\n \"vmm\": {\"reservations\": [");
-	r = out_section(o, c.v + hi0, hi1 - hi0, &apis, &ids);
-	if (r < 0)
-		goto out;
-	gmt__json_str(o, "], \"mappings\": [");
-	r = out_section(o, c.v + hi1, c.n - hi1, &apis, &ids);
-	if (r < 0)
-		goto out;
-	gmt__json_str(o, "]},\n");
-	if (s->failed != NULL && s->failed->stack != 0) {
-		r = gmt__idset_add(&ids, s->failed->stack);
-		if (r < 0)
-			goto out;
+	/* The stacks the document names: the live set's, the failed
+	 * request's, every site's and every history event's. */
+	for (size_t i = 0; i < d->c.n; i++) {
+		if ((r = gmt__idset_add(&d->ids, d->c.v[i]->stack)) < 0)
+			return r;
 	}
-	if (s->history != NULL) {
-		rep.ntop = REPORT_SITES;
-		r = out_sites(o, s->history, &ids, rep.top, rep.ntop);
-		if (r == 0) {
-			out_series(o, s->history, s->time_ns);
-			r = out_history(o, s->history, &apis, &ids);
+	if (s->failed != NULL && (r = gmt__idset_add(&d->ids, s->failed->stack)) < 0)
+		return r;
+	if (h != NULL) {
+		d->rep.ntop = REPORT_SITES;
+		if ((r = sites_sorted(h, &d->sites, &d->nsites, d->rep.top, d->rep.ntop)) < 0)
+			return r;
+		for (size_t i = 0; i < d->nsites; i++) {
+			if ((r = gmt__idset_add(&d->ids, d->sites[i].id)) < 0)
+				return r;
 		}
-		if (r < 0)
-			goto out;
-		for (int i = 0; i < rep.ntop; i++) {
-			const struct gmt__site *site = rep.top[i] != UINT32_MAX ? gmt__history_site(s->history, rep.top[i]) : NULL;
+		for (size_t i = 0; i < h->count; i++) {
+			if ((r = gmt__idset_add(&d->ids, gmt__history_event(h, i)->stack)) < 0)
+				return r;
+		}
+		for (int i = 0; i < d->rep.ntop; i++) {
+			const struct gmt__site *site = d->rep.top[i] != UINT32_MAX ? gmt__history_site(h, d->rep.top[i]) : NULL;
 
-			rep.bytes[i] = site != NULL ? site->live_bytes : 0;
-			rep.count[i] = site != NULL ? site->live_count : 0;
+			d->rep.bytes[i] = site != NULL ? site->live_bytes : 0;
+			d->rep.count[i] = site != NULL ? site->live_count : 0;
 		}
 	}
+	d->nids = gmt__idset_sorted(&d->ids);
 	if (s->leaks != NULL)
-		gmt__leakcheck_scan(&lw, s);
-	gmt__frames_open(&cache);
-	out_stacks(o, &cache, &ids, &rep, s->leaks != NULL ? &lw : NULL);
+		gmt__leakcheck_scan(&d->lw, s);
+	gmt__frames_open(&d->cache);
+	d->cache_open = true;
+	resolve_stacks(&d->cache, &d->ids, d->nids, &d->rep, s->leaks != NULL ? &d->lw : NULL);
 	if (s->leaks != NULL) {
-		r = gmt__leakcheck_classify(&lw);
-		if (r == 0) {
-			s->leaks->judged = true;
-			out_leaks(o, &cache, &lw);
-			if (s->leaks->want_report)
-				gmt__text_leak_report(&lw, &cache);
-		}
+		if ((r = gmt__leakcheck_classify(&d->lw)) < 0)
+			return r;
+		s->leaks->judged = true;
+		if (s->leaks->want_report)
+			gmt__text_leak_report(&d->lw, &d->cache);
 	}
-	gmt__frames_close(&cache);
-	if (r < 0)
-		goto out;
 	/* The report is the program's, the file the tracer's: it is made
-	 * whether or not the file could be written. */
-	if (s->report != NULL && s->report_len > 0 && view->have_diagnosis)
-		gmt__text_oom_report(s, view, &rep);
+	 * whether or not the file can be written. */
+	if (s->report != NULL && s->report_len > 0 && d->view->have_diagnosis)
+		gmt__text_oom_report(s, d->view, &d->rep);
+	return 0;
+}
+
+/* The document of the analysis, streamed to o. */
+static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct doc *d, const struct api_table *apis)
+{
+	out_header(o, s, d->view);
+	gmt__json_str(o, " \"allocations\": [");
+	out_section(o, d->c.v, d->hi0, apis);
+	gmt__json_str(o, "],\n \"vmm\": {\"reservations\": [");
+	out_section(o, d->c.v + d->hi0, d->hi1 - d->hi0, apis);
+	gmt__json_str(o, "], \"mappings\": [");
+	out_section(o, d->c.v + d->hi1, d->c.n - d->hi1, apis);
+	gmt__json_str(o, "]},\n");
+	if (s->history != NULL) {
+		out_sites(o, s->history, d->sites, d->nsites);
+		out_series(o, s->history, s->time_ns);
+		out_history(o, s->history, apis);
+	}
+	out_stacks(o, &d->cache, &d->ids, d->nids);
+	if (s->leaks != NULL)
+		out_leaks(o, &d->cache, &d->lw);
 	gmt__json_str(o, "}\n");
 	gmt__json_flush(o);
-	r = o->err;
-out:
-	gmt__leakcheck_free(&lw);
+}
+
+int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
+{
+	struct doc d = { .lw = { .in = s->leaks } };
+	struct api_table apis = { 0 };
+	int r = analyse(s, &d);
+
+	if (r == 0 && o != NULL) {
+		r = api_table_init(&apis, s);
+		if (r == 0) {
+			render(o, s, &d, &apis);
+			r = o->err;
+		}
+	}
 	api_table_free(&apis);
-	free(view);
-	free(ids.v);
-	free(c.v);
+	doc_free(&d);
 	return r;
 }

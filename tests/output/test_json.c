@@ -39,7 +39,7 @@ static void test_records(void)
 	size_t len, n = 200000;
 	char *got, *p;
 
-	CHECK_INT(gmt__json_open(&o, fileno(f), false), 0);
+	CHECK_INT(gmt__json_open(&o, fileno(f)), 0);
 	gmt__json_str(&o, "[");
 	for (size_t i = 0; i < n; i++) {
 		p = gmt__json_room(&o, GMT_JSON_RECORD_BYTES);
@@ -74,7 +74,7 @@ static int overrun(int fd)
 	struct gmt__json o;
 	char *p;
 
-	if (gmt__json_open(&o, fd, false) != 0)
+	if (gmt__json_open(&o, fd) != 0)
 		return -ENOMEM;
 	gmt__json_str(&o, "before");
 	p = gmt__json_room(&o, 8);

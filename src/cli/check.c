@@ -28,7 +28,7 @@
 #define LEAK_CLASSES "GPUMEMTRACE_LEAK_CLASSES"
 
 struct args {
-	struct gmt__limits limits;
+	struct cli_limits limits;
 	const char *suppressions; /* --suppressions, else the environment's */
 	const char *snapshot_on;  /* --snapshot-on, else the environment's */
 	const char *leak_classes; /* --leak-classes, else the environment's */
@@ -47,10 +47,10 @@ static uint64_t size_arg(const char *flag, const char *v)
 	uint64_t out;
 
 	if (gmt__parse_size(v, 0, UINT64_MAX, &out) < 0)
-		gmt__die(GMT_EXIT_USAGE,
-			 "%s '%s' is invalid: expected bytes, with an optional suffix K, M, G or T "
-			 "(powers of 1024)",
-			 flag, v);
+		cli_die(GMT_EXIT_USAGE,
+			"%s '%s' is invalid: expected bytes, with an optional suffix K, M, G or T "
+			"(powers of 1024)",
+			flag, v);
 	return out;
 }
 
@@ -59,12 +59,12 @@ static uint64_t count_arg(const char *flag, const char *v)
 	uint64_t out;
 
 	if (gmt__parse_u64(v, 0, UINT64_MAX, &out) < 0)
-		gmt__die(GMT_EXIT_USAGE, "%s '%s' is invalid: expected a non-negative integer", flag, v);
+		cli_die(GMT_EXIT_USAGE, "%s '%s' is invalid: expected a non-negative integer", flag, v);
 	return out;
 }
 
 /* BYTES or PCT% */
-static void growth_arg(const char *v, struct gmt__limits *l)
+static void growth_arg(const char *v, struct cli_limits *l)
 {
 	size_t n = strlen(v);
 	char pct[32];
@@ -81,10 +81,10 @@ static void growth_arg(const char *v, struct gmt__limits *l)
 		pct[0] = '\0'; /* too long to be one of the numbers taken */
 	}
 	if (gmt__parse_u64(pct, 0, 1000000, &l->max_growth) < 0)
-		gmt__die(GMT_EXIT_USAGE,
-			 "--max-growth '%s' is invalid: expected bytes (with an optional suffix K, M, "
-			 "G or T) or an integer percent from 0%% to 1000000%%",
-			 v);
+		cli_die(GMT_EXIT_USAGE,
+			"--max-growth '%s' is invalid: expected bytes (with an optional suffix K, M, "
+			"G or T) or an integer percent from 0%% to 1000000%%",
+			v);
 	l->growth_is_pct = true;
 }
 
@@ -100,65 +100,65 @@ static void parse_args(int argc, char **argv, struct args *a)
 		if (strcmp(arg, "--") == 0)
 			break;
 		if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-			gmt__help();
+			cli_help();
 			exit(0);
 		}
-		if ((v = gmt__option_value(argc, argv, &i, "--max-leak-bytes")) != NULL) {
+		if ((v = cli_option_value(argc, argv, &i, "--max-leak-bytes")) != NULL) {
 			a->limits.max_leak_bytes = size_arg("--max-leak-bytes", v);
 			a->limits.has_max_leak_bytes = true;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--max-leaks")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--max-leaks")) != NULL) {
 			a->limits.max_leaks = count_arg("--max-leaks", v);
 			a->limits.has_max_leaks = true;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--max-peak")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--max-peak")) != NULL) {
 			a->limits.max_peak = size_arg("--max-peak", v);
 			a->limits.has_max_peak = true;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--baseline")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--baseline")) != NULL) {
 			if (v[0] == '\0')
-				gmt__die(GMT_EXIT_USAGE, "--baseline '' is invalid: expected a snapshot file");
+				cli_die(GMT_EXIT_USAGE, "--baseline '' is invalid: expected a snapshot file");
 			a->limits.baseline = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--max-growth")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--max-growth")) != NULL) {
 			growth_arg(v, &a->limits);
 			growth = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--leak-classes")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--leak-classes")) != NULL) {
 			a->leak_classes = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--suppressions")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--suppressions")) != NULL) {
 			if (v[0] == '\0')
-				gmt__die(GMT_EXIT_USAGE, "--suppressions '' is invalid: expected a file");
+				cli_die(GMT_EXIT_USAGE, "--suppressions '' is invalid: expected a file");
 			a->suppressions = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--junit")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--junit")) != NULL) {
 			if (v[0] == '\0')
-				gmt__die(GMT_EXIT_USAGE, "--junit '' is invalid: expected a file");
+				cli_die(GMT_EXIT_USAGE, "--junit '' is invalid: expected a file");
 			a->junit = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--dir")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--dir")) != NULL) {
 			if (v[0] == '\0')
-				gmt__die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
+				cli_die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
 			a->dir = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--snapshot-on")) != NULL) {
+		} else if ((v = cli_option_value(argc, argv, &i, "--snapshot-on")) != NULL) {
 			a->snapshot_on = v;
-		} else if ((v = gmt__option_value(argc, argv, &i, "--depth")) != NULL) {
-			gmt__set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
+		} else if ((v = cli_option_value(argc, argv, &i, "--depth")) != NULL) {
+			cli_set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
 		} else if (strcmp(arg, "--no-python-stacks") == 0) {
-			gmt__set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
+			cli_set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
 		} else if (strcmp(arg, "--verbose") == 0) {
-			gmt__set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
+			cli_set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
 		} else if (arg[0] == '-') {
-			gmt__die(GMT_EXIT_USAGE, "unknown option '%s' (see gpumemtrace --help)", arg);
+			cli_die(GMT_EXIT_USAGE, "unknown option '%s' (see gpumemtrace --help)", arg);
 		} else {
-			gmt__die(GMT_EXIT_USAGE,
-				 "'--' must come before the command, as in: gpumemtrace check "
-				 "[options] -- %s ...",
-				 arg);
+			cli_die(GMT_EXIT_USAGE,
+				"'--' must come before the command, as in: gpumemtrace check "
+				"[options] -- %s ...",
+				arg);
 		}
 	}
 	if (i >= argc)
-		gmt__die(GMT_EXIT_USAGE, "no command (gpumemtrace check [options] -- command ...)");
+		cli_die(GMT_EXIT_USAGE, "no command (gpumemtrace check [options] -- command ...)");
 	if (i + 1 >= argc)
-		gmt__die(GMT_EXIT_USAGE, "no command after '--'");
+		cli_die(GMT_EXIT_USAGE, "no command after '--'");
 	a->command = i + 1;
 	if (growth != NULL && a->limits.baseline == NULL)
-		gmt__die(GMT_EXIT_USAGE, "--max-growth needs --baseline SNAPSHOT to grow from");
+		cli_die(GMT_EXIT_USAGE, "--max-growth needs --baseline SNAPSHOT to grow from");
 	if (growth == NULL && a->limits.baseline != NULL)
-		gmt__die(GMT_EXIT_USAGE, "--baseline needs --max-growth BYTES or PCT%% to check it");
+		cli_die(GMT_EXIT_USAGE, "--baseline needs --max-growth BYTES or PCT%% to check it");
 	/* A leak limit given alone is the only leak limit (pytest-memray's
 	 * limit_leaks reads so); none given: any counted leak fails. */
 	if (a->limits.has_max_leak_bytes != a->limits.has_max_leaks) {
@@ -183,7 +183,7 @@ static void parse_option(struct gmt__options *o, const char *flag, const char *v
 
 	gmt__options_defaults(o);
 	if (user != NULL && gmt__options_set(o, var, user, &expected) < 0)
-		gmt__die(GMT_EXIT_USAGE, "%s or %s '%s' is invalid: expected %s", flag, var, user, expected);
+		cli_die(GMT_EXIT_USAGE, "%s or %s '%s' is invalid: expected %s", flag, var, user, expected);
 }
 
 /* Puts o's value of `var` into the environment, for the traced command. */
@@ -193,7 +193,7 @@ static void put_option(const struct gmt__options *o, const char *var)
 
 	gmt__options_format(o, var, value, sizeof(value));
 	if (setenv(var, value, 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
 }
 
 /* The user's triggers plus exit (unset: the default, oom). */
@@ -225,12 +225,12 @@ static void set_suppressions(const char *path)
 	char err[512], abs[PATH_MAX];
 
 	if (gmt__supp_load(&s, path, err, sizeof(err)) < 0)
-		gmt__die(GMT_EXIT_USAGE, "--suppressions: %s", err);
+		cli_die(GMT_EXIT_USAGE, "--suppressions: %s", err);
 	gmt__supp_free(&s);
 	if (realpath(path, abs) == NULL)
-		gmt__die(GMT_EXIT_USAGE, "--suppressions: %s: %s", path, strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "--suppressions: %s: %s", path, strerror(errno));
 	if (setenv(SUPPRESSIONS, abs, 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set " SUPPRESSIONS ": %s", strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "cannot set " SUPPRESSIONS ": %s", strerror(errno));
 }
 
 /* --junit's directory must take the file: found now, not after the run. */
@@ -239,7 +239,7 @@ static void check_junit_path(const char *path)
 	char *dir = strdup(path), *slash;
 
 	if (dir == NULL)
-		gmt__die(GMT_EXIT_USAGE, "out of memory");
+		cli_die(GMT_EXIT_USAGE, "out of memory");
 	slash = strrchr(dir, '/');
 	if (slash == dir)
 		slash[1] = '\0';
@@ -248,8 +248,8 @@ static void check_junit_path(const char *path)
 	else
 		strcpy(dir, ".");
 	if (access(dir, W_OK | X_OK) != 0)
-		gmt__die(GMT_EXIT_USAGE, "--junit '%s': cannot write in %s: %s", path, dir,
-			 strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "--junit '%s': cannot write in %s: %s", path, dir,
+			strerror(errno));
 	free(dir);
 }
 
@@ -263,21 +263,21 @@ static bool make_dir(const char *dir, char *abs)
 
 	if (dir != NULL) {
 		if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-			gmt__die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
+			cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
 		if (realpath(dir, abs) == NULL)
-			gmt__die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
+			cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
 		if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
-			gmt__die(GMT_EXIT_USAGE, "--dir '%s': not a directory", dir);
+			cli_die(GMT_EXIT_USAGE, "--dir '%s': not a directory", dir);
 		return false;
 	}
 	tmp = getenv("TMPDIR");
 	if (tmp == NULL || tmp[0] == '\0')
 		tmp = "/tmp";
 	if ((size_t)snprintf(abs, PATH_MAX, "%s/gpumemtrace-check.XXXXXX", tmp) >= PATH_MAX)
-		gmt__die(GMT_EXIT_NO_SNAPSHOT, "TMPDIR '%s' is too long", tmp);
+		cli_die(GMT_EXIT_NO_SNAPSHOT, "TMPDIR '%s' is too long", tmp);
 	if (mkdtemp(abs) == NULL)
-		gmt__die(GMT_EXIT_NO_SNAPSHOT, "cannot make a temporary directory in %s: %s", tmp,
-			 strerror(errno));
+		cli_die(GMT_EXIT_NO_SNAPSHOT, "cannot make a temporary directory in %s: %s", tmp,
+			strerror(errno));
 	return true;
 }
 
@@ -294,7 +294,7 @@ static void list_names(const char *dir, const char *pattern, struct names *out)
 
 	*out = (struct names){ 0 };
 	if (d == NULL)
-		gmt__die(GMT_EXIT_NO_SNAPSHOT, "cannot read %s: %s", dir, strerror(errno));
+		cli_die(GMT_EXIT_NO_SNAPSHOT, "cannot read %s: %s", dir, strerror(errno));
 	while ((e = readdir(d)) != NULL) {
 		if (fnmatch(pattern, e->d_name, 0) != 0)
 			continue;
@@ -303,12 +303,12 @@ static void list_names(const char *dir, const char *pattern, struct names *out)
 			char **v = realloc(out->v, cap * sizeof(*v));
 
 			if (v == NULL)
-				gmt__die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
+				cli_die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
 			out->v = v;
 			out->cap = cap;
 		}
 		if ((out->v[out->n++] = strdup(e->d_name)) == NULL)
-			gmt__die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
+			cli_die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
 	}
 	closedir(d);
 	if (out->n > 0)
@@ -397,7 +397,7 @@ static bool remove_dir(const char *dir)
 	if (rmdir(dir) == 0)
 		return true;
 fail:
-	gmt__say("cannot remove %s: %s", dir, strerror(errno));
+	cli_say("cannot remove %s: %s", dir, strerror(errno));
 	return false;
 }
 
@@ -431,7 +431,7 @@ static int run_command(char **cmd, int *killed_by)
 	/* The child says through this pipe why its exec failed; a successful
 	 * exec closes it (O_CLOEXEC). */
 	if (pipe2(pipefd, O_CLOEXEC) != 0)
-		gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': pipe: %s", cmd[0], strerror(errno));
+		cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': pipe: %s", cmd[0], strerror(errno));
 	sigemptyset(&fwd);
 	sigaddset(&fwd, SIGINT);
 	sigaddset(&fwd, SIGTERM);
@@ -457,7 +457,7 @@ static int run_command(char **cmd, int *killed_by)
 		_exit(GMT_EXIT_NO_COMMAND);
 	}
 	if (pid < 0)
-		gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': fork: %s", cmd[0], strerror(errno));
+		cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': fork: %s", cmd[0], strerror(errno));
 	child_pid = pid;
 	sigprocmask(SIG_SETMASK, &old_mask, NULL);
 	close(pipefd[1]);
@@ -471,7 +471,7 @@ static int run_command(char **cmd, int *killed_by)
 	 * the reaping. */
 	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0) {
 		if (errno != EINTR)
-			gmt__die(GMT_EXIT_NO_SNAPSHOT, "waiting for '%s': %s", cmd[0], strerror(errno));
+			cli_die(GMT_EXIT_NO_SNAPSHOT, "waiting for '%s': %s", cmd[0], strerror(errno));
 	}
 	sigprocmask(SIG_BLOCK, &fwd, NULL);
 	child_pid = 0;
@@ -480,7 +480,7 @@ static int run_command(char **cmd, int *killed_by)
 	sigprocmask(SIG_SETMASK, &old_mask, NULL);
 	while (waitpid(pid, &status, 0) < 0) {
 		if (errno != EINTR)
-			gmt__die(GMT_EXIT_NO_SNAPSHOT, "waiting for '%s': %s", cmd[0], strerror(errno));
+			cli_die(GMT_EXIT_NO_SNAPSHOT, "waiting for '%s': %s", cmd[0], strerror(errno));
 	}
 	if (n == (ssize_t)sizeof(err))
 		return err > 0 ? -err : -ENOEXEC;
@@ -492,8 +492,8 @@ static int run_command(char **cmd, int *killed_by)
 
 static int compare_counted(const void *a, const void *b)
 {
-	const struct gmt__leak_site *x = *(const struct gmt__leak_site *const *)a;
-	const struct gmt__leak_site *y = *(const struct gmt__leak_site *const *)b;
+	const struct cli_leak_site *x = *(const struct cli_leak_site *const *)a;
+	const struct cli_leak_site *y = *(const struct cli_leak_site *const *)b;
 
 	if (x->bytes != y->bytes)
 		return x->bytes < y->bytes ? 1 : -1;
@@ -510,22 +510,22 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 }
 
 /* Counted leaks, peaks and growth of the snapshots read, against the limits. */
-static void judge(struct gmt__verdict *v)
+static void judge(struct cli_verdict *v)
 {
-	const struct gmt__limits *l = v->limits;
+	const struct cli_limits *l = v->limits;
 	size_t i, j;
 
 	v->counted = calloc(1, sizeof(*v->counted));
 	for (i = 0; i < v->nsnaps && v->counted != NULL; i++) {
-		struct gmt__snapshot *s = &v->snaps[i];
-		const struct gmt__leak_site **c;
+		struct cli_snapshot *s = &v->snaps[i];
+		const struct cli_leak_site **c;
 
 		c = realloc(v->counted, (v->ncounted + s->nleaks + 1) * sizeof(*c));
 		if (c == NULL)
-			gmt__die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
+			cli_die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
 		v->counted = c;
 		for (j = 0; j < s->nleaks; j++) {
-			struct gmt__leak_site *site = &s->leaks[j];
+			struct cli_leak_site *site = &s->leaks[j];
 
 			/* NOTE: the tracer's own "counted" followed its classes;
 			 * the gate's follow --leak-classes. */
@@ -546,7 +546,7 @@ static void judge(struct gmt__verdict *v)
 		}
 	}
 	if (v->counted == NULL)
-		gmt__die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
+		cli_die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
 	if (v->ncounted > 1)
 		qsort(v->counted, v->ncounted, sizeof(*v->counted), compare_counted);
 
@@ -568,10 +568,10 @@ static void judge(struct gmt__verdict *v)
 	}
 }
 
-int gmt__check(int argc, char **argv)
+int cli_check(int argc, char **argv)
 {
-	struct gmt__snapshot baseline = { 0 };
-	struct gmt__verdict v = { 0 };
+	struct cli_snapshot baseline = { 0 };
+	struct cli_verdict v = { 0 };
 	struct names before = { 0 }, marked = { 0 }, after;
 	char unjudged_msg[512];
 	char lib[PATH_MAX], dir[PATH_MAX], err[1024], path[PATH_MAX + 256];
@@ -580,7 +580,7 @@ int gmt__check(int argc, char **argv)
 	bool temporary;
 	size_t i;
 
-	gmt__set_context("check: ");
+	cli_set_context("check: ");
 	parse_args(argc, argv, &a);
 	v.limits = &a.limits;
 
@@ -590,45 +590,45 @@ int gmt__check(int argc, char **argv)
 	if (a.suppressions != NULL)
 		set_suppressions(a.suppressions);
 	if (a.limits.baseline != NULL) {
-		if (gmt__snapshot_read(a.limits.baseline, GMT_READ_PEAKS, &baseline, err, sizeof(err)) < 0)
-			gmt__die(GMT_EXIT_USAGE, "--baseline: %s", err);
+		if (cli_snapshot_read(a.limits.baseline, GMT_READ_PEAKS, &baseline, err, sizeof(err)) < 0)
+			cli_die(GMT_EXIT_USAGE, "--baseline: %s", err);
 		v.baseline = &baseline;
 	}
 	if (a.junit != NULL)
 		check_junit_path(a.junit);
-	gmt__find_library(lib);
+	cli_find_library(lib);
 
 	temporary = make_dir(a.dir, dir);
 	if (!temporary) {
 		list_names(dir, EXIT_SNAPSHOTS, &before);
 		list_names(dir, PENDING_MARKS, &marked);
 	}
-	gmt__set_option("--dir", "GPUMEMTRACE_DIR", dir);
+	cli_set_option("--dir", "GPUMEMTRACE_DIR", dir);
 	if (setenv("GPUMEMTRACE_GATE", "1", 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_GATE: %s", strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_GATE: %s", strerror(errno));
 	/* The gate judges: the library must not replace the exit status. */
 	if (setenv("GPUMEMTRACE_LEAK_CHECK", "0", 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_LEAK_CHECK: %s", strerror(errno));
-	gmt__set_preload(lib);
+		cli_die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_LEAK_CHECK: %s", strerror(errno));
+	cli_set_preload(lib);
 
 	v.command_status = run_command(argv + a.command, &v.command_signal);
 	if (v.command_status < 0) {
 		if (temporary)
 			remove_dir(dir);
-		gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[a.command],
-			 strerror(-v.command_status));
+		cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[a.command],
+			strerror(-v.command_status));
 	}
 
 	list_names(dir, EXIT_SNAPSHOTS, &after);
 	v.snaps = calloc(after.n ? after.n : 1, sizeof(*v.snaps));
 	if (v.snaps == NULL)
-		gmt__die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
+		cli_die(GMT_EXIT_NO_SNAPSHOT, "out of memory");
 	for (i = 0; i < after.n; i++) {
 		if (names_have(&before, after.v[i]))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, after.v[i]);
-		if (gmt__snapshot_read(path, GMT_READ_EXIT | (v.baseline ? GMT_READ_PEAKS : 0),
-				       &v.snaps[v.nsnaps], err, sizeof(err)) < 0) {
+		if (cli_snapshot_read(path, GMT_READ_EXIT | (v.baseline ? GMT_READ_PEAKS : 0),
+				      &v.snaps[v.nsnaps], err, sizeof(err)) < 0) {
 			v.error = err;
 			break;
 		}
@@ -659,20 +659,20 @@ int gmt__check(int argc, char **argv)
 
 	workspace = getenv("GITHUB_WORKSPACE");
 	if (getenv("GITHUB_ACTIONS") != NULL && strcmp(getenv("GITHUB_ACTIONS"), "true") == 0)
-		gmt__report_github(&v, workspace, stdout);
+		cli_report_github(&v, workspace, stdout);
 	fflush(stdout);
-	gmt__report_text(&v);
-	if (a.junit != NULL && gmt__report_junit(&v, a.junit, err, sizeof(err)) < 0) {
-		gmt__say("%s", err);
+	cli_report_text(&v);
+	if (a.junit != NULL && cli_report_junit(&v, a.junit, err, sizeof(err)) < 0) {
+		cli_say("%s", err);
 		if (v.status == 0)
 			v.status = GMT_EXIT_NO_SNAPSHOT;
 	}
 
 	for (i = 0; i < v.nsnaps; i++)
-		gmt__snapshot_free(&v.snaps[i]);
+		cli_snapshot_free(&v.snaps[i]);
 	free(v.snaps);
 	free(v.counted);
-	gmt__snapshot_free(&baseline);
+	cli_snapshot_free(&baseline);
 	names_free(&before);
 	names_free(&marked);
 	names_free(&after);

@@ -21,49 +21,49 @@ enum {
 
 /* The leak classes of a snapshot's leaks.sites (docs/tracing.md, "Leak
  * check") are the GMT_CLASS_* bits of options.h; their names: */
-const char *gmt__class_name(unsigned cls);
+const char *cli_class_name(unsigned cls);
 
 /* Where an allocation was made, for people: the innermost frame of its stack
  * outside CUDA (not in a module named libcuda* or libgpumemtrace*, and not a
  * function named cuda* or cu<Capital>*), preferring one with a file and a
  * line. */
-struct gmt__site_place {
+struct cli_site_place {
 	char *label; /* "function (file:line)", or what there is */
 	char *file;  /* NULL unless the frame chosen has a file and a line */
 	int64_t line;
 };
 
 /* One site of a snapshot's leaks.sites. */
-struct gmt__leak_site {
+struct cli_leak_site {
 	unsigned cls;        /* one GMT_CLASS_* bit */
 	char *suppressed_by; /* the rule, NULL when not suppressed */
 	bool counted;        /* as the gate reads it (--leak-classes), not the tracer */
 	uint64_t count, bytes;
 	int64_t stack;
 	int64_t pid;
-	struct gmt__site_place place;
+	struct cli_site_place place;
 };
 
 /* One site of a snapshot's sites[] (peaks by site, for --max-growth's list
  * of what grew); sites with the same label are added up. */
-struct gmt__peak_site {
+struct cli_peak_site {
 	char *label;
 	uint64_t peak_bytes;
 };
 
-struct gmt__snapshot {
+struct cli_snapshot {
 	char *path;
 	int64_t pid;
 	uint64_t peak_bytes, live_bytes;
 	bool scan_done;
 	char *scan_why; /* why the reference scan did not finish, or NULL */
-	struct gmt__leak_site *leaks;
+	struct cli_leak_site *leaks;
 	size_t nleaks;
-	struct gmt__peak_site *peaks; /* empty when the snapshot has no sites[] */
+	struct cli_peak_site *peaks; /* empty when the snapshot has no sites[] */
 	size_t npeaks;
 };
 
-/* What gmt__snapshot_read requires besides format, version, pid, summary and
+/* What cli_snapshot_read requires besides format, version, pid, summary and
  * stacks. */
 enum {
 	GMT_READ_EXIT = 1u << 0,  /* reason "exit" and a leaks section */
@@ -75,13 +75,13 @@ enum {
  * required key missing or of the wrong type), -ENOMEM, or an errno of opening
  * it, with a one-line message naming the file in err[0..errlen). *out then
  * holds nothing to free. */
-int gmt__snapshot_read(const char *path, unsigned flags, struct gmt__snapshot *out, char *err,
-		       size_t errlen);
+int cli_snapshot_read(const char *path, unsigned flags, struct cli_snapshot *out, char *err,
+		      size_t errlen);
 
-void gmt__snapshot_free(struct gmt__snapshot *s);
+void cli_snapshot_free(struct cli_snapshot *s);
 
 /* The limits of one run (--max-*, --baseline, --leak-classes). */
-struct gmt__limits {
+struct cli_limits {
 	/* The leak limits: a limit given alone is the only one (the other is
 	 * UINT64_MAX, no limit); none given, both are 0: any counted leak fails. */
 	uint64_t max_leak_bytes, max_leaks;
@@ -97,14 +97,14 @@ struct gmt__limits {
 /* The leak limits in force, for the reports: "100 bytes (--max-leak-bytes),
  * 2 allocations (--max-leaks)", or the one given and "no limit on" the other,
  * or that none was given. Returns out. */
-const char *gmt__leak_limits_text(const struct gmt__limits *l, char *out, size_t len);
+const char *cli_leak_limits_text(const struct cli_limits *l, char *out, size_t len);
 
 /* The verdict on one run, computed by check.c, told by check_report.c. */
-struct gmt__verdict {
-	const struct gmt__limits *limits;
-	struct gmt__snapshot *snaps; /* the run's exit snapshots */
+struct cli_verdict {
+	const struct cli_limits *limits;
+	struct cli_snapshot *snaps; /* the run's exit snapshots */
 	size_t nsnaps;
-	const struct gmt__snapshot *baseline; /* NULL without --baseline */
+	const struct cli_snapshot *baseline; /* NULL without --baseline */
 
 	/* The command's exit status (128+signal when killed); 0 when it passed. */
 	int command_status;
@@ -115,14 +115,14 @@ struct gmt__verdict {
 
 	/* The counted leak sites of every process, most bytes first, and their
 	 * totals. */
-	const struct gmt__leak_site **counted;
+	const struct cli_leak_site **counted;
 	size_t ncounted;
 	uint64_t leak_bytes, leak_count;
 	uint64_t suppressed_bytes, suppressed_count;
 
 	/* The largest peak of a process, and which. */
 	uint64_t peak;
-	const struct gmt__snapshot *peak_snap;
+	const struct cli_snapshot *peak_snap;
 
 	/* --max-growth: the run's peak minus the baseline's, and the limit in
 	 * bytes. */
@@ -137,16 +137,16 @@ struct gmt__verdict {
 };
 
 /* The report on stderr: every line "gpumemtrace: check: ...". */
-void gmt__report_text(const struct gmt__verdict *v);
+void cli_report_text(const struct cli_verdict *v);
 
 /* The ::error (leak limit exceeded) or ::warning lines of GitHub Actions for
  * each counted leak site on f; file names relative to `workspace` when under
  * it (NULL: as they are). */
-void gmt__report_github(const struct gmt__verdict *v, const char *workspace, FILE *f);
+void cli_report_github(const struct cli_verdict *v, const char *workspace, FILE *f);
 
 /* Writes the JUnit XML of the verdict to path, atomically (a temporary file
  * beside it, then rename). Returns 0 or a negative errno with a one-line
  * message in err[0..errlen). */
-int gmt__report_junit(const struct gmt__verdict *v, const char *path, char *err, size_t errlen);
+int cli_report_junit(const struct cli_verdict *v, const char *path, char *err, size_t errlen);
 
 #endif /* GMT_CHECK_H */

@@ -25,7 +25,7 @@ static const struct {
 	{ GMT_CLASS_CACHED, "cached" },
 };
 
-const char *gmt__class_name(unsigned cls)
+const char *cli_class_name(unsigned cls)
 {
 	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
 		if (classes[i].bit == cls)
@@ -250,7 +250,7 @@ static int describe(const struct frame *f, char **out)
 	return asprintf(out, "%s", what);
 }
 
-static void place_free(struct gmt__site_place *p)
+static void place_free(struct cli_site_place *p)
 {
 	free(p->label);
 	free(p->file);
@@ -260,7 +260,7 @@ static void place_free(struct gmt__site_place *p)
  * are CUDA's too, whatever their names: a statically linked cudart's
  * internals (malloc_async under cudaMallocAsync) lie in the program's own
  * module; so the search starts outside the outermost CUDA frame. */
-static int place_of(struct reader *rd, int64_t id, const char *where, struct gmt__site_place *out)
+static int place_of(struct reader *rd, int64_t id, const char *where, struct cli_site_place *out)
 {
 	struct stack_ref key = { .id = id }, *s;
 	struct frame *frames = NULL;
@@ -269,7 +269,7 @@ static int place_of(struct reader *rd, int64_t id, const char *where, struct gmt
 	size_t i, n, outside = 0;
 	int r = 0;
 
-	*out = (struct gmt__site_place){ 0 };
+	*out = (struct cli_site_place){ 0 };
 	s = bsearch(&key, rd->stacks, rd->nstacks, sizeof(*rd->stacks), compare_stack_ref);
 	if (s == NULL && id == 0) {
 		out->label = strdup("(no stack recorded)");
@@ -318,7 +318,7 @@ out:
 		if (r < 0)
 			out->label = NULL;
 		place_free(out);
-		*out = (struct gmt__site_place){ 0 };
+		*out = (struct cli_site_place){ 0 };
 		return no_memory(rd);
 	}
 	return 0;
@@ -336,7 +336,7 @@ static int parse_class(const char *s, unsigned *out)
 }
 
 static int read_leak_site(struct reader *rd, json_t *site, const char *where,
-			  struct gmt__leak_site *out)
+			  struct cli_leak_site *out)
 {
 	const char *cls = NULL, *supp = NULL;
 	json_t *counted;
@@ -364,7 +364,7 @@ static int read_leak_site(struct reader *rd, json_t *site, const char *where,
 	return place_of(rd, out->stack, where, &out->place);
 }
 
-static int read_leaks(struct reader *rd, json_t *leaks, struct gmt__snapshot *out)
+static int read_leaks(struct reader *rd, json_t *leaks, struct cli_snapshot *out)
 {
 	json_t *sites, *scan;
 	char where[48];
@@ -411,7 +411,7 @@ static int read_leaks(struct reader *rd, json_t *leaks, struct gmt__snapshot *ou
 /* sites[] into peaks, sites of the same label added up. Only for the list of
  * what grew, which the verdict does not depend on: a sites[] this cannot read
  * gives no list rather than an error. */
-static void read_peaks(struct reader *rd, json_t *sites, struct gmt__snapshot *out)
+static void read_peaks(struct reader *rd, json_t *sites, struct cli_snapshot *out)
 {
 	size_t i, j, n = json_array_size(sites);
 	char err[8], where[48];
@@ -424,7 +424,7 @@ static void read_peaks(struct reader *rd, json_t *sites, struct gmt__snapshot *o
 		return;
 	for (i = 0; i < n; i++) {
 		json_t *site = json_array_get(sites, i);
-		struct gmt__site_place place;
+		struct cli_site_place place;
 		uint64_t peak;
 		int64_t stack;
 
@@ -455,7 +455,7 @@ drop:
 	out->npeaks = 0;
 }
 
-static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct gmt__snapshot *out)
+static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct cli_snapshot *out)
 {
 	json_t *summary = NULL, *stacks = NULL, *leaks, *sites;
 	const char *format = NULL, *reason = NULL;
@@ -506,8 +506,8 @@ static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct 
 	return 0;
 }
 
-int gmt__snapshot_read(const char *path, unsigned flags, struct gmt__snapshot *out, char *err,
-		       size_t errlen)
+int cli_snapshot_read(const char *path, unsigned flags, struct cli_snapshot *out, char *err,
+		      size_t errlen)
 {
 	struct reader rd = { .path = path, .err = err, .errlen = errlen };
 	json_error_t jerr;
@@ -515,7 +515,7 @@ int gmt__snapshot_read(const char *path, unsigned flags, struct gmt__snapshot *o
 	FILE *f;
 	int r;
 
-	*out = (struct gmt__snapshot){ 0 };
+	*out = (struct cli_snapshot){ 0 };
 	if (errlen > 0)
 		err[0] = '\0';
 	f = gmt__input_open(path, "snapshot", GMT_SNAPSHOT_MAX_BYTES, err, errlen);
@@ -534,11 +534,11 @@ int gmt__snapshot_read(const char *path, unsigned flags, struct gmt__snapshot *o
 	json_decref(doc);
 	free(rd.stacks);
 	if (r < 0)
-		gmt__snapshot_free(out);
+		cli_snapshot_free(out);
 	return r;
 }
 
-void gmt__snapshot_free(struct gmt__snapshot *s)
+void cli_snapshot_free(struct cli_snapshot *s)
 {
 	size_t i;
 
@@ -552,5 +552,5 @@ void gmt__snapshot_free(struct gmt__snapshot *s)
 	free(s->peaks);
 	free(s->scan_why);
 	free(s->path);
-	*s = (struct gmt__snapshot){ 0 };
+	*s = (struct cli_snapshot){ 0 };
 }

@@ -82,7 +82,7 @@ static const char *classes_text(unsigned classes, char *buf, size_t len)
 	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
 		if (classes & bits[i])
 			n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s%s", n ? "," : "",
-					      gmt__class_name(bits[i]));
+					      cli_class_name(bits[i]));
 	}
 	return buf;
 }
@@ -97,7 +97,7 @@ static const char *signed_bytes(int64_t d, char *buf, size_t len)
 	return buf;
 }
 
-static const char *growth_limit_text(const struct gmt__verdict *v, char *buf, size_t len)
+static const char *growth_limit_text(const struct cli_verdict *v, char *buf, size_t len)
 {
 	char h[64];
 
@@ -126,9 +126,9 @@ static int compare_growth(const void *a, const void *b)
 
 /* The sites of the peak process that grew most against the baseline, matched
  * by label; *n of them into a malloc'd array (NULL when none). */
-static struct growth_site *grown_sites(const struct gmt__verdict *v, size_t *n)
+static struct growth_site *grown_sites(const struct cli_verdict *v, size_t *n)
 {
-	const struct gmt__snapshot *now = v->peak_snap, *base = v->baseline;
+	const struct cli_snapshot *now = v->peak_snap, *base = v->baseline;
 	struct growth_site *g;
 	size_t i, j;
 
@@ -157,7 +157,7 @@ static struct growth_site *grown_sites(const struct gmt__verdict *v, size_t *n)
 	return g;
 }
 
-const char *gmt__leak_limits_text(const struct gmt__limits *l, char *out, size_t len)
+const char *cli_leak_limits_text(const struct cli_limits *l, char *out, size_t len)
 {
 	if (l->has_max_leak_bytes && l->has_max_leaks)
 		snprintf(out, len, "%" PRIu64 " bytes (--max-leak-bytes), %" PRIu64 " allocations (--max-leaks)",
@@ -172,7 +172,7 @@ const char *gmt__leak_limits_text(const struct gmt__limits *l, char *out, size_t
 	return out;
 }
 
-static void text_leaks(const struct gmt__verdict *v)
+static void text_leaks(const struct cli_verdict *v)
 {
 	char h[64], label[256], lim[160];
 	size_t i;
@@ -180,22 +180,22 @@ static void text_leaks(const struct gmt__verdict *v)
 	if (v->leaks_failed)
 		say("FAILED: counted leaks: %s in %" PRIu64 " allocation%s; limits: %s",
 		    human_bytes(v->leak_bytes, h, sizeof(h)), v->leak_count, plural(v->leak_count),
-		    gmt__leak_limits_text(v->limits, lim, sizeof(lim)));
+		    cli_leak_limits_text(v->limits, lim, sizeof(lim)));
 	for (i = 0; i < v->ncounted && i < TEXT_SITES; i++) {
-		const struct gmt__leak_site *s = v->counted[i];
+		const struct cli_leak_site *s = v->counted[i];
 
 		say("leak: %s in %" PRIu64 " allocation%s (%s) at %s, pid %" PRId64,
 		    human_bytes(s->bytes, h, sizeof(h)), s->count, plural(s->count),
-		    gmt__class_name(s->cls), one_line(s->place.label, label, sizeof(label)), s->pid);
+		    cli_class_name(s->cls), one_line(s->place.label, label, sizeof(label)), s->pid);
 	}
 	if (v->ncounted > TEXT_SITES)
 		say("... and %zu more counted leak site%s", v->ncounted - TEXT_SITES,
 		    plural(v->ncounted - TEXT_SITES));
 }
 
-static void text_peaks(const struct gmt__verdict *v)
+static void text_peaks(const struct cli_verdict *v)
 {
-	const struct gmt__limits *l = v->limits;
+	const struct cli_limits *l = v->limits;
 	char h[64], m[64], d[80], lim[160], label[256];
 	struct growth_site *g;
 	size_t i, n;
@@ -223,9 +223,9 @@ static void text_peaks(const struct gmt__verdict *v)
 	free(g);
 }
 
-void gmt__report_text(const struct gmt__verdict *v)
+void cli_report_text(const struct cli_verdict *v)
 {
-	const struct gmt__limits *l = v->limits;
+	const struct cli_limits *l = v->limits;
 	char h[64], p[64], c[64], lim[160], d[80], dir[PATH_MAX], line[PATH_MAX + 1024];
 	size_t i;
 
@@ -240,7 +240,7 @@ void gmt__report_text(const struct gmt__verdict *v)
 		say("passed: %" PRIu64 " counted leak%s of %" PRIu64 " bytes (limits: %s; classes %s), peak %"
 		    PRIu64 " bytes%s%s; %zu exit snapshot%s%s%s",
 		    v->leak_count, plural(v->leak_count), v->leak_bytes,
-		    gmt__leak_limits_text(l, leaklim, sizeof(leaklim)), classes_text(l->classes, c, sizeof(c)),
+		    cli_leak_limits_text(l, leaklim, sizeof(leaklim)), classes_text(l->classes, c, sizeof(c)),
 		    v->peak, peak, growth,
 		    v->nsnaps, plural(v->nsnaps), v->dir_kept ? " in " : "",
 		    v->dir_kept ? one_line(v->dir, dir, sizeof(dir)) : "");
@@ -345,7 +345,7 @@ static const char *workspace_relative(const char *file, const char *workspace, c
 	return buf;
 }
 
-void gmt__report_github(const struct gmt__verdict *v, const char *workspace, FILE *f)
+void cli_report_github(const struct cli_verdict *v, const char *workspace, FILE *f)
 {
 	/* NOTE: leaks within the limits do not fail the job: warnings, so that
 	 * a green job carries no red annotation. */
@@ -354,12 +354,12 @@ void gmt__report_github(const struct gmt__verdict *v, const char *workspace, FIL
 	size_t i;
 
 	for (i = 0; i < v->ncounted; i++) {
-		const struct gmt__leak_site *s = v->counted[i];
+		const struct cli_leak_site *s = v->counted[i];
 
 		if (asprintf(&msg,
 			     "%" PRIu64 " bytes in %" PRIu64 " allocation%s not freed at exit (%s), "
 			     "allocated at %s, pid %" PRId64,
-			     s->bytes, s->count, plural(s->count), gmt__class_name(s->cls), s->place.label,
+			     s->bytes, s->count, plural(s->count), cli_class_name(s->cls), s->place.label,
 			     s->pid) < 0)
 			return;
 		fprintf(f, "::%s ", command);
@@ -419,7 +419,7 @@ static void junit_case(FILE *f, const char *name, const char *tag, const char *t
 }
 
 /* The text of the leaks testcase's failure: a line per counted site. */
-static char *leak_lines(const struct gmt__verdict *v)
+static char *leak_lines(const struct cli_verdict *v)
 {
 	char *buf = NULL;
 	size_t len = 0, i;
@@ -428,10 +428,10 @@ static char *leak_lines(const struct gmt__verdict *v)
 	if (f == NULL)
 		return NULL;
 	for (i = 0; i < v->ncounted && i < JUNIT_SITES; i++) {
-		const struct gmt__leak_site *s = v->counted[i];
+		const struct cli_leak_site *s = v->counted[i];
 
 		fprintf(f, "%" PRIu64 " bytes in %" PRIu64 " allocation%s (%s) at %s, pid %" PRId64 "\n",
-			s->bytes, s->count, plural(s->count), gmt__class_name(s->cls), s->place.label,
+			s->bytes, s->count, plural(s->count), cli_class_name(s->cls), s->place.label,
 			s->pid);
 	}
 	if (v->ncounted > JUNIT_SITES)
@@ -445,9 +445,9 @@ static char *leak_lines(const struct gmt__verdict *v)
 	return buf;
 }
 
-static int write_junit(const struct gmt__verdict *v, FILE *f)
+static int write_junit(const struct cli_verdict *v, FILE *f)
 {
-	const struct gmt__limits *l = v->limits;
+	const struct cli_limits *l = v->limits;
 	bool command_failed = v->command_status != 0;
 	int tests = 1 + l->has_max_peak + (v->baseline != NULL) + command_failed;
 	int failures = command_failed, errors = 0;
@@ -489,7 +489,7 @@ static int write_junit(const struct gmt__verdict *v, FILE *f)
 		snprintf(message, sizeof(message),
 			 "counted leaks: %" PRIu64 " bytes in %" PRIu64 " allocation%s; limits: %s",
 			 v->leak_bytes, v->leak_count, plural(v->leak_count),
-			 gmt__leak_limits_text(l, leaklim, sizeof(leaklim)));
+			 cli_leak_limits_text(l, leaklim, sizeof(leaklim)));
 		body = leak_lines(v);
 		junit_case(f, "leaks", "failure", "leaks", message, body);
 		free(body);
@@ -529,7 +529,7 @@ out:
 	return 0;
 }
 
-int gmt__report_junit(const struct gmt__verdict *v, const char *path, char *err, size_t errlen)
+int cli_report_junit(const struct cli_verdict *v, const char *path, char *err, size_t errlen)
 {
 	char *tmp = NULL;
 	mode_t mask;

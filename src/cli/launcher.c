@@ -61,7 +61,7 @@ static void usage(FILE *f)
 		"       gpumemtrace --help | --version\n");
 }
 
-void gmt__help(void)
+void cli_help(void)
 {
 	struct gmt__options defaults;
 	char value[64];
@@ -166,7 +166,7 @@ void gmt__help(void)
 
 static const char *context = "";
 
-void gmt__set_context(const char *c)
+void cli_set_context(const char *c)
 {
 	context = c;
 }
@@ -178,7 +178,7 @@ static void vsay(const char *fmt, va_list ap)
 	fputc('\n', stderr);
 }
 
-void gmt__say(const char *fmt, ...)
+void cli_say(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -187,7 +187,7 @@ void gmt__say(const char *fmt, ...)
 	va_end(ap);
 }
 
-void gmt__die(int status, const char *fmt, ...)
+void cli_die(int status, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -204,7 +204,7 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-void gmt__find_library(char *out)
+void cli_find_library(char *out)
 {
 	const char *rel[] = {
 		LIBNAME,              /* build tree: beside the launcher */
@@ -221,7 +221,7 @@ void gmt__find_library(char *out)
 
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0)
-		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find %s: /proc/self/exe: %s", LIBNAME, strerror(errno));
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot find %s: /proc/self/exe: %s", LIBNAME, strerror(errno));
 	exe[n] = '\0';
 	slash = strrchr(exe, '/');
 	if (slash != NULL)
@@ -244,8 +244,8 @@ void gmt__find_library(char *out)
 			strcat(tried, path);
 		}
 	}
-	gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find %s (looked for %s); is gpumemtrace installed completely?",
-	    LIBNAME, tried);
+	cli_die(GMT_EXIT_NO_LIBRARY, "cannot find %s (looked for %s); is gpumemtrace installed completely?",
+		LIBNAME, tried);
 }
 
 /* NOTE: AddressSanitizer and ThreadSanitizer insist that their runtime be
@@ -269,7 +269,7 @@ static bool is_sanitizer_runtime(const char *entry, size_t n)
 	return false;
 }
 
-void gmt__set_preload(const char *lib)
+void cli_set_preload(const char *lib)
 {
 	const char *old = getenv("LD_PRELOAD"), *p;
 	size_t lead = 0, liblen = strlen(lib);
@@ -277,7 +277,7 @@ void gmt__set_preload(const char *lib)
 
 	if (old == NULL || old[strspn(old, " :")] == '\0') {
 		if (setenv("LD_PRELOAD", lib, 1) != 0)
-			gmt__die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
+			cli_die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
 		return;
 	}
 	/* ld.so splits the list at spaces and colons */
@@ -300,18 +300,18 @@ void gmt__set_preload(const char *lib)
 	}
 	value = malloc(strlen(old) + liblen + 2);
 	if (value == NULL)
-		gmt__die(GMT_EXIT_NO_LIBRARY, "out of memory");
+		cli_die(GMT_EXIT_NO_LIBRARY, "out of memory");
 	if (lead > 0)
 		sprintf(value, "%.*s:%s%s%s", (int)lead, old, lib, old[lead] ? ":" : "",
 			old + lead + strspn(old + lead, " :"));
 	else
 		sprintf(value, "%s:%s", lib, old + strspn(old, " :"));
 	if (setenv("LD_PRELOAD", value, 1) != 0)
-		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot set LD_PRELOAD: %s", strerror(errno));
 	free(value);
 }
 
-void gmt__set_option(const char *flag, const char *var, const char *value)
+void cli_set_option(const char *flag, const char *var, const char *value)
 {
 	struct gmt__options scratch;
 	const char *expected = "?";
@@ -320,9 +320,9 @@ void gmt__set_option(const char *flag, const char *var, const char *value)
 	gmt__options_defaults(&scratch);
 	r = gmt__options_set(&scratch, var, value, &expected);
 	if (r < 0)
-		gmt__die(GMT_EXIT_USAGE, "%s '%s' is invalid: expected %s", flag, value, expected);
+		cli_die(GMT_EXIT_USAGE, "%s '%s' is invalid: expected %s", flag, value, expected);
 	if (setenv(var, value, 1) != 0)
-		gmt__die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
 }
 
 /* --dir: made absolute now, so that a command that changes directory still
@@ -333,15 +333,15 @@ static void set_dir(const char *value)
 	struct stat st;
 
 	if (value[0] == '\0')
-		gmt__die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
+		cli_die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
 	if (realpath(value, abs) == NULL)
-		gmt__die(GMT_EXIT_USAGE, "--dir '%s': %s", value, strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", value, strerror(errno));
 	if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
-		gmt__die(GMT_EXIT_USAGE, "--dir '%s': not a directory", value);
-	gmt__set_option("--dir", "GPUMEMTRACE_DIR", abs);
+		cli_die(GMT_EXIT_USAGE, "--dir '%s': not a directory", value);
+	cli_set_option("--dir", "GPUMEMTRACE_DIR", abs);
 }
 
-const char *gmt__option_value(int argc, char **argv, int *i, const char *name)
+const char *cli_option_value(int argc, char **argv, int *i, const char *name)
 {
 	const char *arg = argv[*i];
 	size_t n = strlen(name);
@@ -353,7 +353,7 @@ const char *gmt__option_value(int argc, char **argv, int *i, const char *name)
 	if (arg[n] != '\0')
 		return NULL;
 	if (*i + 1 >= argc || strcmp(argv[*i + 1], "--") == 0)
-		gmt__die(GMT_EXIT_USAGE, "%s needs a value (see gpumemtrace --help)", name);
+		cli_die(GMT_EXIT_USAGE, "%s needs a value (see gpumemtrace --help)", name);
 	return argv[++*i];
 }
 
@@ -369,34 +369,34 @@ static int run(int argc, char **argv)
 		if (strcmp(arg, "--") == 0)
 			break;
 		if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-			gmt__help();
+			cli_help();
 			return 0;
 		}
-		if ((v = gmt__option_value(argc, argv, &i, "--dir")) != NULL)
+		if ((v = cli_option_value(argc, argv, &i, "--dir")) != NULL)
 			set_dir(v);
-		else if ((v = gmt__option_value(argc, argv, &i, "--snapshot-on")) != NULL)
-			gmt__set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
-		else if ((v = gmt__option_value(argc, argv, &i, "--depth")) != NULL)
-			gmt__set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
+		else if ((v = cli_option_value(argc, argv, &i, "--snapshot-on")) != NULL)
+			cli_set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
+		else if ((v = cli_option_value(argc, argv, &i, "--depth")) != NULL)
+			cli_set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
 		else if (strcmp(arg, "--no-python-stacks") == 0)
-			gmt__set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
+			cli_set_option("--no-python-stacks", "GPUMEMTRACE_PYTHON_STACKS", "0");
 		else if (strcmp(arg, "--verbose") == 0)
-			gmt__set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
+			cli_set_option("--verbose", "GPUMEMTRACE_VERBOSE", "1");
 		else if (arg[0] == '-')
-			gmt__die(GMT_EXIT_USAGE, "run: unknown option '%s' (see gpumemtrace --help)", arg);
+			cli_die(GMT_EXIT_USAGE, "run: unknown option '%s' (see gpumemtrace --help)", arg);
 		else
-			gmt__die(GMT_EXIT_USAGE, "run: '--' must come before the command, as in: "
-					"gpumemtrace run [options] -- %s ...", arg);
+			cli_die(GMT_EXIT_USAGE, "run: '--' must come before the command, as in: "
+				"gpumemtrace run [options] -- %s ...", arg);
 	}
 	if (i >= argc)
-		gmt__die(GMT_EXIT_USAGE, "run: no command (gpumemtrace run [options] -- command ...)");
+		cli_die(GMT_EXIT_USAGE, "run: no command (gpumemtrace run [options] -- command ...)");
 	if (i + 1 >= argc)
-		gmt__die(GMT_EXIT_USAGE, "run: no command after '--'");
+		cli_die(GMT_EXIT_USAGE, "run: no command after '--'");
 
-	gmt__find_library(lib);
-	gmt__set_preload(lib);
+	cli_find_library(lib);
+	cli_set_preload(lib);
 	execvp(argv[i + 1], argv + i + 1);
-	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
+	cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
 }
 
 /* `gpumemtrace view ARGS`: the viewer is Python (tools/gpumemtrace-view);
@@ -411,7 +411,7 @@ static int view(int argc, char **argv)
 	ssize_t n;
 	size_t i;
 
-	gmt__set_context("view: ");
+	cli_set_context("view: ");
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
 	if (strrchr(exe, '/') != NULL)
@@ -429,21 +429,21 @@ static int view(int argc, char **argv)
 		path[0] = '\0';
 	}
 	if (path[0] == '\0')
-		gmt__die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
-		    exe, rel[0], GMT_VIEWER_SRC[0] != '\0' ? ", " : "", GMT_VIEWER_SRC,
-		    GMT_VIEWER_INSTALLED[0] != '\0' ? " and " : "", GMT_VIEWER_INSTALLED);
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
+			exe, rel[0], GMT_VIEWER_SRC[0] != '\0' ? ", " : "", GMT_VIEWER_SRC,
+			GMT_VIEWER_INSTALLED[0] != '\0' ? " and " : "", GMT_VIEWER_INSTALLED);
 
 	args = calloc((size_t)argc + 2, sizeof(*args));
 	if (args == NULL)
-		gmt__die(GMT_EXIT_NO_COMMAND, "out of memory");
+		cli_die(GMT_EXIT_NO_COMMAND, "out of memory");
 	args[0] = "python3";
 	args[1] = path;
 	for (i = 2; i < (size_t)argc; i++)
 		args[i] = argv[i];
 	execvp(args[0], args);
 	free(args);
-	gmt__die(GMT_EXIT_NO_COMMAND, "cannot run python3 (the viewer needs Python 3.9 or newer): %s",
-	    strerror(errno));
+	cli_die(GMT_EXIT_NO_COMMAND, "cannot run python3 (the viewer needs Python 3.9 or newer): %s",
+		strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -455,7 +455,7 @@ int main(int argc, char **argv)
 		return GMT_EXIT_USAGE;
 	}
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
-		gmt__help();
+		cli_help();
 		return 0;
 	}
 	if (strcmp(cmd, "--version") == 0) {
@@ -465,8 +465,8 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "run") == 0)
 		return run(argc, argv);
 	if (strcmp(cmd, "check") == 0)
-		return gmt__check(argc, argv);
+		return cli_check(argc, argv);
 	if (strcmp(cmd, "view") == 0)
 		return view(argc, argv);
-	gmt__die(GMT_EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
+	cli_die(GMT_EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
 }

@@ -17,37 +17,37 @@ enum {
 	GMT_EXIT_NO_COMMAND = 127, /* the command cannot be executed */
 };
 
-/* Words put after "gpumemtrace: " in every message of gmt__die and the
+/* Words put after "gpumemtrace: " in every message of cli_die and the
  * subcommand's own ("check: "); "" (the default) for none. */
-void gmt__set_context(const char *context);
+void cli_set_context(const char *context);
 
 /* "gpumemtrace: <context>" and the message on stderr as one line, then exit. */
-void gmt__die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+void cli_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 /* The same line without exiting. */
-void gmt__say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The absolute path of the library into out[PATH_MAX], or exits with
  * GMT_EXIT_NO_LIBRARY naming the places looked at. */
-void gmt__find_library(char *out);
+void cli_find_library(char *out);
 
 /* LD_PRELOAD with lib in it: first, or right after the sanitizer runtimes
  * that lead the list; never twice. */
-void gmt__set_preload(const char *lib);
+void cli_set_preload(const char *lib);
 
 /* Checks value with the tracer's parser for the variable `var` and puts it
  * into the environment; a bad value is a usage error naming `flag`. */
-void gmt__set_option(const char *flag, const char *var, const char *value);
+void cli_set_option(const char *flag, const char *var, const char *value);
 
 /* If argv[*i] is `name` or `name=value`: the value (the next argument in the
  * first form, advancing *i; a usage error when there is none), else NULL. */
-const char *gmt__option_value(int argc, char **argv, int *i, const char *name);
+const char *cli_option_value(int argc, char **argv, int *i, const char *name);
 
 /* The --help text on stdout. */
-void gmt__help(void);
+void cli_help(void);
 
 /* `gpumemtrace check [options] -- command...` (check.c); argv[1] is "check".
  * Returns the exit status. */
-int gmt__check(int argc, char **argv);
+int cli_check(int argc, char **argv);
 
 #endif /* GMT_LAUNCHER_H */

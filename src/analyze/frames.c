@@ -32,7 +32,7 @@ static uint32_t id_hash(uint32_t id)
 	return id * 2654435761u;
 }
 
-int gmt__idset_add(struct idset *s, uint32_t id)
+int gmt__idset_add(struct gmt__idset *s, uint32_t id)
 {
 	size_t i;
 
@@ -72,7 +72,7 @@ static int by_id(const void *x, const void *y)
 }
 
 /* Packs the ids to the front of s->v, ascending; returns how many. */
-size_t gmt__idset_sorted(struct idset *s)
+size_t gmt__idset_sorted(struct gmt__idset *s)
 {
 	size_t i, n = 0;
 
@@ -94,7 +94,7 @@ static size_t ip_hash(uintptr_t ip)
 
 /* The slot of ip: its entry, or the empty slot where it would go. The cache
  * is never more than half full, so there is one. */
-static struct frame_info *cache_slot(const struct frame_cache *c, uintptr_t ip)
+static struct gmt__frame_info *cache_slot(const struct gmt__frame_cache *c, uintptr_t ip)
 {
 	size_t mask = c->cap - 1, i;
 
@@ -105,9 +105,9 @@ static struct frame_info *cache_slot(const struct frame_cache *c, uintptr_t ip)
 
 /* Doubles the cache; without memory it stays as it is (and later addresses
  * go uncached). */
-static void cache_grow(struct frame_cache *c)
+static void cache_grow(struct gmt__frame_cache *c)
 {
-	struct frame_cache bigger = { .cap = c->cap ? 2 * c->cap : 1024 };
+	struct gmt__frame_cache bigger = { .cap = c->cap ? 2 * c->cap : 1024 };
 	size_t j;
 
 	bigger.v = calloc(bigger.cap, sizeof(*bigger.v));
@@ -124,7 +124,7 @@ static void cache_grow(struct frame_cache *c)
 
 /* Adds f's module to the map unless it is there; without memory it is left
  * out (its frames still name it). */
-static void module_note(struct frame_cache *c, const struct frame_info *f)
+static void module_note(struct gmt__frame_cache *c, const struct gmt__frame_info *f)
 {
 	size_t i;
 
@@ -141,20 +141,20 @@ static void module_note(struct frame_cache *c, const struct frame_info *f)
 	}
 	if (c->nmods == c->capmods) {
 		size_t cap = c->capmods ? 2 * c->capmods : 32;
-		struct module_ref *v = realloc(c->mods, cap * sizeof(*v));
+		struct gmt__module_ref *v = realloc(c->mods, cap * sizeof(*v));
 
 		if (v == NULL)
 			return;
 		c->mods = v;
 		c->capmods = cap;
 	}
-	c->mods[c->nmods] = (struct module_ref){ .path = f->module, .base = f->base };
+	c->mods[c->nmods] = (struct gmt__module_ref){ .path = f->module, .base = f->base };
 	c->lastmod = c->nmods++;
 }
 
 /* The source frames of f (from libdw) into the cache's pool; none without
  * memory or when libdw knows nothing of the address. */
-static void frame_symbolise(struct frame_cache *c, struct frame_info *f)
+static void frame_symbolise(struct gmt__frame_cache *c, struct gmt__frame_info *f)
 {
 	struct gmt__frame_sym tmp[SYMS_PER_ADDRESS];
 	int n;
@@ -185,7 +185,7 @@ static void frame_symbolise(struct frame_cache *c, struct frame_info *f)
 	c->nsyms += (size_t)n;
 }
 
-static void frame_resolve(struct frame_cache *c, struct frame_info *f, uintptr_t ip)
+static void frame_resolve(struct gmt__frame_cache *c, struct gmt__frame_info *f, uintptr_t ip)
 {
 	struct link_map *map = NULL;
 	Dl_info info;
@@ -211,10 +211,10 @@ static void frame_resolve(struct frame_cache *c, struct frame_info *f, uintptr_t
 /* The frame at ip of a module unloaded after the current stack's capture:
  * named from the module's file by its path and load base, never by what the
  * loader maps at ip now. */
-static const struct frame_info *gone_lookup(struct frame_cache *c, uintptr_t ip, const struct gmt__unloaded *u,
-					    struct frame_info *spare)
+static const struct gmt__frame_info *gone_lookup(struct gmt__frame_cache *c, uintptr_t ip,
+						 const struct gmt__unloaded *u, struct gmt__frame_info *spare)
 {
-	struct frame_info *f = spare;
+	struct gmt__frame_info *f = spare;
 
 	for (size_t i = 0; i < c->ngone; i++) {
 		if (c->gone[i].f.ip == ip && c->gone[i].epoch == u->epoch)
@@ -222,7 +222,7 @@ static const struct frame_info *gone_lookup(struct frame_cache *c, uintptr_t ip,
 	}
 	if (c->ngone == c->capgone) {
 		size_t cap = c->capgone ? 2 * c->capgone : 16;
-		struct gone_frame *v = realloc(c->gone, cap * sizeof(*v));
+		struct gmt__gone_frame *v = realloc(c->gone, cap * sizeof(*v));
 
 		if (v != NULL) {
 			c->gone = v;
@@ -245,10 +245,10 @@ static const struct frame_info *gone_lookup(struct frame_cache *c, uintptr_t ip,
 /* What the loader knows of ip: from the cache, else resolved (into the cache,
  * or into *spare when the cache has no room or ip is 0). A frame of a module
  * unloaded since the stack's capture comes from gone_lookup. */
-static const struct frame_info *frame_lookup(struct frame_cache *c, uintptr_t ip,
-					     struct frame_info *spare)
+static const struct gmt__frame_info *frame_lookup(struct gmt__frame_cache *c, uintptr_t ip,
+						  struct gmt__frame_info *spare)
 {
-	struct frame_info *f = spare;
+	struct gmt__frame_info *f = spare;
 	struct gmt__unloaded u;
 
 	if (ip != 0 && gmt__modules_unloaded(ip, c->epoch, &u))
@@ -273,10 +273,10 @@ static const struct frame_info *frame_lookup(struct frame_cache *c, uintptr_t ip
 
 /* One address as its source frames, innermost first (several where code was
  * inlined), or as one frame the loader names. */
-static void sink_native(const struct frame_sink *k, struct frame_cache *cache, uintptr_t ip)
+static void sink_native(const struct gmt__frame_sink *k, struct gmt__frame_cache *cache, uintptr_t ip)
 {
-	struct frame_info spare;
-	const struct frame_info *f = frame_lookup(cache, ip, &spare);
+	struct gmt__frame_info spare;
+	const struct gmt__frame_info *f = frame_lookup(cache, ip, &spare);
 
 	if (f->nsym == 0) {
 		k->native(k->ctx, f, NULL, f->function);
@@ -295,10 +295,10 @@ static void sink_native(const struct frame_sink *k, struct frame_cache *cache, u
 
 /* Whether the native frame at ip is the interpreter's evaluation loop, by
  * the loader's name or the real function libdw names. */
-static bool is_eval_frame(struct frame_cache *cache, uintptr_t ip)
+static bool is_eval_frame(struct gmt__frame_cache *cache, uintptr_t ip)
 {
-	struct frame_info spare;
-	const struct frame_info *f = frame_lookup(cache, ip, &spare);
+	struct gmt__frame_info spare;
+	const struct gmt__frame_info *f = frame_lookup(cache, ip, &spare);
 
 	if (gmt__py_is_eval_function(f->function))
 		return true;
@@ -314,13 +314,13 @@ struct py_span {
 };
 
 /* Splits the nn native frames into spans; returns how many (at most nn). */
-static int python_spans(struct frame_cache *cache, const uintptr_t *ips, int nn, struct py_span *spans)
+static int python_spans(struct gmt__frame_cache *cache, const uintptr_t *ips, int nn, struct py_span *spans)
 {
 	uintptr_t base = gmt__py_interpreter_base();
 	int k = 0, since = -1; /* since: the last loop frame, while only interpreter frames followed */
 
 	for (int i = 0; i < nn; i++) {
-		struct frame_info spare;
+		struct gmt__frame_info spare;
 
 		if (is_eval_frame(cache, ips[i])) {
 			if (since >= 0) {
@@ -361,12 +361,12 @@ static void python_share(struct py_span *spans, int k, int np)
 /* Where the Python frames go when no native frame is the evaluation loop
  * (an interpreter without symbols): before the innermost frame in the
  * interpreter, else after every native frame. */
-static int python_insertion(struct frame_cache *cache, const uintptr_t *ips, int nn)
+static int python_insertion(struct gmt__frame_cache *cache, const uintptr_t *ips, int nn)
 {
 	uintptr_t base = gmt__py_interpreter_base();
 
 	for (int i = 0; base != 0 && i < nn; i++) {
-		struct frame_info spare;
+		struct gmt__frame_info spare;
 
 		if (frame_lookup(cache, ips[i], &spare)->base == base)
 			return i;
@@ -374,7 +374,7 @@ static int python_insertion(struct frame_cache *cache, const uintptr_t *ips, int
 	return nn;
 }
 
-static void sink_python(const struct frame_sink *k, const uintptr_t *words, int n)
+static void sink_python(const struct gmt__frame_sink *k, const uintptr_t *words, int n)
 {
 	for (int i = 0; i < n; i++)
 		k->python(k->ctx, words[i]);
@@ -383,7 +383,7 @@ static void sink_python(const struct frame_sink *k, const uintptr_t *words, int 
 /* A stack's frames, innermost first: its native frames, with its Python
  * frames (stored after them) in place of the interpreter's evaluation loop
  * and the interpreter frames between loop frames. */
-void gmt__frames_sink(const struct frame_sink *k, struct frame_cache *cache, const uintptr_t *ips, int n)
+void gmt__frames_sink(const struct gmt__frame_sink *k, struct gmt__frame_cache *cache, const uintptr_t *ips, int n)
 {
 	struct py_span spans[GMT_STACK_MAX_DEPTH]; /* at most one per native frame */
 	int nn = 0, np, nspans, at, j = 0, py = 0;
@@ -427,13 +427,13 @@ void gmt__frames_sink(const struct frame_sink *k, struct frame_cache *cache, con
  * cannot identify reliably (tail calls; a cudart loaded RTLD_LOCAL is invisible
  * to RTLD_NEXT; several copies may be loaded), and a wrong guess would send the
  * program's allocation to another runtime instance. */
-const char *gmt__frames_runtime_call(struct frame_cache *cache, const uintptr_t *ips, int n)
+const char *gmt__frames_runtime_call(struct gmt__frame_cache *cache, const uintptr_t *ips, int n)
 {
 	const char *name = NULL;
 
 	for (int i = 0; i < n && gmt__word_is_native(ips[i]); i++) {
-		struct frame_info spare;
-		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
+		struct gmt__frame_info spare;
+		const struct gmt__frame_info *f = frame_lookup(cache, ips[i], &spare);
 		const char *file = f->module != NULL ? strrchr(f->module, '/') : NULL;
 
 		file = file != NULL ? file + 1 : f->module;
@@ -465,7 +465,7 @@ static bool is_cuda_name(const char *name)
 
 /* Where a stack allocates, for a human: its innermost Python frame, else its
  * innermost native frame outside the CUDA libraries and the tracer. */
-void gmt__frames_site_label(struct frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len)
+void gmt__frames_site_label(struct gmt__frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len)
 {
 	int nn = 0;
 
@@ -482,8 +482,8 @@ void gmt__frames_site_label(struct frame_cache *cache, const uintptr_t *ips, int
 		return;
 	}
 	for (int i = 0; i < nn; i++) {
-		struct frame_info spare;
-		const struct frame_info *f = frame_lookup(cache, ips[i], &spare);
+		struct gmt__frame_info spare;
+		const struct gmt__frame_info *f = frame_lookup(cache, ips[i], &spare);
 		const char *mod = gmt__base_name(f->module);
 		const struct gmt__frame_sym *sym = f->nsym > 0 ? &cache->syms[f->sym] : NULL;
 		const char *function = sym != NULL && sym->function != NULL ? sym->function : f->function;
@@ -504,7 +504,7 @@ void gmt__frames_site_label(struct frame_cache *cache, const uintptr_t *ips, int
 	}
 }
 
-void gmt__frames_open(struct frame_cache *cache)
+void gmt__frames_open(struct gmt__frame_cache *cache)
 {
 	ssize_t len;
 
@@ -520,7 +520,7 @@ void gmt__frames_open(struct frame_cache *cache)
 	cache->symbols = gmt__symbols_new();
 }
 
-void gmt__frames_close(struct frame_cache *cache)
+void gmt__frames_close(struct gmt__frame_cache *cache)
 {
 	free(cache->gone);
 	gmt__symbols_free(cache->symbols);

@@ -18,7 +18,7 @@
 /* Source frames kept per address: an inlining depth no real code reaches. */
 #define SYMS_PER_ADDRESS 64
 
-struct frame_info {
+struct gmt__frame_info {
 	uintptr_t ip;           /* 0 = empty slot */
 	const char *module;     /* NULL: dladdr knew nothing */
 	const char *function;   /* the loader's name (exported symbols) */
@@ -28,40 +28,40 @@ struct frame_info {
 };
 
 /* A module some frame lies in, for the "modules" map. */
-struct module_ref {
+struct gmt__module_ref {
 	const char *path;
 	uintptr_t base;
 };
 
-struct gone_frame {
+struct gmt__gone_frame {
 	uint32_t epoch; /* the unload's (tells modules at one address apart) */
-	struct frame_info f;
+	struct gmt__frame_info f;
 };
 
 /* NOTE: dladdr scans the symbol table of the object, and libdw walks line
  * tables and DIEs, so each lookup costs in proportion to the module's size;
  * stacks share most frames, so each address is looked up once per snapshot. */
-struct frame_cache {
-	struct frame_info *v;
+struct gmt__frame_cache {
+	struct gmt__frame_info *v;
 	size_t n, cap;
 	char *exe; /* the main program's absolute path, or NULL */
 	struct gmt__symbols *symbols; /* NULL without memory: frames without file and line */
 	struct gmt__frame_sym *syms;  /* the source frames of every address looked up */
 	size_t nsyms, capsyms;
-	struct module_ref *mods;      /* each (path, base) once, in the order first seen */
+	struct gmt__module_ref *mods;      /* each (path, base) once, in the order first seen */
 	size_t nmods, capmods;
 	size_t lastmod;               /* the module of the previous lookup */
 	/* The module epoch of the stack being resolved (modules.h), and the
 	 * frames of modules unloaded since some stack's capture: kept apart,
 	 * since their addresses may hold another module now. */
 	uint32_t epoch;
-	struct gone_frame *gone;
+	struct gmt__gone_frame *gone;
 	size_t ngone, capgone;
 };
 
 /* Open addressing over uint32 ids (0 = empty slot), grown at half full: memory
  * proportional to the distinct stacks referenced, not to the live set. */
-struct idset {
+struct gmt__idset {
 	uint32_t *v;
 	size_t n, cap;
 };
@@ -69,8 +69,8 @@ struct idset {
 /* Where a stack's frames go, one at a time, innermost first: a native frame
  * (the loader's facts, one source frame or NULL, the function name to show)
  * or a Python frame (pystack.h's word). */
-struct frame_sink {
-	void (*native)(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+struct gmt__frame_sink {
+	void (*native)(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
 		       const char *function);
 	void (*python)(void *ctx, uintptr_t word);
 	void *ctx;
@@ -81,14 +81,14 @@ const char *gmt__base_name(const char *path);
 
 /* An empty cache for one snapshot (symbolisation through libdw when it can
  * be loaded), and its end. */
-void gmt__frames_open(struct frame_cache *cache);
-void gmt__frames_close(struct frame_cache *cache);
+void gmt__frames_open(struct gmt__frame_cache *cache);
+void gmt__frames_close(struct gmt__frame_cache *cache);
 
 /* Adds id to s (0 is never added). 0, or -ENOMEM. */
-int gmt__idset_add(struct idset *s, uint32_t id);
+int gmt__idset_add(struct gmt__idset *s, uint32_t id);
 
 /* Packs the ids to the front of s->v, ascending; returns how many. */
-size_t gmt__idset_sorted(struct idset *s);
+size_t gmt__idset_sorted(struct gmt__idset *s);
 
 /* The runtime call that led to the driver (the label docs/tracing.md describes):
  * the outermost frame of the innermost run of frames in a shared cudart — the
@@ -99,15 +99,15 @@ size_t gmt__idset_sorted(struct idset *s);
  * cannot identify reliably (tail calls; a cudart loaded RTLD_LOCAL is invisible
  * to RTLD_NEXT; several copies may be loaded), and a wrong guess would send the
  * program's allocation to another runtime instance. */
-const char *gmt__frames_runtime_call(struct frame_cache *cache, const uintptr_t *ips, int n);
+const char *gmt__frames_runtime_call(struct gmt__frame_cache *cache, const uintptr_t *ips, int n);
 
 /* A stack's frames, innermost first: its native frames, with its Python
  * frames (stored after them) in place of the interpreter's evaluation loop
  * and the interpreter frames between loop frames. */
-void gmt__frames_sink(const struct frame_sink *k, struct frame_cache *cache, const uintptr_t *ips, int n);
+void gmt__frames_sink(const struct gmt__frame_sink *k, struct gmt__frame_cache *cache, const uintptr_t *ips, int n);
 
 /* Where a stack allocates, for a human: its innermost Python frame, else its
  * innermost native frame outside the CUDA libraries and the tracer. */
-void gmt__frames_site_label(struct frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len);
+void gmt__frames_site_label(struct gmt__frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len);
 
 #endif /* GMT_FRAMES_H */

@@ -27,7 +27,7 @@
 const char *const gmt__leak_class_names[CLASS_COUNT] = { "leaked", "referenced", "cached" };
 const unsigned gmt__leak_class_bits[CLASS_COUNT] = { GMT_CLASS_LEAKED, GMT_CLASS_REFERENCED, GMT_CLASS_CACHED };
 
-void gmt__leakcheck_free(struct leak_work *lw)
+void gmt__leakcheck_free(struct gmt__leak_work *lw)
 {
 	free(lw->items);
 	free(lw->targets);
@@ -48,11 +48,11 @@ static int by_u64(const void *x, const void *y)
 }
 
 /* The history's growth suspects, largest growth first (read with the table). */
-static void leak_suspects(struct leak_work *lw, const struct gmt__history *h)
+static void leak_suspects(struct gmt__leak_work *lw, const struct gmt__history *h)
 {
 	for (size_t id = 0; h != NULL && id < h->nsites; id++) {
 		const struct gmt__site *site = gmt__history_site(h, (uint32_t)id);
-		struct leak_suspect x = { .id = (uint32_t)id };
+		struct gmt__leak_suspect x = { .id = (uint32_t)id };
 		int at;
 
 		if (site == NULL || !gmt__site_suspect(site, &x.rises, &x.falls, &x.growth))
@@ -73,9 +73,9 @@ static void leak_suspects(struct leak_work *lw, const struct gmt__history *h)
 
 /* The live allocations alloc[0..na) and VMM mappings map[0..nm), both in
  * address order, as items and scan targets; their stacks into ids. */
-int gmt__leakcheck_collect(struct leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
+int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
 			   const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
-			   struct idset *ids)
+			   struct gmt__idset *ids)
 {
 	uint32_t *handles = NULL;
 	uint64_t *sids = NULL; /* stack << 1 | 1 for a suspect's: an item's sorts first */
@@ -93,7 +93,7 @@ int gmt__leakcheck_collect(struct leak_work *lw, const struct gmt__entry *const 
 	for (size_t i = 0; i < na; i++) {
 		const struct gmt__entry *e = alloc[i];
 
-		lw->items[i] = (struct leak_item){
+		lw->items[i] = (struct gmt__leak_item){
 			.addr = e->addr, .size = e->size, .stack = e->stack, .rule = NO_RULE,
 			.device = e->device, .kind = e->kind, .cls = CLASS_LEAKED,
 		};
@@ -142,7 +142,7 @@ int gmt__leakcheck_collect(struct leak_work *lw, const struct gmt__entry *const 
 
 		if (lw->nstacks > 0 && lw->stacks[lw->nstacks - 1].id == id)
 			continue;
-		lw->stacks[lw->nstacks] = (struct leak_stack){ .id = id, .rule = NO_RULE, .has_items = !(sids[i] & 1) };
+		lw->stacks[lw->nstacks] = (struct gmt__leak_stack){ .id = id, .rule = NO_RULE, .has_items = !(sids[i] & 1) };
 		snprintf(lw->stacks[lw->nstacks].where, sizeof(lw->stacks[0].where), "an unknown place");
 		lw->nstacks++;
 		r = gmt__idset_add(ids, id);
@@ -156,7 +156,7 @@ out:
 	return r;
 }
 
-struct leak_stack *gmt__leakcheck_stack_of(const struct leak_work *lw, uint32_t id)
+struct gmt__leak_stack *gmt__leakcheck_stack_of(const struct gmt__leak_work *lw, uint32_t id)
 {
 	size_t lo = 0, hi = lw->nstacks;
 
@@ -172,7 +172,7 @@ struct leak_stack *gmt__leakcheck_stack_of(const struct leak_work *lw, uint32_t 
 }
 
 /* The pointer scan: leaked or referenced. */
-void gmt__leakcheck_scan(struct leak_work *lw, const struct gmt__snapshot *s)
+void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *s)
 {
 	struct gmt__range *skip;
 	size_t nskip = lw->in->nskip;
@@ -213,7 +213,7 @@ struct rule_match {
 	size_t best;
 };
 
-static void rule_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+static void rule_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
 			const char *function)
 {
 	struct rule_match *m = ctx;
@@ -234,12 +234,12 @@ static void rule_python(void *ctx, uintptr_t word)
 }
 
 /* Called by out_stacks for every stack written. */
-void gmt__leakcheck_stack_seen(struct leak_work *lw, struct frame_cache *cache, uint32_t id, const uintptr_t *ips,
-			       int n)
+void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cache *cache, uint32_t id,
+			       const uintptr_t *ips, int n)
 {
-	struct leak_stack *ls = gmt__leakcheck_stack_of(lw, id);
+	struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, id);
 	struct rule_match m = { &lw->memo, SIZE_MAX };
-	struct frame_sink k = { rule_native, rule_python, &m };
+	struct gmt__frame_sink k = { rule_native, rule_python, &m };
 
 	if (ls == NULL || ips == NULL)
 		return;
@@ -254,9 +254,9 @@ void gmt__leakcheck_stack_seen(struct leak_work *lw, struct frame_cache *cache, 
 
 static int by_group_key(const void *x, const void *y, void *arg)
 {
-	const struct leak_item *items = arg;
-	const struct leak_item *a = &items[*(const uint32_t *)x];
-	const struct leak_item *b = &items[*(const uint32_t *)y];
+	const struct gmt__leak_item *items = arg;
+	const struct gmt__leak_item *a = &items[*(const uint32_t *)x];
+	const struct gmt__leak_item *b = &items[*(const uint32_t *)y];
 
 	if (a->stack != b->stack)
 		return a->stack < b->stack ? -1 : 1;
@@ -269,7 +269,7 @@ static int by_group_key(const void *x, const void *y, void *arg)
 
 static int by_counted_bytes(const void *x, const void *y)
 {
-	const struct leak_group *a = x, *b = y;
+	const struct gmt__leak_group *a = x, *b = y;
 
 	if (a->counted != b->counted)
 		return a->counted ? -1 : 1;
@@ -278,13 +278,13 @@ static int by_counted_bytes(const void *x, const void *y)
 	return a->stack < b->stack ? -1 : a->stack > b->stack;
 }
 
-bool gmt__leakcheck_suppresses(const struct leak_work *lw, uint32_t rule)
+bool gmt__leakcheck_suppresses(const struct gmt__leak_work *lw, uint32_t rule)
 {
 	return rule != NO_RULE && lw->in->supp->v[rule].type == GMT_SUPP_LEAK;
 }
 
 /* After the stacks: rules applied, items grouped, totals counted. */
-int gmt__leakcheck_classify(struct leak_work *lw)
+int gmt__leakcheck_classify(struct gmt__leak_work *lw)
 {
 	const struct gmt__supp *supp = lw->in->supp;
 	size_t nrules = supp != NULL ? supp->n : 0;
@@ -296,8 +296,8 @@ int gmt__leakcheck_classify(struct leak_work *lw)
 	if (lw->order == NULL || lw->groups == NULL || lw->rule_hits == NULL || lw->rule_bytes == NULL)
 		return -ENOMEM;
 	for (size_t i = 0; i < lw->n; i++) {
-		struct leak_item *it = &lw->items[i];
-		const struct leak_stack *ls = gmt__leakcheck_stack_of(lw, it->stack);
+		struct gmt__leak_item *it = &lw->items[i];
+		const struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, it->stack);
 
 		lw->order[i] = (uint32_t)i;
 		it->rule = ls != NULL ? ls->rule : NO_RULE;
@@ -311,15 +311,15 @@ int gmt__leakcheck_classify(struct leak_work *lw)
 	qsort_r(lw->order, lw->n, sizeof(*lw->order), by_group_key, lw->items);
 
 	for (size_t i = 0; i < lw->n; i++) {
-		const struct leak_item *it = &lw->items[lw->order[i]];
+		const struct gmt__leak_item *it = &lw->items[lw->order[i]];
 		const struct gmt__leak_ref *ref = &lw->refs[lw->order[i]];
-		struct leak_group *g = lw->ngroups > 0 ? &lw->groups[lw->ngroups - 1] : NULL;
+		struct gmt__leak_group *g = lw->ngroups > 0 ? &lw->groups[lw->ngroups - 1] : NULL;
 		bool suppressed = gmt__leakcheck_suppresses(lw, it->rule);
 		int t = suppressed ? TOTAL_SUPPRESSED : it->cls;
 
 		if (g == NULL || g->stack != it->stack || g->cls != it->cls || g->rule != it->rule) {
 			g = &lw->groups[lw->ngroups++];
-			*g = (struct leak_group){
+			*g = (struct gmt__leak_group){
 				.stack = it->stack, .rule = it->rule, .cls = it->cls, .first = i,
 				.counted = !suppressed && (lw->in->classes & gmt__leak_class_bits[it->cls]),
 			};
@@ -347,7 +347,7 @@ int gmt__leakcheck_classify(struct leak_work *lw)
 
 /* What holds a reference, in words: the global's name where the loader
  * knows it. */
-void gmt__leakcheck_where(struct frame_cache *cache, const struct leak_group *g, char *buf, size_t len)
+void gmt__leakcheck_where(struct gmt__frame_cache *cache, const struct gmt__leak_group *g, char *buf, size_t len)
 {
 	const struct gmt__leak_ref *ref = &g->ref;
 	struct link_map *map = NULL;

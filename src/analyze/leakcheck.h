@@ -31,7 +31,7 @@ enum { TOTAL_SUPPRESSED = CLASS_COUNT, TOTAL_COUNTED, TOTAL_COUNT };
 #define LEAK_REPORT_BRIEF 10   /* lines for what does not count */
 
 /* One live allocation at exit. */
-struct leak_item {
+struct gmt__leak_item {
 	uint64_t addr, size;
 	uint32_t stack;
 	uint32_t rule; /* the rule its stack matched, NO_RULE: none */
@@ -42,7 +42,7 @@ struct leak_item {
 /* Each stack some item (or suspect) has: the rule its frames match (only
  * for a stack of items: a suspect's own stack needs none), and where it is
  * in words. */
-struct leak_stack {
+struct gmt__leak_stack {
 	uint32_t id;
 	uint32_t rule;
 	bool has_items;
@@ -50,7 +50,7 @@ struct leak_stack {
 };
 
 /* Items of one (stack, class, rule). */
-struct leak_group {
+struct gmt__leak_group {
 	uint32_t stack, rule;
 	uint8_t cls;
 	bool counted;
@@ -61,55 +61,55 @@ struct leak_group {
 	uint64_t ref_value;       /* the address that word held */
 };
 
-struct leak_suspect {
+struct gmt__leak_suspect {
 	uint32_t id, rises, falls;
 	uint64_t live, peak, growth;
 };
 
-struct leak_work {
+struct gmt__leak_work {
 	struct gmt__snapshot_leaks *in;
-	struct leak_item *items;
+	struct gmt__leak_item *items;
 	size_t n;
 	struct gmt__leak_target *targets;
 	size_t ntargets;
 	struct gmt__leak_ref *refs;
 	struct gmt__scan_stats scan;
-	struct leak_stack *stacks;
+	struct gmt__leak_stack *stacks;
 	size_t nstacks;
 	uint32_t *order;
-	struct leak_group *groups;
+	struct gmt__leak_group *groups;
 	size_t ngroups;
 	uint64_t total_count[TOTAL_COUNT], total_bytes[TOTAL_COUNT];
 	uint64_t *rule_hits, *rule_bytes; /* per rule of in->supp */
 	struct gmt__supp_memo memo;       /* of in->supp, for this snapshot's names */
-	struct leak_suspect suspects[LEAK_SUSPECTS];
+	struct gmt__leak_suspect suspects[LEAK_SUSPECTS];
 	int nsuspects;
 };
 
 /* After the stacks: rules applied, items grouped, totals counted. */
-int gmt__leakcheck_classify(struct leak_work *lw);
+int gmt__leakcheck_classify(struct gmt__leak_work *lw);
 
 /* The live allocations alloc[0..na) and VMM mappings map[0..nm), both in
  * address order, as items and scan targets; their stacks into ids. */
-int gmt__leakcheck_collect(struct leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
+int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
 			   const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
-			   struct idset *ids);
+			   struct gmt__idset *ids);
 
 /* The pointer scan: leaked or referenced. */
-void gmt__leakcheck_scan(struct leak_work *lw, const struct gmt__snapshot *s);
+void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *s);
 
-struct leak_stack *gmt__leakcheck_stack_of(const struct leak_work *lw, uint32_t id);
+struct gmt__leak_stack *gmt__leakcheck_stack_of(const struct gmt__leak_work *lw, uint32_t id);
 
 /* Called by out_stacks for every stack written. */
-void gmt__leakcheck_stack_seen(struct leak_work *lw, struct frame_cache *cache, uint32_t id, const uintptr_t *ips,
-			       int n);
+void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cache *cache, uint32_t id,
+			       const uintptr_t *ips, int n);
 
-void gmt__leakcheck_free(struct leak_work *lw);
+void gmt__leakcheck_free(struct gmt__leak_work *lw);
 
 /* What holds a reference, in words: the global's name where the loader
  * knows it. */
-void gmt__leakcheck_where(struct frame_cache *cache, const struct leak_group *g, char *buf, size_t len);
+void gmt__leakcheck_where(struct gmt__frame_cache *cache, const struct gmt__leak_group *g, char *buf, size_t len);
 
-bool gmt__leakcheck_suppresses(const struct leak_work *lw, uint32_t rule);
+bool gmt__leakcheck_suppresses(const struct gmt__leak_work *lw, uint32_t rule);
 
 #endif /* GMT_LEAKCHECK_H */

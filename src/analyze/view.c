@@ -99,7 +99,7 @@ static int device_slot_of(const struct gmt__snapshot *s, int device)
 /* The growing sites with live memory on device `slot`, for the diagnosis:
  * their growth summed, the largest kept by id. */
 static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-			     int device, struct view *view)
+			     int device, struct gmt__view *view)
 {
 	const struct gmt__history *h = s->history;
 	uint64_t best[8] = { 0 };
@@ -145,7 +145,7 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 
 /* Fills the view from the live allocations v[0..n) (sorted by address). */
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-		     struct view *view)
+		     struct gmt__view *view)
 {
 	struct page_walk walks[GMT_SNAPSHOT_MAX_DEVICES] = { 0 };
 	int ndev = s->ndevices < GMT_SNAPSHOT_MAX_DEVICES ? s->ndevices : GMT_SNAPSHOT_MAX_DEVICES;

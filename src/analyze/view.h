@@ -15,7 +15,7 @@
  * oom snapshot, the diagnosis of the failing device. */
 #define SIZE_CLASSES 64
 
-struct view {
+struct gmt__view {
 	struct gmt__pages pages[GMT_SNAPSHOT_MAX_DEVICES];
 	uint64_t kinds[GMT_SNAPSHOT_MAX_DEVICES][GMT_KIND_COUNT];
 	/* live allocations by size class [2^k, 2^(k+1)): count and bytes */
@@ -30,6 +30,6 @@ struct view {
 
 /* Fills the view from the live allocations v[0..n) (sorted by address). */
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-		     struct view *view);
+		     struct gmt__view *view);
 
 #endif /* GMT_VIEW_H */

@@ -177,7 +177,7 @@ void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, 
 	gmt__json_str(o, "]}}");
 }
 
-void gmt__doc_diagnosis(struct gmt__json *o, const struct view *view)
+void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 {
 	const struct gmt__diagnosis *d = &view->diag;
 	const struct gmt__diag_input *in = &view->diag_in;

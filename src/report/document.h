@@ -20,7 +20,7 @@
  * are shown as one: REPORT_SITES are labelled for REPORT_SHOWN lines. */
 #define REPORT_SITES 16
 #define REPORT_SHOWN 3
-struct report {
+struct gmt__report_sites {
 	int ntop;
 	uint32_t top[REPORT_SITES];
 	uint64_t bytes[REPORT_SITES], count[REPORT_SITES];
@@ -28,7 +28,7 @@ struct report {
 };
 
 /* The api names as JSON strings ("\"cuMemAlloc_v2\""), escaped once. */
-struct api_table {
+struct gmt__api_table {
 	char **v;
 	int n;
 	size_t longest;
@@ -43,13 +43,14 @@ int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s);
 void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
 		     const uint64_t *kinds, const uint64_t *class_count, const uint64_t *class_bytes, bool first);
 
-void gmt__doc_diagnosis(struct gmt__json *o, const struct view *view);
+void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view);
 
 void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s);
 
-void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache);
+void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache);
 
 /* The oom report: a few lines for the program's stderr. */
-void gmt__text_oom_report(const struct gmt__snapshot *s, const struct view *view, const struct report *rep);
+void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view *view,
+			  const struct gmt__report_sites *rep);
 
 #endif /* GMT_DOCUMENT_H */

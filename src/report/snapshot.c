@@ -65,7 +65,7 @@ static int by_section_address(const void *x, const void *y)
 
 /* One frame object: the address's loader facts, and one source frame (sym,
  * or NULL: the loader's function name and no position). */
-static void out_frame(struct gmt__json *o, const struct frame_info *f, const struct gmt__frame_sym *sym,
+static void out_frame(struct gmt__json *o, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
 		      const char *function, bool first)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
@@ -118,7 +118,7 @@ struct json_frames {
 	bool first;
 };
 
-static void json_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+static void json_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
 			const char *function)
 {
 	struct json_frames *j = ctx;
@@ -135,24 +135,24 @@ static void json_python(void *ctx, uintptr_t word)
 	j->first = false;
 }
 
-static void out_frames(struct gmt__json *o, struct frame_cache *cache, const uintptr_t *ips, int n)
+static void out_frames(struct gmt__json *o, struct gmt__frame_cache *cache, const uintptr_t *ips, int n)
 {
 	struct json_frames j = { o, true };
-	struct frame_sink k = { json_native, json_python, &j };
+	struct gmt__frame_sink k = { json_native, json_python, &j };
 
 	gmt__frames_sink(&k, cache, ips, n);
 }
 
 /* The "modules" map: each module a frame lies in, with its load base and GNU
  * build-id, so that the addresses can be symbolised again offline. */
-static void out_modules(struct gmt__json *o, struct frame_cache *cache)
+static void out_modules(struct gmt__json *o, struct gmt__frame_cache *cache)
 {
 	char id[256];
 	size_t i;
 
 	gmt__json_str(o, " \"modules\": [");
 	for (i = 0; i < cache->nmods; i++) {
-		const struct module_ref *m = &cache->mods[i];
+		const struct gmt__module_ref *m = &cache->mods[i];
 		char *p;
 
 		gmt__json_str(o, i ? ",\n  {\"path\": " : "\n  {\"path\": ");
@@ -182,7 +182,8 @@ static int stack_tags(const uintptr_t *ips, int depth)
 	return ntags;
 }
 
-static void no_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym, const char *function)
+static void no_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
+		      const char *function)
 {
 	(void)ctx, (void)f, (void)sym, (void)function;
 }
@@ -197,10 +198,10 @@ static void no_python(void *ctx, uintptr_t word)
  * then writes them, so that "modules" lists each in the order first seen;
  * the labels of the report's top sites; the leak check's rules matched
  * (lw, may be NULL). */
-static void resolve_stacks(struct frame_cache *cache, const struct idset *ids, size_t n, struct report *rep,
-			   struct leak_work *lw)
+static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
+			   struct gmt__report_sites *rep, struct gmt__leak_work *lw)
 {
-	const struct frame_sink none = { no_native, no_python, NULL };
+	const struct gmt__frame_sink none = { no_native, no_python, NULL };
 
 	for (size_t i = 0; i < n; i++) {
 		int depth = 0, ntags;
@@ -224,7 +225,7 @@ static void resolve_stacks(struct frame_cache *cache, const struct idset *ids, s
 
 /* The "stacks" array and the "modules" map, from frames resolve_stacks
  * looked up (the cache answers). */
-static void out_stacks(struct gmt__json *o, struct frame_cache *cache, const struct idset *ids, size_t n)
+static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n)
 {
 	gmt__json_str(o, " \"stacks\": [");
 	for (size_t i = 0; i < n; i++) {
@@ -281,7 +282,7 @@ static char *put_entry_origin(char *p, const struct gmt__entry *e, const char *a
 	return p;
 }
 
-static int api_table_init(struct api_table *t, const struct gmt__snapshot *s)
+static int api_table_init(struct gmt__api_table *t, const struct gmt__snapshot *s)
 {
 	int i;
 
@@ -308,7 +309,7 @@ static int api_table_init(struct api_table *t, const struct gmt__snapshot *s)
 	return 0;
 }
 
-static void api_table_free(struct api_table *t)
+static void api_table_free(struct gmt__api_table *t)
 {
 	int i;
 
@@ -317,12 +318,12 @@ static void api_table_free(struct api_table *t)
 	free(t->v);
 }
 
-static const char *api_name(const struct api_table *t, unsigned api)
+static const char *api_name(const struct gmt__api_table *t, unsigned api)
 {
 	return api < (unsigned)t->n ? t->v[api] : "\"unknown\"";
 }
 
-static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const struct api_table *apis,
+static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const struct gmt__api_table *apis,
 		      bool first)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES + apis->longest);
@@ -364,7 +365,7 @@ static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const str
 
 /* Writes the entries v[0..n) of one section as the elements of a JSON array. */
 static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, size_t n,
-			const struct api_table *apis)
+			const struct gmt__api_table *apis)
 {
 	for (size_t i = 0; i < n && o->err == 0; i++)
 		out_entry(o, v[i], apis, i == 0);
@@ -503,7 +504,7 @@ static void out_series(struct gmt__json *o, const struct gmt__history *h, uint64
 }
 
 /* "history": the last events, oldest first. */
-static void out_history(struct gmt__json *o, const struct gmt__history *h, const struct api_table *apis)
+static void out_history(struct gmt__json *o, const struct gmt__history *h, const struct gmt__api_table *apis)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
@@ -543,7 +544,7 @@ static void out_history(struct gmt__json *o, const struct gmt__history *h, const
 	gmt__json_str(o, h->count > 0 ? "\n ]},\n" : "]},\n");
 }
 
-static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const struct view *view)
+static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const struct gmt__view *view)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	int i;
@@ -620,8 +621,8 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 	gmt__json_str(o, "},\n");
 }
 
-static void out_leak_group(struct gmt__json *o, struct frame_cache *cache, const struct leak_work *lw,
-			   const struct leak_group *g, bool first)
+static void out_leak_group(struct gmt__json *o, struct gmt__frame_cache *cache, const struct gmt__leak_work *lw,
+			   const struct gmt__leak_group *g, bool first)
 {
 	const struct gmt__supp *supp = lw->in->supp;
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
@@ -723,7 +724,7 @@ static void out_leak_total(struct gmt__json *o, const char *name, uint64_t count
 	gmt__json_commit(o, p);
 }
 
-static void out_leaks(struct gmt__json *o, struct frame_cache *cache, const struct leak_work *lw)
+static void out_leaks(struct gmt__json *o, struct gmt__frame_cache *cache, const struct gmt__leak_work *lw)
 {
 	const struct gmt__snapshot_leaks *in = lw->in;
 	const struct gmt__supp *supp = in->supp;
@@ -769,7 +770,7 @@ static void out_leaks(struct gmt__json *o, struct frame_cache *cache, const stru
 		out_leak_group(o, cache, lw, &lw->groups[i], i == 0);
 	gmt__json_str(o, lw->ngroups > 0 ? "\n  ],\n  \"suspects\": [" : "],\n  \"suspects\": [");
 	for (int i = 0; i < lw->nsuspects; i++) {
-		const struct leak_suspect *x = &lw->suspects[i];
+		const struct gmt__leak_suspect *x = &lw->suspects[i];
 
 		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 		p = gmt__put_lit(p, i ? ", {\"stack\": " : "{\"stack\": ");
@@ -818,14 +819,14 @@ static void out_leaks(struct gmt__json *o, struct frame_cache *cache, const stru
 struct doc {
 	struct collect c;             /* the live set, by section then address */
 	size_t hi0, hi1;              /* where reservations and mappings begin */
-	struct idset ids;             /* every stack the document names */
+	struct gmt__idset ids;             /* every stack the document names */
 	size_t nids;
 	struct site_ref *sites;       /* by live bytes */
 	size_t nsites;
-	struct view *view;
-	struct report rep;            /* the out-of-memory report's top sites */
-	struct leak_work lw;
-	struct frame_cache cache;
+	struct gmt__view *view;
+	struct gmt__report_sites rep;            /* the out-of-memory report's top sites */
+	struct gmt__leak_work lw;
+	struct gmt__frame_cache cache;
 	bool cache_open;
 };
 
@@ -915,7 +916,7 @@ static int analyse(const struct gmt__snapshot *s, struct doc *d)
 }
 
 /* The document of the analysis, streamed to o. */
-static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct doc *d, const struct api_table *apis)
+static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct doc *d, const struct gmt__api_table *apis)
 {
 	out_header(o, s, d->view);
 	gmt__json_str(o, " \"allocations\": [");
@@ -940,7 +941,7 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct do
 int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
 {
 	struct doc d = { .lw = { .in = s->leaks } };
-	struct api_table apis = { 0 };
+	struct gmt__api_table apis = { 0 };
 	int r = analyse(s, &d);
 
 	if (r == 0 && o != NULL) {

@@ -72,7 +72,7 @@ struct text_frames {
 	int k;
 };
 
-static void text_native(void *ctx, const struct frame_info *f, const struct gmt__frame_sym *sym,
+static void text_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
 			const char *function)
 {
 	struct text_frames *tf = ctx;
@@ -106,7 +106,7 @@ static void text_python(void *ctx, uintptr_t word)
 }
 
 /* "device memory on device 0", "device and managed memory on devices 0, 1". */
-static void group_what(const struct leak_work *lw, const struct leak_group *g, char *buf, size_t len)
+static void group_what(const struct gmt__leak_work *lw, const struct gmt__leak_group *g, char *buf, size_t len)
 {
 	size_t at = 0;
 	int nk = 0, nd = 0;
@@ -153,7 +153,7 @@ static void rule_words(const struct gmt__supp *supp, uint32_t rule, char *buf, s
 		snprintf(buf, len, "%s (built-in: %s)", text, r->why != NULL ? r->why : "?");
 }
 
-void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
+void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache)
 {
 	const struct gmt__snapshot_leaks *in = lw->in;
 	struct text t = { 0 };
@@ -173,7 +173,7 @@ void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
 			 gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]), counted_groups,
 			 counted_groups == 1 ? "" : "s");
 	for (size_t i = 0; i < lw->ngroups && lw->groups[i].counted; i++) {
-		const struct leak_group *g = &lw->groups[i];
+		const struct gmt__leak_group *g = &lw->groups[i];
 		int depth = 0, ntags = 0;
 		const uintptr_t *ips;
 
@@ -200,7 +200,7 @@ void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
 			ntags++;
 		if (ips != NULL && depth - ntags > 0) {
 			struct text_frames tf = { &t, 0 };
-			struct frame_sink k = { text_native, text_python, &tf };
+			struct gmt__frame_sink k = { text_native, text_python, &tf };
 
 			gmt__frames_sink(&k, cache, ips, depth - ntags);
 			if (tf.k > LEAK_REPORT_FRAMES)
@@ -212,8 +212,8 @@ void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
 	if (shown > 0)
 		text_add(&t, "\n");
 	for (size_t i = 0; i < lw->ngroups; i++) {
-		const struct leak_group *g = &lw->groups[i];
-		const struct leak_stack *ls = gmt__leakcheck_stack_of(lw, g->stack);
+		const struct gmt__leak_group *g = &lw->groups[i];
+		const struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, g->stack);
 
 		if (g->counted)
 			continue;
@@ -231,14 +231,15 @@ void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
 			 ls != NULL ? ls->where : "an unknown place", where);
 	}
 	for (int i = 0; i < lw->nsuspects; i++) {
-		const struct leak_suspect *x = &lw->suspects[i];
-		const struct leak_stack *ls = gmt__leakcheck_stack_of(lw, x->id);
+		const struct gmt__leak_suspect *x = &lw->suspects[i];
+		const struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, x->id);
 
 		text_add(&t, "Leak suspect: %s grew in %u windows (fell in %u) to %s at its peak; %s live at exit\n",
 			 ls != NULL ? ls->where : "an unknown place", x->rises, x->falls,
 			 gmt__human_bytes(a, sizeof(a), x->peak), gmt__human_bytes(b, sizeof(b), x->live));
 	}
-	text_add(&t, "SUMMARY: %s in %llu allocation%s count as leaks", gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]),
+	text_add(&t, "SUMMARY: %s in %llu allocation%s count as leaks",
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]),
 		 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]));
 	text_add(&t, " (leaked %s in %llu, still referenced %s in %llu)",
 		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_LEAKED]), (unsigned long long)lw->total_count[CLASS_LEAKED],
@@ -256,7 +257,8 @@ void gmt__text_leak_report(struct leak_work *lw, struct frame_cache *cache)
 }
 
 /* The oom report: a few lines for the program's stderr. */
-void gmt__text_oom_report(const struct gmt__snapshot *s, const struct view *view, const struct report *rep)
+void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view *view,
+			  const struct gmt__report_sites *rep)
 {
 	const struct gmt__device_state *st = view->diag_in.state;
 	char a[32], b[32], c[32];

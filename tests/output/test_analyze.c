@@ -71,7 +71,7 @@ static void test_pages(void)
 	const struct gmt__entry *v[4] = { &e[0], &e[1], &e[2], &e[3] };
 	struct gmt__snapshot_device devs[2] = { { .index = 0 }, { .index = 1 } };
 	struct gmt__snapshot s = { .reason = "api", .devices = devs, .ndevices = 2 };
-	struct view *view = malloc(sizeof(*view));
+	struct gmt__view *view = malloc(sizeof(*view));
 
 	CHECK(view != NULL);
 	if (view == NULL)
@@ -125,9 +125,9 @@ static void test_leak_classes(void)
 	struct gmt__supp rules = { 0 };
 	struct gmt__snapshot_leaks in = { .supp = &rules, .classes = GMT_CLASS_LEAKED | GMT_CLASS_REFERENCED };
 	struct gmt__snapshot s = { .reason = "exit", .leaks = &in };
-	struct leak_work lw = { .in = &in };
-	struct frame_cache fc;
-	struct idset ids = { 0 };
+	struct gmt__leak_work lw = { .in = &in };
+	struct gmt__frame_cache fc;
+	struct gmt__idset ids = { 0 };
 	size_t nids;
 	int fd = mkstemp(path);
 	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -186,7 +186,7 @@ static void test_site_label(void)
 {
 	void (*const fns[])(void) = { cudaMallocLookalike, analyze_test_user, analyze_test_cache_alloc };
 	uint32_t id = stack_of(fns, 3);
-	struct frame_cache fc;
+	struct gmt__frame_cache fc;
 	char label[192];
 	int depth = 0;
 	const uintptr_t *ips = gmt__stack_get(id, &depth);

@@ -204,22 +204,21 @@ static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__ids
 	const struct gmt__frame_sink none = { no_native, no_python, NULL };
 
 	for (size_t i = 0; i < n; i++) {
-		int depth = 0, ntags;
+		int depth = 0;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		int frames = ips != NULL ? depth - stack_tags(ips, depth) : 0;
 
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
 		if (ips != NULL) {
 			(void)gmt__frames_runtime_call(cache, ips, depth);
-			ntags = stack_tags(ips, depth);
-			gmt__frames_sink(&none, cache, ips, depth - ntags);
+			gmt__frames_sink(&none, cache, ips, frames);
 			for (int k = 0; k < rep->ntop; k++) {
 				if (rep->top[k] == ids->v[i])
-					gmt__frames_site_label(cache, ips, depth - ntags, rep->where[k],
-							       sizeof(rep->where[k]));
+					gmt__frames_site_label(cache, ips, frames, rep->where[k], sizeof(rep->where[k]));
 			}
 		}
 		if (lw != NULL)
-			gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - stack_tags(ips, depth) : 0);
+			gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, frames);
 	}
 }
 

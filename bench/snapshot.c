@@ -92,7 +92,7 @@ int main(int argc, char **argv)
 	struct gmt__snapshot_process process = { .ppid = 1, .host = "bench", .rank = -1, .local_rank = -1,
 						 .world_size = -1 };
 	struct gmt__snapshot s = {
-		.reason = "oom", .seq = 1, .pid = getpid(), .devices = &dev, .ndevices = 1,
+		.reason = GMT_REASON_OOM, .seq = 1, .pid = getpid(), .devices = &dev, .ndevices = 1,
 		.failed = &failed, .api_names = api_names, .napi = 2, .process = &process,
 	};
 	double t0, t_capture, t1, plain;

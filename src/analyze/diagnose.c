@@ -14,39 +14,20 @@
  * 4. Otherwise exhaustion: this process's own live memory fills the device. */
 #define _GNU_SOURCE
 #include "analyze/diagnose.h"
+#include "util/parse.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static const char *const names[GMT_VERDICT_COUNT] = {
-	[GMT_VERDICT_EXHAUSTION] = "exhaustion",
-	[GMT_VERDICT_FRAGMENTATION] = "fragmentation",
-	[GMT_VERDICT_POOL] = "pool_reservation",
-	[GMT_VERDICT_OTHERS] = "other_processes",
-	[GMT_VERDICT_GROWTH] = "growth",
-	[GMT_VERDICT_UNTRACKED] = "untracked",
+#define GMT_X(id, word) [GMT_VERDICT_##id] = word,
+	GMT_VERDICTS(GMT_X)
+#undef GMT_X
 };
 
 const char *gmt__verdict_name(enum gmt__verdict v)
 {
 	return (unsigned)v < GMT_VERDICT_COUNT ? names[v] : "unknown";
-}
-
-const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes)
-{
-	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)bytes;
-	int u = 0;
-
-	while (v >= 1024.0 && u < 5) {
-		v /= 1024.0;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-	else
-		snprintf(buf, len, v < 10.0 ? "%.2f %s" : v < 100.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
-	return buf;
 }
 
 static void rests(struct gmt__diag_verdict *v, const char *a, const char *b, const char *c, const char *d)

@@ -15,13 +15,21 @@
 /* When the driver gives no granularity. */
 #define GMT_DEFAULT_GRANULARITY (2u << 20)
 
+/* The verdicts, X(ID, "word"), in the order of the rules (diagnose.c).
+ * tests/unit/test_vocabulary.py holds the viewer's and the schema's copies
+ * to this list. */
+#define GMT_VERDICTS(X)                                                                  \
+	X(EXHAUSTION, "exhaustion")       /* this process's own live memory fills the device */ \
+	X(FRAGMENTATION, "fragmentation") /* free bytes exist, not in a usable shape */      \
+	X(POOL, "pool_reservation")       /* stream-ordered pools hold memory they do not use */ \
+	X(OTHERS, "other_processes")      /* other processes hold the memory */              \
+	X(GROWTH, "growth")               /* sites whose live bytes kept rising */           \
+	X(UNTRACKED, "untracked")         /* used memory the tracer did not see */
+
 enum gmt__verdict {
-	GMT_VERDICT_EXHAUSTION,     /* this process's own live memory fills the device */
-	GMT_VERDICT_FRAGMENTATION,  /* free bytes exist, not in a usable shape */
-	GMT_VERDICT_POOL,           /* stream-ordered pools hold memory they do not use */
-	GMT_VERDICT_OTHERS,         /* other processes hold the memory */
-	GMT_VERDICT_GROWTH,         /* sites whose live bytes kept rising */
-	GMT_VERDICT_UNTRACKED,      /* used memory the tracer did not see */
+#define GMT_X(id, word) GMT_VERDICT_##id,
+	GMT_VERDICTS(GMT_X)
+#undef GMT_X
 	GMT_VERDICT_COUNT
 };
 
@@ -71,9 +79,6 @@ struct gmt__diagnosis {
 };
 
 const char *gmt__verdict_name(enum gmt__verdict v);
-
-/* "1.50 GiB": three significant figures at most, binary units, into buf. */
-const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes);
 
 void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *out);
 

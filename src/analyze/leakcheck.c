@@ -24,9 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const gmt__leak_class_names[CLASS_COUNT] = { "leaked", "referenced", "cached" };
-const unsigned gmt__leak_class_bits[CLASS_COUNT] = { GMT_CLASS_LEAKED, GMT_CLASS_REFERENCED, GMT_CLASS_CACHED };
-
 void gmt__leakcheck_free(struct gmt__leak_work *lw)
 {
 	free(lw->items);
@@ -95,7 +92,7 @@ int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *c
 
 		lw->items[i] = (struct gmt__leak_item){
 			.addr = e->addr, .size = e->size, .stack = e->stack, .rule = NO_RULE,
-			.device = e->device, .kind = e->kind, .cls = CLASS_LEAKED,
+			.device = e->device, .kind = e->kind, .cls = GMT_LEAK_LEAKED,
 		};
 		sids[ns++] = (uint64_t)e->stack << 1;
 		switch (e->space) {
@@ -199,7 +196,7 @@ void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *
 	free(skip);
 	for (size_t i = 0; i < lw->n; i++) {
 		if (lw->refs[i].at != 0)
-			lw->items[i].cls = CLASS_REFERENCED;
+			lw->items[i].cls = GMT_LEAK_REFERENCED;
 	}
 }
 
@@ -305,7 +302,7 @@ int gmt__leakcheck_classify(struct gmt__leak_work *lw)
 			lw->rule_hits[it->rule]++;
 			lw->rule_bytes[it->rule] += it->size;
 			if (supp->v[it->rule].type == GMT_SUPP_CACHED)
-				it->cls = CLASS_CACHED;
+				it->cls = GMT_LEAK_CACHED;
 		}
 	}
 	qsort_r(lw->order, lw->n, sizeof(*lw->order), by_group_key, lw->items);
@@ -321,7 +318,7 @@ int gmt__leakcheck_classify(struct gmt__leak_work *lw)
 			g = &lw->groups[lw->ngroups++];
 			*g = (struct gmt__leak_group){
 				.stack = it->stack, .rule = it->rule, .cls = it->cls, .first = i,
-				.counted = !suppressed && (lw->in->classes & gmt__leak_class_bits[it->cls]),
+				.counted = !suppressed && (lw->in->classes & (1u << it->cls)),
 			};
 		}
 		g->count++;

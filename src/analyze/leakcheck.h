@@ -15,14 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The classes, their names and their bits in GPUMEMTRACE_LEAK_CLASSES
- * (options.h). */
-enum { CLASS_LEAKED, CLASS_REFERENCED, CLASS_CACHED, CLASS_COUNT };
-extern const char *const gmt__leak_class_names[CLASS_COUNT];
-extern const unsigned gmt__leak_class_bits[CLASS_COUNT];
-
-/* Totals: what each class holds unsuppressed, what was suppressed, what counts. */
-enum { TOTAL_SUPPRESSED = CLASS_COUNT, TOTAL_COUNTED, TOTAL_COUNT };
+/* Totals: what each class (enum gmt__leak_class, options.h) holds
+ * unsuppressed, what was suppressed, what counts. */
+enum { TOTAL_SUPPRESSED = GMT_LEAK_CLASS_COUNT, TOTAL_COUNTED, TOTAL_COUNT };
 
 #define NO_RULE UINT32_MAX
 #define LEAK_SUSPECTS 8        /* growth suspects kept, largest growth first */

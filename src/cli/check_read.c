@@ -16,20 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
-	unsigned bit;
-	const char *name;
-} classes[] = {
-	{ GMT_CLASS_LEAKED, "leaked" },
-	{ GMT_CLASS_REFERENCED, "referenced" },
-	{ GMT_CLASS_CACHED, "cached" },
-};
-
 const char *cli_class_name(unsigned cls)
 {
-	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
-		if (classes[i].bit == cls)
-			return classes[i].name;
+	for (unsigned i = 0; i < GMT_LEAK_CLASS_COUNT; i++) {
+		if (1u << i == cls)
+			return gmt__leak_class_names[i];
 	}
 	return "?";
 }
@@ -326,9 +317,9 @@ out:
 
 static int parse_class(const char *s, unsigned *out)
 {
-	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
-		if (strcmp(s, classes[i].name) == 0) {
-			*out = classes[i].bit;
+	for (unsigned i = 0; i < GMT_LEAK_CLASS_COUNT; i++) {
+		if (strcmp(s, gmt__leak_class_names[i]) == 0) {
+			*out = 1u << i;
 			return 0;
 		}
 	}

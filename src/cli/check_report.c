@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "cli/check.h"
 
+#include "util/parse.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -23,22 +25,15 @@
 #define JUNIT_SITES 100
 #define GROWTH_SITES 5
 
-/* "1234567 bytes (1.2 MiB)", or "123 bytes", into buf. */
+/* "1234567 bytes (1.18 MiB)", or "123 bytes", into buf. */
 static const char *human_bytes(uint64_t n, char *buf, size_t len)
 {
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	double x = (double)n;
-	int u = -1;
+	char h[32];
 
-	if (n < 1024) {
+	if (n < 1024)
 		snprintf(buf, len, "%" PRIu64 " bytes", n);
-		return buf;
-	}
-	while (x >= 1024 && u < 5) {
-		x /= 1024;
-		u++;
-	}
-	snprintf(buf, len, "%" PRIu64 " bytes (%.1f %s)", n, x, units[u]);
+	else
+		snprintf(buf, len, "%" PRIu64 " bytes (%s)", n, gmt__human_bytes(h, sizeof(h), n));
 	return buf;
 }
 

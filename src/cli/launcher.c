@@ -171,6 +171,7 @@ void cli_set_context(const char *c)
 	context = c;
 }
 
+static void vsay(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static void vsay(const char *fmt, va_list ap)
 {
 	fprintf(stderr, "gpumemtrace: %s", context);

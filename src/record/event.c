@@ -4,10 +4,9 @@
 const char *gmt__kind_name(enum gmt__kind kind)
 {
 	static const char *const names[GMT_KIND_COUNT] = {
-		[GMT_KIND_DEVICE] = "device",   [GMT_KIND_ASYNC] = "async",
-		[GMT_KIND_MANAGED] = "managed", [GMT_KIND_HOST] = "host",
-		[GMT_KIND_REGISTERED] = "registered", [GMT_KIND_VMM] = "vmm",
-		[GMT_KIND_ARRAY] = "array",
+#define GMT_X(id, word) [GMT_KIND_##id] = word,
+		GMT_KINDS(GMT_X)
+#undef GMT_X
 	};
 	return (unsigned)kind < GMT_KIND_COUNT ? names[kind] : "unknown";
 }

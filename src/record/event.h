@@ -7,15 +7,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What memory an allocation is: the snapshot's "kind" (docs/snapshot-format.md). */
+/* What memory an allocation is: the snapshot's "kind" (docs/snapshot-format.md),
+ * X(ID, "word"). A VMM allocation is a physical handle from cuMemCreate.
+ * tests/unit/test_vocabulary.py holds the viewer's and the schema's copies
+ * to this list. */
+#define GMT_KINDS(X)                                                                        \
+	X(DEVICE, "device") X(ASYNC, "async") X(MANAGED, "managed") X(HOST, "host")          \
+	X(REGISTERED, "registered") X(VMM, "vmm") X(ARRAY, "array")
+
 enum gmt__kind {
-	GMT_KIND_DEVICE,
-	GMT_KIND_ASYNC,
-	GMT_KIND_MANAGED,
-	GMT_KIND_HOST,
-	GMT_KIND_REGISTERED,
-	GMT_KIND_VMM,   /* a physical handle from cuMemCreate */
-	GMT_KIND_ARRAY,
+#define GMT_X(id, word) GMT_KIND_##id,
+	GMT_KINDS(GMT_X)
+#undef GMT_X
 	GMT_KIND_COUNT
 };
 

@@ -31,20 +31,6 @@
 
 #define TEMP_TRIES 16
 
-/* reason goes into a file name: one lowercase word, nothing else. */
-static bool reason_ok(const char *reason)
-{
-	const char *p;
-
-	if (reason == NULL || reason[0] == '\0' || strlen(reason) > 16)
-		return false;
-	for (p = reason; *p != '\0'; p++) {
-		if (*p < 'a' || *p > 'z')
-			return false;
-	}
-	return true;
-}
-
 /* Creates a new temporary file in dirfd, named after `name`, mode 0600. Never
  * opens an existing file or a symlink (O_EXCL implies it); another name is
  * tried when one is taken. Returns the fd or a negative errno. */
@@ -152,11 +138,11 @@ static int name_taken(int dirfd, const char *name)
 static void snapshot_name(const struct gmt__snapshot *s, uint64_t seq, char *name, size_t len)
 {
 	if (s->process != NULL && (s->process->rank >= 0 || s->process->local_rank >= 0))
-		snprintf(name, len, "gpumemtrace.%d.%s.%llu.rank%lld.json", s->pid, s->reason,
+		snprintf(name, len, "gpumemtrace.%d.%s.%llu.rank%lld.json", s->pid, gmt__reason_name(s->reason),
 			 (unsigned long long)seq,
 			 (long long)(s->process->rank >= 0 ? s->process->rank : s->process->local_rank));
 	else
-		snprintf(name, len, "gpumemtrace.%d.%s.%llu.json", s->pid, s->reason, (unsigned long long)seq);
+		snprintf(name, len, "gpumemtrace.%d.%s.%llu.json", s->pid, gmt__reason_name(s->reason), (unsigned long long)seq);
 }
 
 int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len)
@@ -174,7 +160,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		r = 0;
 		goto no_file;
 	}
-	if (!reason_ok(s->reason)) {
+	if (gmt__reason_name(s->reason) == NULL) {
 		r = -EINVAL;
 		goto no_file;
 	}

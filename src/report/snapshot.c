@@ -374,6 +374,17 @@ static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, 
 
 /* ---- the history: sites, series, events ------------------------------------------ */
 
+const char *gmt__reason_name(enum gmt__reason reason)
+{
+	static const char *const names[GMT_REASON_COUNT] = {
+#define GMT_X(id, word) [GMT_REASON_##id] = word,
+		GMT_REASONS(GMT_X)
+#undef GMT_X
+	};
+
+	return (unsigned)reason < GMT_REASON_COUNT ? names[reason] : NULL;
+}
+
 static const char *const hist_op_names[] = { "alloc", "free", "oom" };
 
 /* "sites": every site that allocated, most live bytes first. */
@@ -549,7 +560,7 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 	int i;
 
 	p = gmt__put_lit(p, "{\n \"format\": \"gpumemtrace-snapshot\",\n \"version\": 1,\n \"reason\": \"");
-	p = gmt__put_lit(p, s->reason);
+	p = gmt__put_lit(p, gmt__reason_name(s->reason));
 	p = gmt__put_lit(p, "\",\n \"seq\": ");
 	p = gmt__put_u64(p, s->seq);
 	p = gmt__put_lit(p, ",\n \"time_ns\": ");
@@ -746,8 +757,8 @@ static void out_leaks(struct gmt__json *o, struct gmt__frame_cache *cache, const
 	p = gmt__put_lit(p, ", \"seconds\": ");
 	p = gmt__put_lit(p, sec);
 	p = gmt__put_lit(p, "},\n  \"classes\": [");
-	for (int c = 0; c < CLASS_COUNT; c++) {
-		if (!(in->classes & gmt__leak_class_bits[c]))
+	for (int c = 0; c < GMT_LEAK_CLASS_COUNT; c++) {
+		if (!(in->classes & (1u << c)))
 			continue;
 		p = gmt__put_lit(p, any ? ", \"" : "\"");
 		p = gmt__put_lit(p, gmt__leak_class_names[c]);
@@ -760,7 +771,7 @@ static void out_leaks(struct gmt__json *o, struct gmt__frame_cache *cache, const
 	gmt__json_commit(o, p);
 	gmt__json_string_or_null(o, in->supp_error);
 	gmt__json_str(o, ",\n  \"totals\": {");
-	for (int c = 0; c < CLASS_COUNT; c++)
+	for (int c = 0; c < GMT_LEAK_CLASS_COUNT; c++)
 		out_leak_total(o, gmt__leak_class_names[c], lw->total_count[c], lw->total_bytes[c], c == 0);
 	out_leak_total(o, "suppressed", lw->total_count[TOTAL_SUPPRESSED], lw->total_bytes[TOTAL_SUPPRESSED], false);
 	out_leak_total(o, "counted", lw->total_count[TOTAL_COUNTED], lw->total_bytes[TOTAL_COUNTED], false);

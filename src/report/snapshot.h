@@ -11,6 +11,7 @@
 #include "analyze/leaks.h"
 #include "analyze/suppress.h"
 #include "state/table.h"
+#include "tracer/options.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,8 +71,21 @@ struct gmt__snapshot_leaks {
 	char *report;                   /* the report, lines without prefix, malloc'd; or NULL */
 };
 
+/* Why a snapshot is written: a trigger (options.h), or gmt_dump(). */
+#define GMT_REASONS(X) GMT_TRIGGERS(X) X(API, "api")
+
+enum gmt__reason {
+#define GMT_X(id, word) GMT_REASON_##id,
+	GMT_REASONS(GMT_X)
+#undef GMT_X
+	GMT_REASON_COUNT
+};
+
+/* "oom", "exit", ...; NULL for a value outside the list. */
+const char *gmt__reason_name(enum gmt__reason reason);
+
 struct gmt__snapshot {
-	const char *reason;    /* "oom", "exit", "peak", "signal", "api" */
+	enum gmt__reason reason;
 	uint64_t seq;          /* this process's snapshot number, from 1 */
 	uint64_t time_ns;      /* CLOCK_REALTIME */
 	int pid;
@@ -80,7 +94,7 @@ struct gmt__snapshot {
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
 	const struct gmt__snapshot_device *devices;
 	int ndevices;
-	const struct gmt__snapshot_request *failed; /* reason "oom" only, else NULL */
+	const struct gmt__snapshot_request *failed; /* GMT_REASON_OOM only, else NULL */
 	/* The live entries (any order), and the history (events, series,
 	 * sites; may be NULL): the snapshot's own, nothing else changes them
 	 * while it is written (gmt__table_copy, gmt__history_copy). */
@@ -120,7 +134,7 @@ struct gmt__snapshot {
  * built, for s->report and s->leaks, which never depend on the file: -EEXIST when
  * GMT_SNAPSHOT_NAME_TRIES names are taken or the name was taken while the
  * file was being written, -EINVAL for
- * a reason that is not one lowercase word, -ENAMETOOLONG when the path does not
+ * a reason outside the list, -ENAMETOOLONG when the path does not
  * fit in len, else the errno of the failing call (-ENOSPC, -EACCES, ...).
  * errno is left as it was. dir NULL or "" means ".". With a rank the name is
  * gpumemtrace.<pid>.<reason>.<seq>.rank<rank>.json.

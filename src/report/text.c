@@ -8,6 +8,7 @@
 #include "record/event.h"
 #include "record/pystack.h"
 #include "record/stacks.h"
+#include "util/parse.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -183,13 +184,13 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 			break;
 		}
 		group_what(lw, g, what, sizeof(what));
-		text_add(&t, "\n%s %s in %llu allocation%s of %s", g->cls == CLASS_REFERENCED ? "Still referenced:" :
-			 g->cls == CLASS_CACHED ? "Cached:" : "Leaked:", gmt__human_bytes(a, sizeof(a), g->bytes),
+		text_add(&t, "\n%s %s in %llu allocation%s of %s", g->cls == GMT_LEAK_REFERENCED ? "Still referenced:" :
+			 g->cls == GMT_LEAK_CACHED ? "Cached:" : "Leaked:", gmt__human_bytes(a, sizeof(a), g->bytes),
 			 (unsigned long long)g->count, plural(g->count), what);
-		if (g->cls == CLASS_REFERENCED) {
+		if (g->cls == GMT_LEAK_REFERENCED) {
 			gmt__leakcheck_where(cache, g, where, sizeof(where));
 			text_add(&t, "; %s holds 0x%llx\n", where, (unsigned long long)g->ref_value);
-		} else if (g->cls == CLASS_LEAKED && lw->scan.done) {
+		} else if (g->cls == GMT_LEAK_LEAKED && lw->scan.done) {
 			text_add(&t, "; no host memory holds %s address\n", g->count == 1 ? "its" : "their");
 		} else {
 			text_add(&t, "\n");
@@ -242,11 +243,11 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]),
 		 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]));
 	text_add(&t, " (leaked %s in %llu, still referenced %s in %llu)",
-		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_LEAKED]), (unsigned long long)lw->total_count[CLASS_LEAKED],
-		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[CLASS_REFERENCED]),
-		 (unsigned long long)lw->total_count[CLASS_REFERENCED]);
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[GMT_LEAK_LEAKED]), (unsigned long long)lw->total_count[GMT_LEAK_LEAKED],
+		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[GMT_LEAK_REFERENCED]),
+		 (unsigned long long)lw->total_count[GMT_LEAK_REFERENCED]);
 	text_add(&t, "; cached %s in %llu; suppressed %s in %llu\n",
-		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[CLASS_CACHED]), (unsigned long long)lw->total_count[CLASS_CACHED],
+		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[GMT_LEAK_CACHED]), (unsigned long long)lw->total_count[GMT_LEAK_CACHED],
 		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[TOTAL_SUPPRESSED]),
 		 (unsigned long long)lw->total_count[TOTAL_SUPPRESSED]);
 	if (t.failed) {

@@ -142,11 +142,11 @@ static void *consumer_main(void *arg)
 			gmt__core.peak_due = gmt__core.peak_armed = false;
 			gmt__core.peak_next_bytes = gmt__core.peak_bytes + gmt__core.peak_bytes / 100 * (uint64_t)gmt__core.opt->peak_step;
 			gmt__core.peak_next_ns = gmt__now_ns(CLOCK_MONOTONIC) + GMT_PEAK_INTERVAL_NS;
-			gmt__snapshot_take("peak", NULL, NULL, NULL, 0); /* releases the lock */
+			gmt__snapshot_take(GMT_REASON_PEAK, NULL, NULL, NULL, 0); /* releases the lock */
 		} else if (atomic_exchange_explicit(&gmt__core.signal_pending, false, memory_order_relaxed)) {
 			/* Everything completed before the signal has its number. */
 			n += gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
-			gmt__snapshot_take("signal", NULL, NULL, NULL, 0); /* releases the lock */
+			gmt__snapshot_take(GMT_REASON_SIGNAL, NULL, NULL, NULL, 0); /* releases the lock */
 		} else {
 			/* Nothing left: sleep, unless a ring filled up since the
 			 * pass looked (ring.h, the doorbell). */

@@ -427,7 +427,7 @@ __attribute__((destructor)) static void core_exit(void)
 		/* Without the exit trigger the document goes nowhere: only the report. */
 		/* The verdict does not depend on the file: a leak check is judged
 		 * whether or not the exit snapshot could be written. */
-		if (gmt__snapshot_take_leaks("exit", NULL, NULL, NULL, 0, &lk, !write) == 0 && write) /* releases the lock */
+		if (gmt__snapshot_take_leaks(GMT_REASON_EXIT, NULL, NULL, NULL, 0, &lk, !write) == 0 && write) /* releases the lock */
 			gmt__gate_mark(false);
 		if (check && lk.judged)
 			exit_with = leak_verdict(&lk);
@@ -474,7 +474,7 @@ int gmt__api_dump(char *path, size_t len)
 		gmt__device_query(device, &state);
 	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
-	r = gmt__snapshot_take("api", NULL, ctx != 0 ? &state : NULL, path, len); /* releases the lock */
+	r = gmt__snapshot_take(GMT_REASON_API, NULL, ctx != 0 ? &state : NULL, path, len); /* releases the lock */
 	errno = saved;
 	return r;
 }

@@ -67,25 +67,16 @@ static const struct opt_desc descs[] = { GMT_OPTIONS(OPT_X_DESC) };
 
 #define NDESCS (sizeof(descs) / sizeof(descs[0]))
 
-/* The words of a TRIGGERS or CLASSES option. */
-struct word_bit {
-	const char *name;
-	unsigned bit;
+const char *const gmt__trigger_names[GMT_TRIGGER_COUNT] = {
+#define GMT_X(id, word) [GMT_TRIGGER_INDEX_##id] = word,
+	GMT_TRIGGERS(GMT_X)
+#undef GMT_X
 };
 
-static const struct word_bit trigger_names[] = {
-	{ "oom", GMT_TRIGGER_OOM },
-	{ "exit", GMT_TRIGGER_EXIT },
-	{ "peak", GMT_TRIGGER_PEAK },
-	{ "signal", GMT_TRIGGER_SIGNAL },
-	{ NULL, 0 },
-};
-
-static const struct word_bit class_names[] = {
-	{ "leaked", GMT_CLASS_LEAKED },
-	{ "referenced", GMT_CLASS_REFERENCED },
-	{ "cached", GMT_CLASS_CACHED },
-	{ NULL, 0 },
+const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT] = {
+#define GMT_X(id, word) [GMT_LEAK_##id] = word,
+	GMT_LEAK_CLASSES(GMT_X)
+#undef GMT_X
 };
 
 /* Where a value came from, for the verbose listing. */
@@ -128,9 +119,22 @@ static int parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
-/* A comma list of the words of `names`, each possibly surrounded by blanks,
- * or the single word "none". Empty items and unknown words are errors. */
-static int parse_words(const char *s, const struct word_bit *names, unsigned *out)
+/* The words of a TRIGGERS or CLASSES option: word i is bit i. */
+struct words {
+	const char *const *names;
+	size_t n;
+};
+
+static struct words words_of(const struct opt_desc *d)
+{
+	if (d->type == OPT_TRIGGERS)
+		return (struct words){ gmt__trigger_names, GMT_TRIGGER_COUNT };
+	return (struct words){ gmt__leak_class_names, GMT_LEAK_CLASS_COUNT };
+}
+
+/* A comma list of the words, each possibly surrounded by blanks, or the
+ * single word "none". Empty items and unknown words are errors. */
+static int parse_words(const char *s, struct words w, unsigned *out)
 {
 	unsigned bits = 0;
 	const char *p = s;
@@ -155,13 +159,13 @@ static int parse_words(const char *s, const struct word_bit *names, unsigned *ou
 			*out = 0;
 			return 0;
 		}
-		for (i = 0; names[i].name != NULL; i++) {
-			if (word_is(p, n, names[i].name))
+		for (i = 0; i < w.n; i++) {
+			if (word_is(p, n, w.names[i]))
 				break;
 		}
-		if (names[i].name == NULL)
+		if (i == w.n)
 			return -EINVAL;
-		bits |= names[i].bit;
+		bits |= 1u << i;
 		if (end == NULL)
 			break;
 		p = end + 1;
@@ -186,9 +190,9 @@ static const char *expected_of(const struct opt_desc *d)
 	case OPT_STRING:
 		return "a non-empty string";
 	case OPT_TRIGGERS:
-		return "a comma list of oom, exit, peak, signal, or none";
+		return "a comma list of " GMT_TRIGGERS(GMT_WORD_COMMA) "or none";
 	case OPT_CLASSES:
-		return "a comma list of leaked, referenced, cached, or none";
+		return "a comma list of " GMT_LEAK_CLASSES(GMT_WORD_COMMA) "or none";
 	}
 	return "?";
 }
@@ -229,7 +233,7 @@ static int parse_value(struct gmt__options *o, const struct opt_desc *d, const c
 		return 0;
 	case OPT_TRIGGERS:
 	case OPT_CLASSES:
-		r = parse_words(value, d->type == OPT_TRIGGERS ? trigger_names : class_names, &t);
+		r = parse_words(value, words_of(d), &t);
 		if (r == 0)
 			*(unsigned *)field = t;
 		return r;
@@ -348,7 +352,7 @@ static int format_value(const struct gmt__options *o, const struct opt_desc *d, 
 			size_t len)
 {
 	const void *field = field_of(o, d);
-	const struct word_bit *names;
+	struct words w;
 	unsigned bits;
 	size_t i, n = 0;
 
@@ -370,13 +374,13 @@ static int format_value(const struct gmt__options *o, const struct opt_desc *d, 
 		break;
 	case OPT_TRIGGERS:
 	case OPT_CLASSES:
-		names = d->type == OPT_TRIGGERS ? trigger_names : class_names;
+		w = words_of(d);
 		bits = *(const unsigned *)field;
 		if (bits == 0)
 			snprintf(buf, len, "none");
-		for (i = 0; names[i].name != NULL && n < len; i++) {
-			if (bits & names[i].bit)
-				n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", names[i].name);
+		for (i = 0; i < w.n && n < len; i++) {
+			if (bits & (1u << i))
+				n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", w.names[i]);
 		}
 		break;
 	}

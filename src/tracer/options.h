@@ -8,20 +8,52 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Snapshot triggers (GPUMEMTRACE_SNAPSHOT_ON), a bit each. */
-enum gmt__trigger {
-	GMT_TRIGGER_OOM = 1u << 0,
-	GMT_TRIGGER_EXIT = 1u << 1,
-	GMT_TRIGGER_PEAK = 1u << 2,
-	GMT_TRIGGER_SIGNAL = 1u << 3,
+/* The words of the lists below: X(ID, "word"), one list each, the order
+ * in which reports and help texts name them. tests/unit/test_vocabulary.py
+ * holds the viewer's copies and the snapshot schema's enums to these. */
+
+/* Snapshot triggers (GPUMEMTRACE_SNAPSHOT_ON). */
+#define GMT_TRIGGERS(X) X(OOM, "oom") X(EXIT, "exit") X(PEAK, "peak") X(SIGNAL, "signal")
+
+/* Leak classes (GPUMEMTRACE_LEAK_CLASSES: which count as leaks): no reference
+ * to it found; referenced from the program's memory; matched a caching rule. */
+#define GMT_LEAK_CLASSES(X) X(LEAKED, "leaked") X(REFERENCED, "referenced") X(CACHED, "cached")
+
+/* "oom, exit, peak, signal, ": a list's words for a help text. */
+#define GMT_WORD_COMMA(id, word) word ", "
+
+enum gmt__trigger_index {
+#define GMT_X(id, word) GMT_TRIGGER_INDEX_##id,
+	GMT_TRIGGERS(GMT_X)
+#undef GMT_X
+	GMT_TRIGGER_COUNT
 };
 
-/* Leak classes (GPUMEMTRACE_LEAK_CLASSES: which count as leaks), a bit each. */
-enum gmt__leak_class_bit {
-	GMT_CLASS_LEAKED = 1u << 0,
-	GMT_CLASS_REFERENCED = 1u << 1,
-	GMT_CLASS_CACHED = 1u << 2,
+/* A trigger's bit in the option's value. */
+enum gmt__trigger {
+#define GMT_X(id, word) GMT_TRIGGER_##id = 1u << GMT_TRIGGER_INDEX_##id,
+	GMT_TRIGGERS(GMT_X)
+#undef GMT_X
 };
+
+/* A leak class, as the leak check assigns it. */
+enum gmt__leak_class {
+#define GMT_X(id, word) GMT_LEAK_##id,
+	GMT_LEAK_CLASSES(GMT_X)
+#undef GMT_X
+	GMT_LEAK_CLASS_COUNT
+};
+
+/* A class's bit in GPUMEMTRACE_LEAK_CLASSES. */
+enum gmt__leak_class_bit {
+#define GMT_X(id, word) GMT_CLASS_##id = 1u << GMT_LEAK_##id,
+	GMT_LEAK_CLASSES(GMT_X)
+#undef GMT_X
+};
+
+/* The words, by index. */
+extern const char *const gmt__trigger_names[GMT_TRIGGER_COUNT];
+extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 
 /* X(field, variable, type, default, help). Types: BOOL, INT (a range in the
  * parser table of options.c), SIZE (K/M/G suffixes), STRING, TRIGGERS,
@@ -30,7 +62,7 @@ enum gmt__leak_class_bit {
 #define GMT_OPTIONS(X)                                                                        \
 	X(dir, "GPUMEMTRACE_DIR", STRING, ".", "directory for snapshot files")                \
 	X(snapshot_on, "GPUMEMTRACE_SNAPSHOT_ON", TRIGGERS, GMT_TRIGGER_OOM,                  \
-	  "when to write snapshots: comma list of oom, exit, peak, signal")                    \
+	  "when to write snapshots: comma list of " GMT_TRIGGERS(GMT_WORD_COMMA) "or none")                    \
 	X(peak_step, "GPUMEMTRACE_PEAK_STEP", INT, 10,                                        \
 	  "peak snapshots: percent a new high must exceed the last one's")                    \
 	X(stack_depth, "GPUMEMTRACE_STACK_DEPTH", INT, 64,                                    \
@@ -46,7 +78,7 @@ enum gmt__leak_class_bit {
 	X(leak_exitcode, "GPUMEMTRACE_LEAK_EXITCODE", INT, 23,                                \
 	  "the exit status when the leak check finds leaks, 1 to 255")                        \
 	X(leak_classes, "GPUMEMTRACE_LEAK_CLASSES", CLASSES, GMT_CLASS_LEAKED | GMT_CLASS_REFERENCED, \
-	  "which live memory at exit counts as a leak: comma list of leaked, referenced, cached") \
+	  "which live memory at exit counts as a leak: comma list of " GMT_LEAK_CLASSES(GMT_WORD_COMMA) "or none") \
 	X(suppressions, "GPUMEMTRACE_SUPPRESSIONS", STRING, "",                               \
 	  "file of leak suppressions, leak:PATTERN or cached:PATTERN per line")               \
 	X(leak_builtins, "GPUMEMTRACE_LEAK_BUILTINS", BOOL, true,                             \

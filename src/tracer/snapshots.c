@@ -86,7 +86,7 @@ static void oom_report(char *report, const char *path, int r)
  * loader's lock, and a document of a million allocations takes a while. `state`: what the driver said of the device the caller could
  * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
  * NULL), or a negative errno. */
-int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_request *failed,
+int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
 			     const struct gmt__device_state *state, char *out, size_t outlen,
 			     struct gmt__snapshot_leaks *leaks, bool no_file)
 {
@@ -191,11 +191,11 @@ int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_requ
 	if (out != NULL && outlen > 0)
 		snprintf(out, outlen, "%s", path);
 	if (failed == NULL)
-		gmt__info("%s snapshot %s", reason, path);
+		gmt__info("%s snapshot %s", gmt__reason_name(reason), path);
 	return 0;
 }
 
-int gmt__snapshot_take(const char *reason, const struct gmt__snapshot_request *failed,
+int gmt__snapshot_take(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
 		       const struct gmt__device_state *state, char *out, size_t outlen)
 {
 	return gmt__snapshot_take_leaks(reason, failed, state, out, outlen, NULL, false);
@@ -258,5 +258,5 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 	gmt__core.oom_written = true;
 	gmt__core.oom_last_ns = now;
 	gmt__core.oom_last_allocs = gmt__core.total_allocs;
-	gmt__snapshot_take("oom", req, state, NULL, 0); /* releases the lock */
+	gmt__snapshot_take(GMT_REASON_OOM, req, state, NULL, 0); /* releases the lock */
 }

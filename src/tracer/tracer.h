@@ -256,9 +256,9 @@ void gmt__consumer_start(void);
  * what the driver said of the device the caller could ask, or NULL. 0 and
  * the file's path in out (when not NULL), or a negative errno. With `leaks`,
  * the leak classification too (and its report); with no_file, only that. */
-int gmt__snapshot_take(const char *reason, const struct gmt__snapshot_request *failed,
+int gmt__snapshot_take(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
 		       const struct gmt__device_state *state, char *out, size_t outlen);
-int gmt__snapshot_take_leaks(const char *reason, const struct gmt__snapshot_request *failed,
+int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
 			     const struct gmt__device_state *state, char *out, size_t outlen,
 			     struct gmt__snapshot_leaks *leaks, bool no_file);
 /* An out-of-memory result (req) seen by the record path on thread `tid`

@@ -1,9 +1,11 @@
-/* Parsing of numbers and sizes from configuration text (environment variables).
- * Shared by the tracer's options and the simulated GPU. Strict: empty strings,
- * signs, trailing junk and overflow are errors, never silently truncated. */
+/* Numbers and sizes: parsed from configuration text (environment variables),
+ * and byte counts written for a human. Shared by the tracer, the command and
+ * the simulated GPU. Parsing is strict: empty strings, signs, trailing junk
+ * and overflow are errors, never silently truncated. */
 #ifndef GMT_PARSE_H
 #define GMT_PARSE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Parse a decimal unsigned integer in [min, max] into *out.
@@ -15,5 +17,10 @@ int gmt__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  * KB/Ki/KiB, MB/Mi/MiB...; all powers of 1024, case-insensitive), in [min, max].
  * Returns 0, -EINVAL or -ERANGE; *out is written only on success. */
 int gmt__parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* Bytes for a human, into buf: "512 B", "1.50 GiB", "32.0 MiB", "640 MiB" (binary
+ * units, three significant figures at most). The one byte formatter of the C
+ * code; the viewer's fmt_bytes writes the same. */
+const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes);
 
 #endif /* GMT_PARSE_H */

@@ -70,7 +70,7 @@ static void test_pages(void)
 	};
 	const struct gmt__entry *v[4] = { &e[0], &e[1], &e[2], &e[3] };
 	struct gmt__snapshot_device devs[2] = { { .index = 0 }, { .index = 1 } };
-	struct gmt__snapshot s = { .reason = "api", .devices = devs, .ndevices = 2 };
+	struct gmt__snapshot s = { .reason = GMT_REASON_API, .devices = devs, .ndevices = 2 };
 	struct gmt__view *view = malloc(sizeof(*view));
 
 	CHECK(view != NULL);
@@ -124,7 +124,7 @@ static void test_leak_classes(void)
 	char path[] = "/tmp/gmt-analyze-XXXXXX", err[256];
 	struct gmt__supp rules = { 0 };
 	struct gmt__snapshot_leaks in = { .supp = &rules, .classes = GMT_CLASS_LEAKED | GMT_CLASS_REFERENCED };
-	struct gmt__snapshot s = { .reason = "exit", .leaks = &in };
+	struct gmt__snapshot s = { .reason = GMT_REASON_EXIT, .leaks = &in };
 	struct gmt__leak_work lw = { .in = &in };
 	struct gmt__frame_cache fc;
 	struct gmt__idset ids = { 0 };
@@ -158,12 +158,12 @@ static void test_leak_classes(void)
 	/* Groups: user stack (leaked, counted, 3 items), no stack (leaked,
 	 * counted), suppressed (counted nowhere), cache (cached). */
 	CHECK_INT(lw.ngroups, 4);
-	CHECK(lw.ngroups > 0 && lw.groups[0].stack == s_user && lw.groups[0].cls == CLASS_LEAKED &&
+	CHECK(lw.ngroups > 0 && lw.groups[0].stack == s_user && lw.groups[0].cls == GMT_LEAK_LEAKED &&
 	      lw.groups[0].counted);
 	CHECK_U64(lw.ngroups > 0 ? lw.groups[0].count : 0, 3);
 	CHECK_U64(lw.ngroups > 0 ? lw.groups[0].bytes : 0, 3 * MiB + (16 << 10));
-	CHECK_U64(lw.total_count[CLASS_CACHED], 1);
-	CHECK_U64(lw.total_bytes[CLASS_CACHED], 8 * MiB);
+	CHECK_U64(lw.total_count[GMT_LEAK_CACHED], 1);
+	CHECK_U64(lw.total_bytes[GMT_LEAK_CACHED], 8 * MiB);
 	CHECK_U64(lw.total_count[TOTAL_SUPPRESSED], 1);
 	CHECK_U64(lw.total_bytes[TOTAL_SUPPRESSED], 4 * MiB);
 	CHECK_U64(lw.total_count[TOTAL_COUNTED], 4);
@@ -173,7 +173,7 @@ static void test_leak_classes(void)
 		if (lw.groups[g].stack == s_supp)
 			CHECK(!lw.groups[g].counted && gmt__leakcheck_suppresses(&lw, lw.groups[g].rule));
 		if (lw.groups[g].stack == s_cache)
-			CHECK(!lw.groups[g].counted && lw.groups[g].cls == CLASS_CACHED);
+			CHECK(!lw.groups[g].counted && lw.groups[g].cls == GMT_LEAK_CACHED);
 	}
 	gmt__frames_close(&fc);
 	gmt__leakcheck_free(&lw);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include "analyze/diagnose.h"
+#include "util/parse.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
@@ -257,7 +258,7 @@ static void test_human(void)
 	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 1536), "1.50 KiB");
 	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 64 * MIB), "64.0 MiB");
 	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), 256 * MIB), "256 MiB");
-	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), ~0ull), "16384 PiB");
+	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), ~0ull), "16.0 EiB");
 }
 
 int main(void)

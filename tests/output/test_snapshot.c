@@ -137,7 +137,7 @@ static char *const test_argv[] = { "prog", "quote \" and\nnewline", "caf\xc3\xa9
 static struct gmt__snapshot base_snapshot(struct fixture *f)
 {
 	struct gmt__snapshot s = {
-		.reason = "oom",
+		.reason = GMT_REASON_OOM,
 		.seq = 1,
 		.time_ns = 1700000000123456789ull,
 		.pid = getpid(),
@@ -531,7 +531,7 @@ static void test_document(void)
 		mode_t old = umask(0);
 		char names[4096];
 
-		e.reason = "exit";
+		e.reason = GMT_REASON_EXIT;
 		e.seq = 7;
 		e.failed = NULL;
 		e.argc = 0;
@@ -682,11 +682,11 @@ static void test_failures(void)
 	CHECK_INT(gmt__snapshot_write(&s, file, path, sizeof(path)), -ENOTDIR);
 	unlink(file);
 
-	s.reason = "../evil";
+	s.reason = GMT_REASON_COUNT;
 	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EINVAL);
-	s.reason = "";
+	s.reason = (enum gmt__reason)(GMT_REASON_COUNT + 7);
 	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EINVAL);
-	s.reason = "oom";
+	s.reason = GMT_REASON_OOM;
 	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, 10), -ENAMETOOLONG);
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
 }

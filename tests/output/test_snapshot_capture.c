@@ -27,7 +27,7 @@ int main(void)
 	struct gmt__hist_cause cause = { .seq = 1, .time_ns = e.time_ns, .tid = 7 };
 	struct gmt__history h, *hist;
 	struct gmt__entry *entries = NULL;
-	struct gmt__snapshot s = { .reason = "exit", .seq = 1, .pid = getpid() };
+	struct gmt__snapshot s = { .reason = GMT_REASON_EXIT, .seq = 1, .pid = getpid() };
 	json_t *doc, *a, *sites;
 	json_error_t err;
 

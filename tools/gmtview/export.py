@@ -14,12 +14,12 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import model
+from .vocab import HOST_KINDS, KINDS
 
 Doc = Dict[str, Any]
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 GENERATOR = "gpumemtrace view"
 # Kinds that live in host memory: not on a GPU, so not in PyTorch's device view.
-HOST_KINDS = ("host", "registered")
 _U32 = 1 << 32
 # pid_max is at most 2^22 on Linux: ids moved by multiples of it stay
 # recognisable (412 -> 4194716) and cannot meet a real id.
@@ -373,7 +373,7 @@ class _Process:
 
 
 def _kind_rank(kind: str) -> Tuple[int, str]:
-    order = ("device", "async", "managed", "vmm", "array", "host", "registered")
+    order = tuple(k for k in KINDS if k not in HOST_KINDS) + HOST_KINDS
     return (order.index(kind) if kind in order else len(order), kind)
 
 

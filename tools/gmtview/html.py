@@ -21,7 +21,8 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import model
-from .load import KINDS, ViewError
+from .load import ViewError
+from .vocab import KINDS
 
 Doc = Dict[str, Any]
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")

@@ -17,10 +17,9 @@ import json
 import math
 from typing import Any, Callable, Dict, List, Optional
 
+from .vocab import KINDS, LEAK_CLASSES, REASONS
+
 U64 = 1 << 64
-KINDS = ("device", "async", "managed", "host", "registered", "vmm", "array")
-REASONS = ("oom", "exit", "peak", "signal", "api")
-LEAK_CLASSES = ("leaked", "referenced", "cached")
 # What one document may hold: a snapshot of 10 million allocations is ~3 GB of
 # JSON, more than a viewer in Python should try to hold.
 MAX_ITEMS = 10_000_000

@@ -1,0 +1,14 @@
+"""The words of the snapshot format, one list each: the viewer's copies of the
+tracer's lists (GMT_KINDS in src/record/event.h, GMT_VERDICTS in
+src/analyze/diagnose.h, GMT_TRIGGERS and GMT_LEAK_CLASSES in
+src/tracer/options.h). tests/unit/test_vocabulary.py holds these, and the
+enums of docs/snapshot.schema.json, equal to the C lists."""
+
+KINDS = ("device", "async", "managed", "host", "registered", "vmm", "array")
+# Kinds of host memory: no device's pages, no device's timeline.
+HOST_KINDS = ("host", "registered")
+# Why a snapshot was written: the snapshot triggers, and gmt_dump().
+TRIGGERS = ("oom", "exit", "peak", "signal")
+REASONS = TRIGGERS + ("api",)
+LEAK_CLASSES = ("leaked", "referenced", "cached")
+VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked")

@@ -54,7 +54,7 @@ REPORT = [
                r"with ([\d.]+) MiB free of 4\.00 GiB"),
     re.compile(r"gpumemtrace:   verdict: growth: 1 allocation site kept growing and added "
                r"[\d.]+ GiB \(a leak suspect\); the request fell [\d.]+ MiB short"),
-    re.compile(r"gpumemtrace:   top sites: [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\); .*"),
+    re.compile(r"gpumemtrace:   top sites: [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\); .*"),
     re.compile(r"gpumemtrace:   snapshot: (\S+)"),
 ]
 

@@ -455,55 +455,6 @@ const char *gmt__base_name(const char *path)
 	return slash != NULL ? slash + 1 : path;
 }
 
-/* cudaMalloc, cuMemAlloc_v2: a name of CUDA's own API. */
-static bool is_cuda_name(const char *name)
-{
-	if (name == NULL)
-		return false;
-	return strncmp(name, "cuda", 4) == 0 || (strncmp(name, "cu", 2) == 0 && name[2] >= 'A' && name[2] <= 'Z');
-}
-
-/* Where a stack allocates, for a human: its innermost Python frame, else its
- * innermost native frame outside the CUDA libraries and the tracer. */
-void gmt__frames_site_label(struct gmt__frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len)
-{
-	int nn = 0;
-
-	snprintf(buf, len, "an unknown place");
-	while (nn < n && gmt__word_is_native(ips[nn]))
-		nn++;
-	if (nn < n && gmt__word_is_python(ips[nn])) {
-		const char *function = NULL, *file = NULL;
-		int line = 0;
-
-		(void)gmt__py_frame(ips[nn], &function, &file, &line);
-		snprintf(buf, len, "%s (%s:%d)", function != NULL ? function : "?",
-			 file != NULL ? gmt__base_name(file) : "?", line);
-		return;
-	}
-	for (int i = 0; i < nn; i++) {
-		struct gmt__frame_info spare;
-		const struct gmt__frame_info *f = frame_lookup(cache, ips[i], &spare);
-		const char *mod = gmt__base_name(f->module);
-		const struct gmt__frame_sym *sym = f->nsym > 0 ? &cache->syms[f->sym] : NULL;
-		const char *function = sym != NULL && sym->function != NULL ? sym->function : f->function;
-
-		/* A shared CUDA library, or a static runtime's entry point. */
-		if ((mod != NULL && (strncmp(mod, "libcuda", 7) == 0 || strncmp(mod, "libgpumemtrace", 14) == 0)) ||
-		    is_cuda_name(function) || is_cuda_name(f->function))
-			continue;
-		if (sym != NULL && sym->file != NULL && sym->line > 0)
-			snprintf(buf, len, "%s (%s:%d)", function != NULL ? function : "?", gmt__base_name(sym->file),
-				 sym->line);
-		else if (function != NULL)
-			snprintf(buf, len, "%s (%s)", function, mod != NULL ? mod : "?");
-		else
-			snprintf(buf, len, "%s+0x%llx", mod != NULL ? mod : "?",
-				 (unsigned long long)(f->ip - f->base));
-		return;
-	}
-}
-
 void gmt__frames_open(struct gmt__frame_cache *cache)
 {
 	ssize_t len;

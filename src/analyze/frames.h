@@ -2,8 +2,8 @@
  * information (symbols.h) know of each return address, with the module it
  * lies in as it was when the stack was captured (modules.h); the set of
  * stack ids a snapshot refers to; a stack walked as the program saw it, its
- * Python frames put back among the native ones (frame_sink); and the rules
- * read off frames: the site label and the runtime call. Resolving takes the
+ * Python frames put back among the native ones (frame_sink); and the runtime
+ * call read off them (the site rule is sites.h's). Resolving takes the
  * dynamic loader's lock: never under the tracer's lock. */
 #ifndef GMT_FRAMES_H
 #define GMT_FRAMES_H
@@ -105,9 +105,5 @@ const char *gmt__frames_runtime_call(struct gmt__frame_cache *cache, const uintp
  * frames (stored after them) in place of the interpreter's evaluation loop
  * and the interpreter frames between loop frames. */
 void gmt__frames_sink(const struct gmt__frame_sink *k, struct gmt__frame_cache *cache, const uintptr_t *ips, int n);
-
-/* Where a stack allocates, for a human: its innermost Python frame, else its
- * innermost native frame outside the CUDA libraries and the tracer. */
-void gmt__frames_site_label(struct gmt__frame_cache *cache, const uintptr_t *ips, int n, char *buf, size_t len);
 
 #endif /* GMT_FRAMES_H */

@@ -232,7 +232,7 @@ static void rule_python(void *ctx, uintptr_t word)
 
 /* Called by out_stacks for every stack written. */
 void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cache *cache, uint32_t id,
-			       const uintptr_t *ips, int n)
+			       const uintptr_t *ips, int n, const char *where)
 {
 	struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, id);
 	struct rule_match m = { &lw->memo, SIZE_MAX };
@@ -240,7 +240,7 @@ void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cach
 
 	if (ls == NULL || ips == NULL)
 		return;
-	gmt__frames_site_label(cache, ips, n, ls->where, sizeof(ls->where));
+	snprintf(ls->where, sizeof(ls->where), "%s", where);
 	/* The rule is read through the items (leak_classify) only. */
 	if (!ls->has_items || lw->in->supp == NULL || lw->in->supp->n == 0)
 		return;

@@ -41,7 +41,7 @@ struct gmt__leak_stack {
 	uint32_t id;
 	uint32_t rule;
 	bool has_items;
-	char where[192];
+	char where[384];
 };
 
 /* Items of one (stack, class, rule). */
@@ -95,9 +95,10 @@ void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *
 
 struct gmt__leak_stack *gmt__leakcheck_stack_of(const struct gmt__leak_work *lw, uint32_t id);
 
-/* Called by out_stacks for every stack written. */
+/* Called for every stack the document names, with its site's label
+ * (sites.h): the leak check's rule matched on its frames. */
 void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cache *cache, uint32_t id,
-			       const uintptr_t *ips, int n);
+			       const uintptr_t *ips, int n, const char *where);
 
 void gmt__leakcheck_free(struct gmt__leak_work *lw);
 

@@ -28,6 +28,7 @@ const char *cli_class_name(unsigned cls)
 struct stack_ref {
 	int64_t id;
 	json_t *frames;
+	json_t *site; /* NULL in a snapshot older than the site rule (format minor 1) */
 };
 
 struct reader {
@@ -170,33 +171,14 @@ static int index_stacks(struct reader *rd, json_t *stacks)
 		r = get_i64(rd, s, where, "id", &rd->stacks[i].id);
 		if (r == 0)
 			r = get_typed(rd, s, where, "frames", JSON_ARRAY, &rd->stacks[i].frames);
+		if (r == 0 && json_object_get(s, "site") != NULL)
+			r = get_typed(rd, s, where, "site", JSON_OBJECT, &rd->stacks[i].site);
 		if (r < 0)
 			return r;
 	}
 	rd->nstacks = n;
 	qsort(rd->stacks, n, sizeof(*rd->stacks), compare_stack_ref);
 	return 0;
-}
-
-static const char *base_name(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-
-	return slash != NULL ? slash + 1 : path;
-}
-
-/* NOTE: the frames of the CUDA libraries (the driver libcuda, the runtime
- * libcudart) and of the tracer itself say nothing about which code of the
- * program allocated: the place is the innermost frame outside them. */
-static bool is_cuda_frame(const char *module, const char *function)
-{
-	if (module != NULL && (strncmp(base_name(module), "libcuda", 7) == 0 ||
-			       strncmp(base_name(module), "libgpumemtrace", 14) == 0))
-		return true;
-	if (function != NULL && strncmp(function, "cuda", 4) == 0)
-		return true;
-	return function != NULL && function[0] == 'c' && function[1] == 'u' && function[2] >= 'A' &&
-	       function[2] <= 'Z';
 }
 
 struct frame {
@@ -231,33 +213,50 @@ static int read_frame(struct reader *rd, json_t *f, const char *where, struct fr
 	return r;
 }
 
-/* What a frame is, for a label when no frame has a file and a line. */
-static int describe(const struct frame *f, char **out)
-{
-	const char *what = f->function != NULL ? f->function : f->address != NULL ? f->address : "?";
-
-	if (f->module != NULL)
-		return asprintf(out, "%s (%s)", what, base_name(f->module));
-	return asprintf(out, "%s", what);
-}
-
 static void place_free(struct cli_site_place *p)
 {
 	free(p->label);
 	free(p->file);
 }
 
-/* The place of stack `id` (check.h). NOTE: frames that a CUDA frame called
- * are CUDA's too, whatever their names: a statically linked cudart's
- * internals (malloc_async under cudaMallocAsync) lie in the program's own
- * module; so the search starts outside the outermost CUDA frame. */
+/* The place of a snapshot older than the site rule: its innermost frame
+ * with a file and a line, else its innermost frame (docs/ci.md). 0, or -1
+ * without memory (out's fields each NULL or owned). */
+static int old_place(const struct frame *frames, size_t n, struct cli_site_place *out)
+{
+	const struct frame *f = &frames[0];
+	char *label;
+
+	for (size_t i = 0; i < n; i++) {
+		if (frames[i].file != NULL && frames[i].has_line) {
+			f = &frames[i];
+			break;
+		}
+	}
+	if (f->file != NULL && f->has_line) {
+		out->file = strdup(f->file);
+		out->line = f->line;
+		if (out->file == NULL || asprintf(&label, "%s (%s:%lld)", f->function != NULL ? f->function : "?",
+						  f->file, (long long)f->line) < 0)
+			return -1;
+	} else if (asprintf(&label, "%s", f->function != NULL ? f->function : f->address != NULL ? f->address : "?") < 0) {
+		return -1;
+	}
+	out->label = label;
+	return 0;
+}
+
+/* The place of stack `id` (check.h): its site as the snapshot names it
+ * (stacks[].site: the label, and the file and line of the site's frame when
+ * it is the program's own code). */
 static int place_of(struct reader *rd, int64_t id, const char *where, struct cli_site_place *out)
 {
 	struct stack_ref key = { .id = id }, *s;
 	struct frame *frames = NULL;
-	const struct frame *pick = NULL;
 	char fwhere[96];
-	size_t i, n, outside = 0;
+	const char *label = NULL;
+	json_t *at = NULL, *user = NULL;
+	size_t i, n;
 	int r = 0;
 
 	*out = (struct cli_site_place){ 0 };
@@ -269,11 +268,26 @@ static int place_of(struct reader *rd, int64_t id, const char *where, struct cli
 	if (s == NULL)
 		return fail(rd, "%s.stack: no stack %lld in stacks", where, (long long)id);
 	n = json_array_size(s->frames);
-	if (n == 0) {
-		r = asprintf(&out->label, "(stack %lld: no frames)", (long long)id);
-		goto out;
+	snprintf(fwhere, sizeof(fwhere), "stacks[id %lld].site", (long long)id);
+	if (s->site != NULL) {
+		r = get_str(rd, s->site, fwhere, "label", false, &label);
+		if (r == 0)
+			r = get_typed(rd, s->site, fwhere, "user", JSON_TRUE, &user);
+		if (r == 0 && (at = get(rd, s->site, fwhere, "frame", &r)) != NULL && !json_is_null(at) &&
+		    (!json_is_integer(at) || json_integer_value(at) < 0 || (size_t)json_integer_value(at) >= n))
+			r = fail(rd, "%s.frame: expected null or an index into the stack's frames", fwhere);
+		if (r < 0)
+			return r;
 	}
-	frames = calloc(n, sizeof(*frames));
+	if (n == 0 && label == NULL) {
+		char *none;
+
+		if (asprintf(&none, "(stack %lld: no frames)", (long long)id) < 0)
+			return no_memory(rd);
+		out->label = none;
+		return 0;
+	}
+	frames = calloc(n ? n : 1, sizeof(*frames));
 	if (frames == NULL)
 		return no_memory(rd);
 	for (i = 0; i < n; i++) {
@@ -283,31 +297,22 @@ static int place_of(struct reader *rd, int64_t id, const char *where, struct cli
 			free(frames);
 			return r;
 		}
-		if (is_cuda_frame(frames[i].module, frames[i].function))
-			outside = i + 1;
 	}
-	for (i = outside; i < n && pick == NULL; i++) {
-		if (frames[i].file != NULL && frames[i].has_line)
-			pick = &frames[i];
-	}
-	if (pick != NULL) {
-		out->file = strdup(pick->file);
-		out->line = pick->line;
-		if (pick->function != NULL)
-			r = asprintf(&out->label, "%s (%s:%lld)", pick->function, pick->file,
-				     (long long)pick->line);
-		else
-			r = asprintf(&out->label, "%s:%lld", pick->file, (long long)pick->line);
+	if (label == NULL) {
+		r = old_place(frames, n, out);
 	} else {
-		/* No file and line outside CUDA: what the innermost frame there
-		 * is, else the CUDA call the program made. */
-		r = describe(&frames[outside < n ? outside : n - 1], &out->label);
+		const struct frame *f = at != NULL && json_is_integer(at) ? &frames[json_integer_value(at)] : NULL;
+
+		out->label = strdup(label);
+		r = out->label != NULL ? 0 : -1;
+		if (r == 0 && json_is_true(user) && f != NULL && f->file != NULL && f->has_line) {
+			out->file = strdup(f->file);
+			out->line = f->line;
+			r = out->file != NULL ? 0 : -1;
+		}
 	}
 	free(frames);
-out:
-	if (r < 0 || (pick != NULL && out->file == NULL)) {
-		if (r < 0)
-			out->label = NULL;
+	if (r < 0) {
 		place_free(out);
 		*out = (struct cli_site_place){ 0 };
 		return no_memory(rd);

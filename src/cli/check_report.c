@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "cli/check.h"
 
+#include "util/log.h"
 #include "util/parse.h"
 
 #include <errno.h>
@@ -42,17 +43,30 @@ static const char *plural(uint64_t n)
 	return n == 1 ? "" : "s";
 }
 
-/* A name from a snapshot for a one-line message: control characters become
- * '?', and a very long one is cut. */
+/* A name from a snapshot for a one-line message: printable ASCII and UTF-8
+ * as they are (gmt__utf8_printable), any other byte '?', and a very long one
+ * cut, never inside a character. */
 static const char *one_line(const char *s, char *buf, size_t len)
 {
-	size_t i;
+	size_t i = 0, o = 0;
 
-	for (i = 0; s[i] != '\0' && i + 4 < len; i++)
-		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-	if (s[i] != '\0' && i >= 3)
-		memcpy(buf + i - 3, "...", 3);
-	buf[i] = '\0';
+	while (s[i] != '\0') {
+		unsigned char c = (unsigned char)s[i];
+		size_t n = c >= 0x20 && c < 0x7f ? 1 : c >= 0x80 ? gmt__utf8_printable(s + i) : 0;
+
+		if (o + (n > 0 ? n : 1) + 4 > len) {
+			memcpy(buf + o, "...", 3);
+			o += 3;
+			break;
+		}
+		if (n > 0)
+			memcpy(buf + o, s + i, n);
+		else
+			buf[o] = '?';
+		o += n > 0 ? n : 1;
+		i += n > 0 ? n : 1;
+	}
+	buf[o] = '\0';
 	return buf;
 }
 
@@ -70,14 +84,13 @@ static void say(const char *fmt, ...)
 
 static const char *classes_text(unsigned classes, char *buf, size_t len)
 {
-	static const unsigned bits[] = { GMT_CLASS_LEAKED, GMT_CLASS_REFERENCED, GMT_CLASS_CACHED };
 	size_t n = 0;
 
 	snprintf(buf, len, "none");
-	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
-		if (classes & bits[i])
+	for (unsigned i = 0; i < GMT_LEAK_CLASS_COUNT; i++) {
+		if (classes & (1u << i))
 			n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s%s", n ? "," : "",
-					      cli_class_name(bits[i]));
+					      gmt__leak_class_names[i]);
 	}
 	return buf;
 }

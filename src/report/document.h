@@ -14,17 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The oom report's top sites: the sites with the most live bytes (ids,
- * UINT32_MAX: none), their bytes and counts, and where each is, in words,
- * from its stack. Sites with the same words (different callers further out)
- * are shown as one: REPORT_SITES are labelled for REPORT_SHOWN lines. */
-#define REPORT_SITES 16
+/* The oom report's top sites: the sites (sites.h) with the most live bytes,
+ * summed over their stacks, largest first, and their labels. */
 #define REPORT_SHOWN 3
 struct gmt__report_sites {
-	int ntop;
-	uint32_t top[REPORT_SITES];
-	uint64_t bytes[REPORT_SITES], count[REPORT_SITES];
-	char where[REPORT_SITES][192];
+	int n;
+	uint64_t bytes[REPORT_SHOWN], count[REPORT_SHOWN];
+	const char *where[REPORT_SHOWN];
 };
 
 /* The api names as JSON strings ("\"cuMemAlloc_v2\""), escaped once. */

@@ -6,6 +6,7 @@
 #include "report/document.h"
 
 #include "analyze/diagnose.h"
+#include "analyze/sites.h"
 #include "record/event.h"
 #include "record/pystack.h"
 #include "record/stacks.h"
@@ -66,7 +67,7 @@ static int by_section_address(const void *x, const void *y)
 /* One frame object: the address's loader facts, and one source frame (sym,
  * or NULL: the loader's function name and no position). */
 static void out_frame(struct gmt__json *o, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
-		      const char *function, bool first)
+		      const char *function, bool first, const char *role)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
@@ -87,13 +88,15 @@ static void out_frame(struct gmt__json *o, const struct gmt__frame_info *f, cons
 	p = gmt__put_lit(p, ", \"line\": ");
 	p = sym != NULL && sym->line > 0 ? gmt__put_i64(p, sym->line) : gmt__put_lit(p, "null");
 	p = gmt__put_lit(p, sym != NULL && sym->inlined ? ", \"inlined\": true" : ", \"inlined\": false");
-	p = gmt__put_lit(p, ", \"python\": false}");
+	p = gmt__put_lit(p, ", \"python\": false, \"role\": \"");
+	p = gmt__put_lit(p, role);
+	p = gmt__put_lit(p, "\"}");
 	gmt__json_commit(o, p);
 }
 
 /* One Python frame (pystack.h): no address or module, a function, file and
  * line, and the marker. */
-static void out_py_frame(struct gmt__json *o, uintptr_t word, bool first)
+static void out_py_frame(struct gmt__json *o, uintptr_t word, bool first, const char *role)
 {
 	const char *function = NULL, *file = NULL;
 	int line = 0;
@@ -108,36 +111,47 @@ static void out_py_frame(struct gmt__json *o, uintptr_t word, bool first)
 	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	p = gmt__put_lit(p, ", \"line\": ");
 	p = line > 0 ? gmt__put_i64(p, line) : gmt__put_lit(p, "null");
-	p = gmt__put_lit(p, ", \"inlined\": false, \"python\": true}");
+	p = gmt__put_lit(p, ", \"inlined\": false, \"python\": true, \"role\": \"");
+	p = gmt__put_lit(p, role);
+	p = gmt__put_lit(p, "\"}");
 	gmt__json_commit(o, p);
 }
 
-/* The JSON frames array's sink. */
+/* The JSON frames array's sink: each frame with its role (sites.h). */
 struct json_frames {
 	struct gmt__json *o;
-	bool first;
+	const struct gmt__stack_site *site; /* NULL: every role "user" (no memory for the rule) */
+	int i;
 };
+
+static const char *json_role(struct json_frames *j)
+{
+	const struct gmt__stack_site *s = j->site;
+
+	return gmt__frame_role_name(s != NULL && j->i < s->nframes ? s->roles[j->i] : GMT_ROLE_USER);
+}
 
 static void json_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
 			const char *function)
 {
 	struct json_frames *j = ctx;
 
-	out_frame(j->o, f, sym, function, j->first);
-	j->first = false;
+	out_frame(j->o, f, sym, function, j->i == 0, json_role(j));
+	j->i++;
 }
 
 static void json_python(void *ctx, uintptr_t word)
 {
 	struct json_frames *j = ctx;
 
-	out_py_frame(j->o, word, j->first);
-	j->first = false;
+	out_py_frame(j->o, word, j->i == 0, json_role(j));
+	j->i++;
 }
 
-static void out_frames(struct gmt__json *o, struct gmt__frame_cache *cache, const uintptr_t *ips, int n)
+static void out_frames(struct gmt__json *o, struct gmt__frame_cache *cache, const uintptr_t *ips, int n,
+		       const struct gmt__stack_site *site)
 {
-	struct json_frames j = { o, true };
+	struct json_frames j = { o, site, 0 };
 	struct gmt__frame_sink k = { json_native, json_python, &j };
 
 	gmt__frames_sink(&k, cache, ips, n);
@@ -196,35 +210,59 @@ static void no_python(void *ctx, uintptr_t word)
 /* The analysis of the stacks ids[0..n): every frame resolved (dladdr, libdw:
  * the loader's lock — never under the tracer's), in the order the document
  * then writes them, so that "modules" lists each in the order first seen;
- * the labels of the report's top sites; the leak check's rules matched
- * (lw, may be NULL). */
+ * then their sites (sites.h: without memory for them, frames are written
+ * without a site), and the leak check's rules matched (lw, may be NULL). */
 static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
-			   struct gmt__report_sites *rep, struct gmt__leak_work *lw)
+			   const char *site_libraries, struct gmt__sites *sites, struct gmt__leak_work *lw)
 {
 	const struct gmt__frame_sink none = { no_native, no_python, NULL };
+	struct gmt__site_rules rules;
 
 	for (size_t i = 0; i < n; i++) {
 		int depth = 0;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
-		int frames = ips != NULL ? depth - stack_tags(ips, depth) : 0;
 
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
 		if (ips != NULL) {
 			(void)gmt__frames_runtime_call(cache, ips, depth);
-			gmt__frames_sink(&none, cache, ips, frames);
-			for (int k = 0; k < rep->ntop; k++) {
-				if (rep->top[k] == ids->v[i])
-					gmt__frames_site_label(cache, ips, frames, rep->where[k], sizeof(rep->where[k]));
-			}
+			gmt__frames_sink(&none, cache, ips, depth - stack_tags(ips, depth));
 		}
-		if (lw != NULL)
-			gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, frames);
+	}
+	(void)gmt__site_rules_init(&rules, site_libraries);
+	(void)gmt__sites_build(sites, cache, ids->v, n, &rules);
+	gmt__site_rules_free(&rules);
+	for (size_t i = 0; lw != NULL && i < n; i++) {
+		int depth = 0;
+		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		const struct gmt__stack_site *site = sites->n > 0 ? &sites->v[i] : NULL;
+
+		cache->epoch = gmt__stack_epoch(ids->v[i]);
+		gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - stack_tags(ips, depth) : 0,
+					  site != NULL ? site->label : "an unknown place");
 	}
 }
 
+/* A stack's site: its id, the index of its frame (null: no frames), and
+ * its label. */
+static void out_site(struct gmt__json *o, const struct gmt__stack_site *site)
+{
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+
+	p = gmt__put_lit(p, ", \"site\": {\"id\": ");
+	p = gmt__put_u64(p, site->site);
+	p = gmt__put_lit(p, ", \"frame\": ");
+	p = site->frame >= 0 ? gmt__put_i64(p, site->frame) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, site->user ? ", \"user\": true, \"label\": " : ", \"user\": false, \"label\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string(o, site->label);
+	gmt__json_str(o, "}");
+}
+
 /* The "stacks" array and the "modules" map, from frames resolve_stacks
- * looked up (the cache answers). */
-static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n)
+ * looked up (the cache answers), each stack with its site (none without
+ * memory for the rule). */
+static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
+		       const struct gmt__sites *sites)
 {
 	gmt__json_str(o, " \"stacks\": [");
 	for (size_t i = 0; i < n; i++) {
@@ -247,9 +285,12 @@ static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, cons
 				gmt__json_str(o, ", ");
 			gmt__json_string(o, name != NULL ? name : "?");
 		}
-		gmt__json_str(o, "], \"frames\": [");
+		gmt__json_str(o, "]");
+		if (sites->n > 0)
+			out_site(o, &sites->v[i]);
+		gmt__json_str(o, ", \"frames\": [");
 		if (ips != NULL)
-			out_frames(o, cache, ips, depth - ntags);
+			out_frames(o, cache, ips, depth - ntags, sites->n > 0 ? &sites->v[i] : NULL);
 		gmt__json_str(o, "]}");
 	}
 	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
@@ -403,16 +444,13 @@ static int by_live_desc(const void *x, const void *y)
 }
 
 /* The sites with a history, by live bytes (largest first, then by id), into
- * *out (malloc'd); the first ntop with live bytes into top (UINT32_MAX
- * past them). 0, or -ENOMEM. */
-static int sites_sorted(const struct gmt__history *h, struct site_ref **out, size_t *n, uint32_t *top, int ntop)
+ * *out (malloc'd). 0, or -ENOMEM. */
+static int sites_sorted(const struct gmt__history *h, struct site_ref **out, size_t *n)
 {
 	struct site_ref *v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
 
 	*n = 0;
 	*out = v;
-	for (int i = 0; i < ntop; i++)
-		top[i] = UINT32_MAX;
 	if (v == NULL)
 		return -ENOMEM;
 	for (size_t id = 0; id < h->nsites; id++) {
@@ -422,11 +460,44 @@ static int sites_sorted(const struct gmt__history *h, struct site_ref **out, siz
 			v[(*n)++] = (struct site_ref){ (uint32_t)id, s->live_bytes };
 	}
 	qsort(v, *n, sizeof(*v), by_live_desc);
-	for (size_t i = 0; i < *n && (int)i < ntop; i++) {
-		if (v[i].live > 0)
-			top[i] = v[i].id;
-	}
 	return 0;
+}
+
+/* The out-of-memory report's top sites: live bytes by site, summed over the
+ * sites' stacks (the history's sites are stacks). */
+static void report_sites(struct gmt__report_sites *rep, const struct gmt__history *h, const struct site_ref *v,
+			 size_t n, const struct gmt__sites *sites, const uint32_t *ids)
+{
+	/* Index 0 gathers the allocations without a stack; i > 0 is site id i. */
+	size_t nslots = (size_t)sites->nsites + 1;
+	uint64_t *bytes = calloc(nslots, sizeof(*bytes)), *count = calloc(nslots, sizeof(*count));
+
+	memset(rep, 0, sizeof(*rep));
+	for (size_t i = 0; bytes != NULL && count != NULL && i < n; i++) {
+		const struct gmt__site *s = gmt__history_site(h, v[i].id);
+		const struct gmt__stack_site *ss = gmt__sites_of(sites, ids, v[i].id);
+		uint32_t slot = ss != NULL ? ss->site : 0;
+
+		bytes[slot] += s->live_bytes;
+		count[slot] += s->live_count;
+	}
+	for (int k = 0; bytes != NULL && count != NULL && k < REPORT_SHOWN; k++) {
+		size_t best = SIZE_MAX;
+
+		for (size_t i = 0; i < nslots; i++) {
+			if (bytes[i] > 0 && (best == SIZE_MAX || bytes[i] > bytes[best]))
+				best = i;
+		}
+		if (best == SIZE_MAX)
+			break;
+		rep->bytes[k] = bytes[best];
+		rep->count[k] = count[best];
+		rep->where[k] = best > 0 ? sites->labels[best - 1] : "(no stack recorded)";
+		rep->n++;
+		bytes[best] = 0;
+	}
+	free(bytes);
+	free(count);
 }
 
 static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct site_ref *v, size_t n)
@@ -559,7 +630,8 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	int i;
 
-	p = gmt__put_lit(p, "{\n \"format\": \"gpumemtrace-snapshot\",\n \"version\": 1,\n \"reason\": \"");
+	p = gmt__put_lit(p, "{\n \"format\": \"gpumemtrace-snapshot\",\n \"version\": 1,\n \"minor\": " GMT_SNAPSHOT_MINOR
+			 ",\n \"reason\": \"");
 	p = gmt__put_lit(p, gmt__reason_name(s->reason));
 	p = gmt__put_lit(p, "\",\n \"seq\": ");
 	p = gmt__put_u64(p, s->seq);
@@ -834,7 +906,8 @@ struct doc {
 	struct site_ref *sites;       /* by live bytes */
 	size_t nsites;
 	struct gmt__view *view;
-	struct gmt__report_sites rep;            /* the out-of-memory report's top sites */
+	struct gmt__sites stack_sites;     /* each stack's site, by index in ids */
+	struct gmt__report_sites rep;      /* the out-of-memory report's top sites */
 	struct gmt__leak_work lw;
 	struct gmt__frame_cache cache;
 	bool cache_open;
@@ -845,6 +918,7 @@ static void doc_free(struct doc *d)
 	if (d->cache_open)
 		gmt__frames_close(&d->cache);
 	gmt__leakcheck_free(&d->lw);
+	gmt__sites_free(&d->stack_sites);
 	free(d->sites);
 	free(d->view);
 	free(d->ids.v);
@@ -887,8 +961,7 @@ static int analyse(const struct gmt__snapshot *s, struct doc *d)
 	if (s->failed != NULL && (r = gmt__idset_add(&d->ids, s->failed->stack)) < 0)
 		return r;
 	if (h != NULL) {
-		d->rep.ntop = REPORT_SITES;
-		if ((r = sites_sorted(h, &d->sites, &d->nsites, d->rep.top, d->rep.ntop)) < 0)
+		if ((r = sites_sorted(h, &d->sites, &d->nsites)) < 0)
 			return r;
 		for (size_t i = 0; i < d->nsites; i++) {
 			if ((r = gmt__idset_add(&d->ids, d->sites[i].id)) < 0)
@@ -898,19 +971,16 @@ static int analyse(const struct gmt__snapshot *s, struct doc *d)
 			if ((r = gmt__idset_add(&d->ids, gmt__history_event(h, i)->stack)) < 0)
 				return r;
 		}
-		for (int i = 0; i < d->rep.ntop; i++) {
-			const struct gmt__site *site = d->rep.top[i] != UINT32_MAX ? gmt__history_site(h, d->rep.top[i]) : NULL;
-
-			d->rep.bytes[i] = site != NULL ? site->live_bytes : 0;
-			d->rep.count[i] = site != NULL ? site->live_count : 0;
-		}
 	}
 	d->nids = gmt__idset_sorted(&d->ids);
 	if (s->leaks != NULL)
 		gmt__leakcheck_scan(&d->lw, s);
 	gmt__frames_open(&d->cache);
 	d->cache_open = true;
-	resolve_stacks(&d->cache, &d->ids, d->nids, &d->rep, s->leaks != NULL ? &d->lw : NULL);
+	resolve_stacks(&d->cache, &d->ids, d->nids, s->site_libraries, &d->stack_sites,
+		       s->leaks != NULL ? &d->lw : NULL);
+	if (h != NULL)
+		report_sites(&d->rep, h, d->sites, d->nsites, &d->stack_sites, d->ids.v);
 	if (s->leaks != NULL) {
 		if ((r = gmt__leakcheck_classify(&d->lw)) < 0)
 			return r;
@@ -941,7 +1011,7 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct do
 		out_series(o, s->history, s->time_ns);
 		out_history(o, s->history, apis);
 	}
-	out_stacks(o, &d->cache, &d->ids, d->nids);
+	out_stacks(o, &d->cache, &d->ids, d->nids, &d->stack_sites);
 	if (s->leaks != NULL)
 		out_leaks(o, &d->cache, &d->lw);
 	gmt__json_str(o, "}\n");

@@ -71,6 +71,10 @@ struct gmt__snapshot_leaks {
 	char *report;                   /* the report, lines without prefix, malloc'd; or NULL */
 };
 
+/* The format's additions to version 1 (docs/snapshot-format.md): 1, the
+ * site rule's stacks[].site and frames[].role. */
+#define GMT_SNAPSHOT_MINOR "1"
+
 /* Why a snapshot is written: a trigger (options.h), or gmt_dump(). */
 #define GMT_REASONS(X) GMT_TRIGGERS(X) X(API, "api")
 
@@ -106,6 +110,8 @@ struct gmt__snapshot {
 	int nstats;
 	const struct gmt__snapshot_process *process; /* may be NULL */
 	const struct gmt__history *history;
+	/* GPUMEMTRACE_SITE_LIBRARIES (sites.h), or NULL. */
+	const char *site_libraries;
 	/* Out, may be NULL: the number the snapshot got (seq, or a later one
 	 * when names were taken). */
 	uint64_t *seq_out;

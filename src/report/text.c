@@ -277,25 +277,9 @@ void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view 
 	if (at < s->report_len)
 		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nverdict: %s: %s",
 				       gmt__verdict_name(view->diag.primary), view->diag.v[0].detail);
-	for (int i = 0, shown = 0; i < rep->ntop && shown < REPORT_SHOWN && at < s->report_len; i++) {
-		uint64_t bytes = rep->bytes[i], count = rep->count[i];
-		bool seen = false;
-
-		if (rep->top[i] == UINT32_MAX)
-			break;
-		for (int k = 0; k < i; k++)
-			seen |= strcmp(rep->where[k], rep->where[i]) == 0;
-		if (seen)
-			continue;
-		for (int k = i + 1; k < rep->ntop && rep->top[k] != UINT32_MAX; k++) {
-			if (strcmp(rep->where[k], rep->where[i]) == 0) {
-				bytes += rep->bytes[k];
-				count += rep->count[k];
-			}
-		}
+	for (int i = 0; i < rep->n && at < s->report_len; i++) {
 		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in %llu allocation%s at %s",
-				       shown++ == 0 ? "\ntop sites: " : "; ", gmt__human_bytes(a, sizeof(a), bytes),
-				       (unsigned long long)count, count == 1 ? "" : "s",
-				       rep->where[i][0] != '\0' ? rep->where[i] : "an unknown place");
+				       i == 0 ? "\ntop sites: " : "; ", gmt__human_bytes(a, sizeof(a), rep->bytes[i]),
+				       (unsigned long long)rep->count[i], rep->count[i] == 1 ? "" : "s", rep->where[i]);
 	}
 }

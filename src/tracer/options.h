@@ -81,6 +81,9 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 	  "which live memory at exit counts as a leak: comma list of " GMT_LEAK_CLASSES(GMT_WORD_COMMA) "or none") \
 	X(suppressions, "GPUMEMTRACE_SUPPRESSIONS", STRING, "",                               \
 	  "file of leak suppressions, leak:PATTERN or cached:PATTERN per line")               \
+	X(site_libraries, "GPUMEMTRACE_SITE_LIBRARIES", STRING, "",                           \
+	  "library code besides the built-in list, never named as a site: comma list of glob " \
+	  "patterns of modules and Python files; !PATTERN is the program's own; nobuiltin") \
 	X(leak_builtins, "GPUMEMTRACE_LEAK_BUILTINS", BOOL, true,                             \
 	  "apply the built-in rules (framework caches, NVIDIA libraries' workspaces)")        \
 	X(leak_scan, "GPUMEMTRACE_LEAK_SCAN", BOOL, true,                                     \

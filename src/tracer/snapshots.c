@@ -118,6 +118,7 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 		.report = failed != NULL ? report : NULL,
 		.report_len = sizeof(report),
 		.leaks = leaks,
+		.site_libraries = gmt__core.opt->site_libraries,
 		.no_file = no_file,
 	};
 	struct gmt__entry *entries = NULL;

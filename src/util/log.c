@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,11 +26,34 @@ static atomic_int log_fd = 2;
 static atomic_bool log_verbose;
 static atomic_uint log_warnings;
 
-/* Formats one line and writes it whole. Every byte of it outside printable
- * ASCII (a newline, a terminal escape, UTF-8) is written as \xNN, as
- * options.c quotes a bad value (which comes here quoted already: its
- * backslashes are left alone): a path or a suppression line with a newline
- * in it cannot split a message or forge another. NOTE:
+size_t gmt__utf8_printable(const char *text)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t n = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+	uint32_t cp;
+
+	if (n == 0 || s[0] > 0xf4)
+		return 0;
+	cp = s[0] & (0x7f >> n);
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+		return 0;
+	if (cp < 0xa0 || (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x200e && cp <= 0x200f) ||
+	    (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
+		return 0;
+	return n;
+}
+
+/* Formats one line and writes it whole. Printable ASCII and printable UTF-8
+ * (a file name, a label's "←") are written as they are; every other byte (a
+ * newline, a terminal escape, a C1 control, a bidirectional override,
+ * malformed UTF-8) as \xNN, as options.c quotes a bad value (which comes here
+ * quoted already: its backslashes are left alone): a path or a suppression
+ * line with a newline in it cannot split a message or forge another. NOTE:
  * vsnprintf is not async-signal-safe; nothing calls the log from a signal
  * handler. */
 static void emit(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
@@ -48,15 +72,17 @@ static void emit(const char *fmt, va_list ap)
 	memcpy(line, GMT_LOG_PREFIX, prefix);
 	for (size_t i = 0; text[i] != '\0'; i++) {
 		unsigned char c = (unsigned char)text[i];
-		bool plain = c >= 0x20 && c < 0x7f;
+		size_t plain = c >= 0x20 && c < 0x7f ? 1 : c >= 0x80 ? gmt__utf8_printable(text + i) : 0;
 
-		if (n + (plain ? 1 : 4) > room - 3) {
+		if (n + (plain > 0 ? plain : 4) > room - 3) {
 			memcpy(line + n, "...", 3);
 			n += 3;
 			break;
 		}
-		if (plain) {
-			line[n++] = (char)c;
+		if (plain > 0) {
+			memcpy(line + n, text + i, plain);
+			n += plain;
+			i += plain - 1;
 		} else {
 			static const char hex[] = "0123456789abcdef";
 

@@ -5,6 +5,7 @@
 #define GMT_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* A problem of the tracer itself or of its input (the program goes on).
  * Warnings are capped: after the 20th, one line says that further ones are
@@ -24,6 +25,14 @@ void gmt__info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Turns gmt__info on or off (set from the options at initialisation). */
 void gmt__log_set_verbose(bool on);
+
+/* The length of the UTF-8 sequence at s (NUL-terminated) when it is one
+ * printable character, else 0: not for control characters (C0, DEL, C1), the
+ * line and paragraph separators, the bidirectional controls that can make a
+ * line read otherwise than it is, and anything not well-formed (overlong,
+ * surrogates, past U+10FFFF, cut short). What every one-line message lets
+ * through of a name it did not make. */
+size_t gmt__utf8_printable(const char *s);
 
 /* For tests: send messages to `fd` instead of 2; returns the previous fd. */
 int gmt__log_set_fd(int fd);

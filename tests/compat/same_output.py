@@ -15,8 +15,11 @@ memory map; the class is compared). Addresses are compared by rank among
 those of their kind of memory, not by value (the two libraries differ in
 size, so later mappings move): each distinct address of a document becomes
 "@KIND.N", N its place in ascending order (class Numbering).
-Keys the library under test adds (--new-key PATH, e.g. "stacks[*].site": the
-key and everything under it) are ignored.
+The live allocations are compared in the order of their kind, then address
+(the order of two kinds' addresses is the mappings'). Keys the library under
+test adds (--new-key PATH, e.g. "stacks[*].site": the key and everything under
+it) are ignored, and so are stderr lines that a change under test rewrites on
+purpose (--changed-line REGEX: a line matching it in both runs).
 
 The reference library is a file (--ref LIB), or built here from a commit of
 this repository (--ref-commit COMMIT --ref-build DIR: `git archive` of the
@@ -26,6 +29,7 @@ the test is skipped (exit status 77), saying why.
 
 Usage: same_output.py (--ref LIB | --ref-commit COMMIT --ref-build DIR)
                       --lib LIB --build BUILD_DIR [--new-key PATH]...
+                      [--changed-line REGEX]...
                       [--case NAME]... [--keep DIR]
 Exit status 0 when every case matches, 1 when one differs (each difference
 printed with its path), 2 on a usage or set-up error, 77 when skipped.
@@ -184,6 +188,9 @@ def leaves(r: dict[str, Any], new_keys: list[str]) -> dict[str, Any]:
     for i, line in enumerate(lines):
         out[f"stderr[{i}]"] = re.sub(r"gpumemtrace\.\d+\.", "gpumemtrace.PID.", line)
     for i, (reason, doc) in enumerate(r["snapshots"]):
+        if isinstance(doc.get("allocations"), list):
+            doc = dict(doc, allocations=sorted(doc["allocations"], key=lambda a: (
+                str(a.get("kind")), int(a["address"], 16) if HEX.fullmatch(str(a.get("address"))) else 0)))
         flat: dict[str, Any] = {}
         flatten(doc, "", flat)
         kept = {k: v for k, v in flat.items() if not fixed_key(shape(k), new_keys)}
@@ -193,13 +200,18 @@ def leaves(r: dict[str, Any], new_keys: list[str]) -> dict[str, Any]:
     return out
 
 
-def compare(refs: list[dict[str, Any]], new: dict[str, Any], new_keys: list[str]) -> list[str]:
+def compare(refs: list[dict[str, Any]], new: dict[str, Any], new_keys: list[str],
+            changed: list[str] | None = None) -> list[str]:
     ref = [leaves(r, new_keys) for r in refs]
     a, c = ref[0], leaves(new, new_keys)
     unstable = {k for b in ref[1:] for k in a.keys() | b.keys() if a.get(k, KeyError) != b.get(k, KeyError)}
     unstable_shapes = {shape(k) for k in unstable}
+    rewritten = [re.compile(x) for x in changed or []]
 
     def ignored(k: str) -> bool:
+        if k.startswith("stderr[") and any(x.search(str(a.get(k, ""))) and x.search(str(c.get(k, "")))
+                                           for x in rewritten):
+            return True
         return k in unstable or shape(k) in unstable_shapes
 
     problems = []
@@ -256,6 +268,8 @@ def main() -> int:
     ap.add_argument("--build", required=True, help="the build directory of the programs")
     ap.add_argument("--source", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     ap.add_argument("--new-key", action="append", default=[], help="a key path the new library adds")
+    ap.add_argument("--changed-line", action="append", default=[],
+                    help="a stderr line the change under test rewrites on purpose (regex)")
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases")
     ap.add_argument("--keep", help="keep every run's files in this directory")
     a = ap.parse_args()
@@ -280,7 +294,7 @@ def main() -> int:
             runs = [run(a.build, a.ref, case, os.path.join(top, f"{case}-ref{i}"), a.source)
                     for i in range(REFERENCE_RUNS)]
             new = run(a.build, a.lib, case, os.path.join(top, f"{case}-new"), a.source)
-            problems = compare(runs, new, a.new_key)
+            problems = compare(runs, new, a.new_key, a.changed_line)
             nsnap = len(runs[0]["snapshots"])
             if problems:
                 failed += 1

@@ -1,7 +1,8 @@
 /* The analysis of a snapshot on made-up states, apart from any document:
  * page occupancy and size classes (src/analyze/view.c), the leak check's
- * rules, classes, groups and totals (src/analyze/leakcheck.c) and the site
- * label (src/analyze/frames.c). Stacks are made of return addresses in this
+ * rules, classes, groups and totals (src/analyze/leakcheck.c) and the sites
+ * of resolved stacks (src/analyze/sites.c; tests/output/test_sites.c tests
+ * the rule on made-up frames). Stacks are made of return addresses in this
  * program's own functions, which it exports (export_dynamic) so that the
  * loader and the debug information name them. */
 #define _GNU_SOURCE
@@ -9,6 +10,7 @@
 
 #include "analyze/frames.h"
 #include "analyze/leakcheck.h"
+#include "analyze/sites.h"
 #include "analyze/view.h"
 #include "record/event.h"
 #include "record/stacks.h"
@@ -151,7 +153,7 @@ static void test_leak_classes(void)
 		const uintptr_t *ips = gmt__stack_get(ids.v[i], &depth);
 
 		fc.epoch = gmt__stack_epoch(ids.v[i]);
-		gmt__leakcheck_stack_seen(&lw, &fc, ids.v[i], ips, depth);
+		gmt__leakcheck_stack_seen(&lw, &fc, ids.v[i], ips, depth, "a site");
 	}
 	CHECK_INT(gmt__leakcheck_classify(&lw), 0);
 
@@ -181,25 +183,45 @@ static void test_leak_classes(void)
 	free(ids.v);
 }
 
-/* The site of a stack: its innermost frame outside CUDA's entry points. */
-static void test_site_label(void)
+/* Sites of real stacks: the frames resolved through the loader and the
+ * debug information, a CUDA-named entry point skipped, the program's own
+ * function named with its file and line, and the roles written per frame. */
+static void test_sites_resolved(void)
 {
-	void (*const fns[])(void) = { cudaMallocLookalike, analyze_test_user, analyze_test_cache_alloc };
-	uint32_t id = stack_of(fns, 3);
+	void (*const a[])(void) = { cudaMallocLookalike, analyze_test_user, analyze_test_cache_alloc };
+	void (*const b[])(void) = { cudaMallocLookalike, analyze_test_suppressed, analyze_test_cache_alloc };
+	uint32_t ids[2] = { stack_of(a, 3), stack_of(b, 3) };
+	struct gmt__site_rules rules;
 	struct gmt__frame_cache fc;
-	char label[192];
-	int depth = 0;
-	const uintptr_t *ips = gmt__stack_get(id, &depth);
+	struct gmt__sites sites;
 
+	if (ids[0] > ids[1]) {
+		uint32_t t = ids[0];
+
+		ids[0] = ids[1];
+		ids[1] = t;
+	}
+	CHECK_INT(gmt__site_rules_init(&rules, NULL), 0);
 	gmt__frames_open(&fc);
-	fc.epoch = gmt__stack_epoch(id);
-	gmt__frames_site_label(&fc, ips, depth, label, sizeof(label));
-	/* With the debug information: "analyze_test_user (test_analyze.c:N)";
-	 * without, the loader's name and the module. */
-	CHECK(strncmp(label, "analyze_test_user (", 19) == 0);
-	if (strncmp(label, "analyze_test_user (", 19) != 0)
-		fprintf(stderr, "site label: %s\n", label);
+	CHECK_INT(gmt__sites_build(&sites, &fc, ids, 2, &rules), 0);
+	CHECK_INT(sites.nsites, 2);
+	for (size_t i = 0; i < sites.n; i++) {
+		const struct gmt__stack_site *s = gmt__sites_of(&sites, ids, ids[i]);
+		const char *want = ids[i] == stack_of(a, 3) ? "analyze_test_user (" : "analyze_test_suppressed (";
+
+		CHECK(s == &sites.v[i]);
+		CHECK(s->user && s->frame == 1 && s->nframes == 3);
+		CHECK(s->roles[0] == GMT_ROLE_CUDA && s->roles[1] == GMT_ROLE_USER && s->roles[2] == GMT_ROLE_USER);
+		/* With the debug information "analyze_test_user (test_analyze.c:N)";
+		 * without, the loader's name and the module. */
+		CHECK(strncmp(s->label, want, strlen(want)) == 0);
+		if (strncmp(s->label, want, strlen(want)) != 0)
+			fprintf(stderr, "site label: %s\n", s->label);
+	}
+	CHECK(gmt__sites_of(&sites, ids, 0) == NULL);
+	gmt__sites_free(&sites);
 	gmt__frames_close(&fc);
+	gmt__site_rules_free(&rules);
 }
 
 int main(void)
@@ -207,7 +229,7 @@ int main(void)
 	CHECK_INT(gmt__stack_init(), 0);
 	test_pages();
 	test_leak_classes();
-	test_site_label();
+	test_sites_resolved();
 	if (check_failed == 0)
 		printf("analyze: ok\n");
 	return check_failed != 0;

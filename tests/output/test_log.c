@@ -67,11 +67,17 @@ static void test_info(void)
 	CHECK_INT(errno, EDOM);
 	CHECK_STR(drain(), PREFIX "hello world 42\n");
 
-	/* A value with a newline, a terminal escape or a byte past ASCII (a
-	 * path, a suppression line) cannot split the message or reach the
-	 * terminal raw; a backslash stays (quoted values arrive escaped). */
+	/* A value with a newline or a terminal escape (a path, a suppression
+	 * line) cannot split the message or reach the terminal raw; a backslash
+	 * stays (quoted values arrive escaped); printable UTF-8 stays. */
 	gmt__info("cannot write into %s: %s", "/tmp/a\nb\x1b[31m\\c\xc3\xa9", "done");
-	CHECK_STR(drain(), PREFIX "cannot write into /tmp/a\\x0ab\\x1b[31m\\c\\xc3\\xa9: done\n");
+	CHECK_STR(drain(), PREFIX "cannot write into /tmp/a\\x0ab\\x1b[31m\\c\xc3\xa9: done\n");
+	/* Not printable UTF-8: a C1 control (CSI), a bidirectional override,
+	 * the line separator, an overlong '/', a surrogate, a sequence cut short,
+	 * a stray continuation byte. */
+	gmt__info("%s", "a\xc2\x9b" "2J b\xe2\x80\xae c\xe2\x80\xa8 d\xc0\xaf e\xed\xa0\x80 f\xe2\x86 g\x86 \xe2\x86\x90");
+	CHECK_STR(drain(), PREFIX "a\\xc2\\x9b2J b\\xe2\\x80\\xae c\\xe2\\x80\\xa8 d\\xc0\\xaf e\\xed\\xa0\\x80 "
+				  "f\\xe2\\x86 g\\x86 \xe2\x86\x90\n");
 	gmt__info("%s", "gpumemtrace: forged\ngpumemtrace: line");
 	CHECK_INT(count_lines(drain()), 1);
 

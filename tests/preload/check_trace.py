@@ -24,6 +24,7 @@ moments (ground truth, docs/simulator.md):
 Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--compare-untraced] [--env VAR=VALUE]... [--stderr-has REGEX]...
          [--no-ledger] [--frame-has FILE:LINE]... [--python-stack SIZE=CHAIN]...
+         [--site SIZE=LABEL]...
          [--python-chain SIZE=CHAIN]... [--output-has REGEX]...
          [--stack-has SIZE=FUNCTION]... [--stack-lacks SIZE=FUNCTION]...
          [--tags SIZE=TAG,...]... [--live REASON=SIZES[;SIZES]...]...
@@ -415,6 +416,34 @@ def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, p
     return problems
 
 
+def site_problems(snaps: list[dict[str, Any]], want: str, output: str) -> list[str]:
+    """--site SIZE=LABEL: the site the tracer named for the one live
+    allocation of SIZE bytes is the program's own code, its frame is marked
+    so and every frame before it is not, and its label is LABEL, each
+    upper-case WORD in it replaced by the line the program printed for it."""
+    size, _, label = want.partition("=")
+    stack, problem = stack_of_size(snaps, int(size))
+    if problem:
+        return [f"--site {want}: {problem}"]
+    for word in set(re.findall(r"\b[A-Z][A-Z_]+\b", label)):
+        line = word_line(word, output)
+        if line is None:
+            return [f"--site {want}: the program printed no line {word!r}"]
+        label = re.sub(r"\b" + word + r"\b", str(line), label)
+    site, frames = stack.get("site"), stack.get("frames", [])
+    if not isinstance(site, dict):
+        return [f"--site {want}: the stack has no site"]
+    problems = []
+    if site.get("label") != label:
+        problems.append(f"--site {want}: the site is {site.get('label')!r}, {label!r} expected")
+    at = site.get("frame")
+    if not site.get("user") or not isinstance(at, int) or frames[at].get("role") != "user":
+        problems.append(f"--site {want}: the site's frame is not the program's own: {site}")
+    elif any(fr.get("role") == "user" for fr in frames[:at]):
+        problems.append(f"--site {want}: a frame of the program's own before the site's frame {at}")
+    return problems
+
+
 def printed_stack_problems(snaps: list[dict[str, Any]], output: str, least: int) -> list[str]:
     """--printed-stacks: each "PYSTACK <address> <chain>" line the program
     printed (its Python frames at the call, as the interpreter reports them)
@@ -464,6 +493,9 @@ def main() -> int:
                     help="the allocation of SIZE bytes has these Python frames first")
     ap.add_argument("--python-chain", action="append", default=[], metavar="SIZE=CHAIN",
                     help="as --python-stack, where they stand among the native frames unchecked")
+    ap.add_argument("--site", action="append", default=[], metavar="SIZE=LABEL",
+                    help="the site of the allocation of SIZE bytes is the program's own code, so labelled "
+                         "(upper-case words: the lines the program printed)")
     ap.add_argument("--output-has", action="append", default=[], metavar="REGEX",
                     help="a line of the traced run's stdout matches")
     ap.add_argument("--stack-has", action="append", default=[], metavar="SIZE=FUNCTION",
@@ -548,6 +580,8 @@ def main() -> int:
         versions, _, spec = want_stack.rpartition(":")
         if not versions or version_in(version, versions):
             problems += python_stack_problems(exits, spec, output, args.program, placed)
+    for want_site in args.site:
+        problems += site_problems(exits, want_site, output)
     for pattern in args.output_has:
         if not any(re.search(pattern, line) for line in output.splitlines()):
             problems.append(f"no line of the program's output matches {pattern!r}")

@@ -45,6 +45,7 @@ LISTS = {
     "GMT_TRIGGERS": lambda: x_list("src/tracer/options.h", "GMT_TRIGGERS"),
     "GMT_LEAK_CLASSES": lambda: x_list("src/tracer/options.h", "GMT_LEAK_CLASSES"),
     "GMT_REASONS": lambda: x_list("src/report/snapshot.h", "GMT_REASONS"),
+    "GMT_FRAME_ROLES": lambda: x_list("src/analyze/sites.h", "GMT_FRAME_ROLES"),
 }
 
 
@@ -96,6 +97,10 @@ class Vocabulary(unittest.TestCase):
         self.assertEqual(words("GMT_REASONS")[:len(words("GMT_TRIGGERS"))], words("GMT_TRIGGERS"))
         self.assertEqual(schema_enum("properties", "reason"), words("GMT_REASONS"))
         self.assertEqual(set(self.summary._REASONS), set(words("GMT_REASONS")))
+
+    def test_frame_roles(self) -> None:
+        self.assertEqual(self.vocab.FRAME_ROLES, words("GMT_FRAME_ROLES"))
+        self.assertEqual(schema_enum("$defs", "frame", "properties", "role"), words("GMT_FRAME_ROLES"))
 
     def test_byte_formatter(self) -> None:
         from gmtview.model import fmt_bytes

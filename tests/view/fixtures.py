@@ -34,24 +34,34 @@ HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>&amp;\u202e\x0
 def _frames(rng: random.Random, site: int, depth: int, python: bool, evil: str) -> List[Dict[str, Any]]:
     frames = [{"address": f"0x{0x7f0000001000 + site * 64:x}", "offset": f"0x{0x1000 + site * 64:x}",
                "module": "/usr/lib/x86_64-linux-gnu/libcudart.so.13", "function": "cudaMalloc",
-               "file": None, "line": None, "inlined": False, "python": False}]
+               "file": None, "line": None, "inlined": False, "python": False, "role": "cuda"}]
     for level in range(depth):
         frames.append({"address": f"0x{0x555500001000 + site * 4096 + level * 16:x}",
                        "offset": f"0x{0x1000 + site * 4096 + level * 16:x}",
                        "module": "/opt/app/bin/app" + evil,
                        "function": f"layer{site % 7}_fn{level}{evil}" if level else f"site_{site}{evil}",
                        "file": f"/src/app/model{site % 3}.c{evil}", "line": 10 + level,
-                       "inlined": False, "python": False})
+                       "inlined": False, "python": False, "role": "user"})
     if python:
         frames.append({"address": None, "module": None, "function": f"forward{evil}",
                        "file": f"/src/train{evil}.py", "line": 40 + site % 5, "inlined": False,
-                       "python": True})
+                       "python": True, "role": "user"})
         frames.append({"address": None, "module": None, "function": "<module>",
-                       "file": "/src/train.py", "line": 1, "inlined": False, "python": True})
+                       "file": "/src/train.py", "line": 1, "inlined": False, "python": True,
+                       "role": "user"})
     frames.append({"address": "0x7f00000271a0", "offset": "0x271a0",
                    "module": "/usr/lib/x86_64-linux-gnu/libc.so.6", "function": "__libc_start_main",
-                   "file": None, "line": None, "inlined": False, "python": False})
+                   "file": None, "line": None, "inlined": False, "python": False, "role": "library"})
     return frames
+
+
+def _site(sid: int, frames: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The site the tracer names (src/analyze/sites.c): the first frame of the
+    program's own code, labelled by function, file name and line."""
+    at = next(i for i, f in enumerate(frames) if f["role"] == "user")
+    f = frames[at]
+    return {"id": sid, "frame": at, "user": True,
+            "label": f"{f['function']} ({os.path.basename(f['file'])}:{f['line']})"}
 
 
 def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, depth: int = 6,
@@ -63,9 +73,10 @@ def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, d
     rng = random.Random(seed)
     stacks = []
     for s in range(1, sites + 1):
+        frames = _frames(rng, s, depth, s % 3 == 0, evil)
         stacks.append({"id": s, "runtime_call": "cudaMalloc" + evil,
                        "tags": ["train" + evil, f"layer{s % 4}"] if s % 2 else [],
-                       "frames": _frames(rng, s, depth, s % 3 == 0, evil)})
+                       "site": _site(s, frames), "frames": frames})
     allocs = []
     next_addr = {d: 0x7f0000000000 + d * (1 << 36) for d in range(devices)}
     truth_sites: Dict[int, List[int]] = {}

@@ -122,11 +122,11 @@ def _stack_html(doc: Doc, sid: int) -> str:
     st = doc["_stack_by_id"].get(sid) if sid else None
     if st is None:
         return '<p class="muted">no stack recorded</p>'
-    user = len(model.user_frames(st))
-    cuda = len(st["frames"]) - user if user else 0
     items = []
-    for i, f in enumerate(st["frames"]):
-        cls = "py" if f["python"] else ("cuda" if i < cuda else "native")
+    for f in st["frames"]:
+        cls = "cuda" if f["role"] == "cuda" else "py" if f["python"] else "native"
+        if f["role"] == "library":
+            cls += " lib"
         items.append(f'<li class="{cls}">{esc(model.frame_text(f))}</li>')
     extra = []
     if st.get("runtime_call"):
@@ -413,27 +413,31 @@ def _stats_section(docs: Sequence[Doc]) -> str:
 
 class _Frames:
     """Frames deduplicated across all documents: text, kind (0 native, 1 Python,
-    2 the CUDA call itself) and where (file, module), one column each."""
+    2 the CUDA call itself), lib (1: library code, by the tracer's site rule)
+    and where (file, module), one column each."""
 
     def __init__(self) -> None:
-        self.ids: Dict[Tuple[str, int, str], int] = {}
+        self.ids: Dict[Tuple[str, int, int, str], int] = {}
         self.text: List[str] = []
         self.kind: List[int] = []
+        self.lib: List[int] = []
         self.where: List[str] = []
 
-    def add(self, f: Dict[str, Any], cuda: bool) -> int:
-        kind = 1 if f["python"] else 2 if cuda else 0
-        key = (model.frame_text(f), kind, _where(f))
+    def add(self, f: Dict[str, Any]) -> int:
+        kind = 2 if f["role"] == "cuda" else 1 if f["python"] else 0
+        lib = 1 if f["role"] == "library" else 0
+        key = (model.frame_text(f), kind, lib, _where(f))
         i = self.ids.get(key)
         if i is None:
             i = self.ids[key] = len(self.text)
             self.text.append(key[0])
             self.kind.append(kind)
-            self.where.append(key[2])
+            self.lib.append(lib)
+            self.where.append(key[3])
         return i
 
     def data(self) -> Dict[str, Any]:
-        return {"text": self.text, "kind": self.kind, "where": self.where}
+        return {"text": self.text, "kind": self.kind, "lib": self.lib, "where": self.where}
 
 
 def _where(f: Dict[str, Any]) -> str:
@@ -451,10 +455,8 @@ def _where(f: Dict[str, Any]) -> str:
 def _stacks_data(doc: Doc, frames: _Frames) -> Dict[str, Any]:
     ids, fr, titles, tags, calls = [], [], [], [], []
     for st in doc["stacks"]:
-        user = len(model.user_frames(st))
-        cuda = len(st["frames"]) - user if user else 0
         ids.append(st["id"])
-        fr.append([frames.add(f, i < cuda) for i, f in enumerate(st["frames"])])
+        fr.append([frames.add(f) for f in st["frames"]])
         titles.append(model.stack_title(doc, st["id"]))
         tags.append(st["tags"])
         calls.append(st.get("runtime_call"))

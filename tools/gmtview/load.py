@@ -17,7 +17,8 @@ import json
 import math
 from typing import Any, Callable, Dict, List, Optional
 
-from .vocab import KINDS, LEAK_CLASSES, REASONS
+from . import model
+from .vocab import FRAME_ROLES, KINDS, LEAK_CLASSES, REASONS
 
 U64 = 1 << 64
 # What one document may hold: a snapshot of 10 million allocations is ~3 GB of
@@ -255,8 +256,34 @@ def _stacks(c: _Checker, d: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
             else:
                 f.setdefault("address", None)
                 f.setdefault("offset", None)
+            role = c.opt(f, "role", q, c.str_)
+            if role is not None and role not in FRAME_ROLES:
+                c.fail(f"{q}/role", f"{_short(role)} is not one of {', '.join(FRAME_ROLES)}")
+            f["role"] = role or "user"
+        site = c.opt(s, "site", p, c.obj)
+        if site is None:
+            s["site"] = _older_site(sid, frames)
+        else:
+            q = f"{p}/site"
+            c.req(site, "id", q, lambda v, r: c.int_(v, r, 1))
+            at = c.req(site, "frame", q, lambda v, r: v if v is None else c.int_(v, r, 0, max(0, len(frames) - 1)))
+            if at is None and frames:
+                c.fail(f"{q}/frame", "null, but the stack has frames")
+            c.req(site, "user", q, c.bool_)
+            c.req(site, "label", q, c.str_)
     d["_stack_by_id"] = ids
     return ids
+
+
+def _older_site(sid: int, frames: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The site of a stack in a snapshot written before the tracer named sites
+    (format minor 1): the stack is a site of its own (id: minus the stack's),
+    named by its innermost frame with a file and a line, else its innermost
+    frame — the gate's reading of such a snapshot too (docs/snapshot-format.md)."""
+    if not frames:
+        return {"id": -sid, "frame": None, "user": False, "label": "(no frames)"}
+    at = next((i for i, f in enumerate(frames) if f.get("file") and f.get("line") is not None), 0)
+    return {"id": -sid, "frame": at, "user": True, "label": model.frame_text(dict(frames[at], inlined=False))}
 
 
 def _kinds_map(c: _Checker, v: Any, path: str) -> Dict[str, int]:

@@ -11,10 +11,6 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 Doc = Dict[str, Any]
-# Modules and functions that are the CUDA call itself rather than the program's
-# code: a site's title is the first frame beyond them.
-_CUDA_MODULES = ("libcuda.so", "libcudart.so", "libgpumemtrace.so", "libcudart_static")
-_CUDA_PREFIXES = ("cudart::", "__cuda", "cuda", "cu")
 
 
 def fmt_bytes(n: Optional[int]) -> str:
@@ -61,42 +57,21 @@ def frame_text(f: Dict[str, Any]) -> str:
     return text + (" [inlined]" if f.get("inlined") else "")
 
 
-def _is_cuda_frame(f: Dict[str, Any]) -> bool:
-    if f.get("python"):
-        return False
-    mod = module_name(f.get("module"))
-    if any(mod.startswith(m) for m in _CUDA_MODULES):
-        return True
-    fn = f.get("function") or ""
-    return fn.startswith(_CUDA_PREFIXES[:3]) or (fn.startswith("cu") and fn[2:3].isupper())
-
-
 def user_frames(stack: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The stack's frames from the first one beyond the CUDA call (all of them
-    when every frame is CUDA's), innermost first."""
-    if not stack:
+    """The stack's frames from its site's frame outwards (the tracer decided
+    which frame that is: stacks[].site), innermost first."""
+    if not stack or stack["site"]["frame"] is None:
         return []
-    frames = stack["frames"]
-    for i, f in enumerate(frames):
-        if not _is_cuda_frame(f):
-            return frames[i:]
-    return frames
+    return stack["frames"][stack["site"]["frame"]:]
 
 
 def stack_title(doc: Doc, sid: int) -> str:
-    """A site's name in one line: its first frame beyond the CUDA call, and the
+    """A site's name in one line: the label the tracer gave its site, and the
     runtime call made there ("device_alloc (train_loop.c:101) via cudaMalloc")."""
     st = doc["_stack_by_id"].get(sid) if sid else None
     if st is None:
         return "(no stack recorded)"
-    frames = user_frames(st)
-    if not frames:
-        return "(empty stack)"
-    first = dict(frames[0], inlined=False)
-    title = frame_text(first)
-    # An inlined helper names the line inside it; its caller tells sites apart.
-    if frames[0].get("inlined") and len(frames) > 1:
-        title += " \u2190 " + frame_text(dict(frames[1], inlined=False))
+    title = st["site"]["label"]
     if st.get("runtime_call"):
         title += f" via {st['runtime_call']}"
     return title
@@ -112,11 +87,20 @@ def frame_key(f: Dict[str, Any]) -> Tuple[Any, ...]:
 
 
 def stack_key(doc: Doc, sid: int) -> Tuple[Any, ...]:
-    """The site's identity across snapshots of different processes."""
+    """The identity of stack sid's site across snapshots of different
+    processes: what the tracer's site ids stand for within one (the chain of
+    the program's own frames from the site's frame outwards, by name, not
+    address), or the site's frame alone when it is not the program's."""
     st = doc["_stack_by_id"].get(sid) if sid else None
     if st is None:
         return ("none",)
-    return (st.get("runtime_call"), tuple(st["tags"])) + tuple(frame_key(f) for f in st["frames"])
+    site = st["site"]
+    if site["frame"] is None:
+        return ("empty",)
+    frames = st["frames"][site["frame"]:]
+    if not site["user"]:
+        return ("library", frame_key(frames[0]))
+    return ("user",) + tuple(frame_key(f) for f in frames if f["role"] == "user")
 
 
 def process_label(doc: Doc) -> str:

@@ -231,9 +231,6 @@ _WARN_STATS = {
     "device_unknown": "allocations whose device could not be asked",
     "snapshot_errors": "snapshots that could not be written",
 }
-# Frames below main() say nothing about the program.
-_STARTUP = ("_start", "__libc_start_main", "__libc_start_main_impl", "__libc_start_call_main",
-            "start_thread", "clone", "clone3", "__clone", "__clone3", "__clone_internal")
 
 
 def fmt_time(ns: int) -> str:
@@ -287,40 +284,37 @@ def _sorted_kinds(kinds: Dict[str, int]) -> List[Tuple[str, int]]:
     return sorted(((k, b) for k, b in kinds.items() if b), key=lambda kb: (-kb[1], kb[0]))
 
 
-def _is_startup(f: Dict[str, Any]) -> bool:
-    return not f.get("python") and (f.get("function") or "") in _STARTUP
-
-
 def _frame(f: Dict[str, Any]) -> str:
     return model.frame_text(dict(f, inlined=False))
 
 
 def site_frames(doc: Doc, sid: int, depth: int) -> List[str]:
-    """The frames that name a site, innermost first: the first `depth` frames
-    beyond the CUDA call (at least up to the first that was not inlined, so
-    that an inlined helper comes with its caller), then, when none of those is
-    a Python frame, the innermost Python frame (its line in the program); "…"
-    where frames are left out between. Startup frames (_start, libc) are
-    dropped."""
+    """The frames that name a site, innermost first: the site's frame, then
+    its callers in the program's own code (the frames the tracer marked
+    "user"), `depth` frames in all; "…" where library frames are left out
+    between them. A site outside the program's code shows its frame and the
+    frames beyond it as they are."""
     st = doc["_stack_by_id"].get(sid) if sid else None
     if st is None:
         return ["(no stack recorded)"]
-    frames = [f for f in model.user_frames(st) if not _is_startup(f)]
+    frames = model.user_frames(st)
     if not frames:
         return ["(empty stack)"]
-    n = depth
-    for i, f in enumerate(frames):
-        if not f.get("inlined"):
-            n = max(n, min(i + 1, depth + 2))
+    if not st["site"]["user"]:
+        return [_frame(f) for f in frames[:max(1, depth)]]
+    out = [_frame(frames[0])]
+    shown, skipped = 1, False
+    for f in frames[1:]:
+        if shown >= depth:
             break
-    chosen = frames[:n]
-    out = [_frame(f) for f in chosen]
-    if not any(f.get("python") for f in chosen):
-        py = next((i for i, f in enumerate(frames) if f.get("python")), None)
-        if py is not None:
-            if py > n:
-                out.append("…")
-            out.append(_frame(frames[py]))
+        if f["role"] != "user":
+            skipped = True
+            continue
+        if skipped:
+            out.append("…")
+            skipped = False
+        out.append(_frame(f))
+        shown += 1
     return out
 
 

@@ -1,7 +1,8 @@
 """The words of the snapshot format, one list each: the viewer's copies of the
 tracer's lists (GMT_KINDS in src/record/event.h, GMT_VERDICTS in
 src/analyze/diagnose.h, GMT_TRIGGERS and GMT_LEAK_CLASSES in
-src/tracer/options.h). tests/unit/test_vocabulary.py holds these, and the
+src/tracer/options.h, GMT_REASONS in src/report/snapshot.h, GMT_FRAME_ROLES in
+src/analyze/sites.h). tests/unit/test_vocabulary.py holds these, and the
 enums of docs/snapshot.schema.json, equal to the C lists."""
 
 KINDS = ("device", "async", "managed", "host", "registered", "vmm", "array")
@@ -11,4 +12,6 @@ HOST_KINDS = ("host", "registered")
 TRIGGERS = ("oom", "exit", "peak", "signal")
 REASONS = TRIGGERS + ("api",)
 LEAK_CLASSES = ("leaked", "referenced", "cached")
+# What a frame is to the site rule (docs/tracing.md, "Allocation sites").
+FRAME_ROLES = ("cuda", "library", "user")
 VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked")

@@ -206,7 +206,7 @@
     var ol = el('ol', 'frames');
     d.stacks.frames[j].forEach(function (f) {
       var k = FR.kind[f];
-      var li = el('li', k === 1 ? 'py' : k === 2 ? 'cuda' : 'native', FR.text[f]);
+      var li = el('li', (k === 1 ? 'py' : k === 2 ? 'cuda' : 'native') + (FR.lib[f] ? ' lib' : ''), FR.text[f]);
       if (FR.where[f]) li.appendChild(el('span', 'where', FR.where[f]));
       ol.appendChild(li);
     });
@@ -559,7 +559,7 @@
     controls.appendChild(reset);
     controls.appendChild(found);
     var legend = el('span', 'legend', [key('fk-native', 'native'), key('fk-py', 'Python'),
-      key('fk-cuda', 'the CUDA call')]);
+      key('fk-cuda', 'the CUDA call'), key('fk-lib', 'library code (paler)')]);
     controls.appendChild(legend);
     container.appendChild(controls);
     var graph = el('div', 'fg');
@@ -605,7 +605,7 @@
         if (w < MIN_W) return;
         var k = node.f >= 0 ? FR.kind[node.f] : -1;
         var cls = 'fg-node ' + (k === 1 ? 'fk-py' : k === 2 ? 'fk-cuda' : k === 0 ? 'fk-native' : 'fk-root') +
-          ' h' + (node.f >= 0 ? hash(FR.text[node.f]) % 5 : 0);
+          ' h' + (node.f >= 0 ? hash(FR.text[node.f]) % 5 : 0) + (node.f >= 0 && FR.lib[node.f] ? ' fk-lib' : '');
         if (anc.has(node) && node !== focus) cls += ' fg-anc';
         if (matched) cls += matched.has(node) ? ' match' : ' nomatch';
         var div = el('div', cls, frameName(node, tree.rootName));

@@ -228,9 +228,16 @@ def compare(refs: list[dict[str, Any]], new: dict[str, Any], new_keys: list[str]
 
 
 def build_reference(source: str, commit: str, where: str) -> str | int:
-    """The library of `commit`, built in `where`; or an exit status."""
+    """The library of `commit`, built in `where` (again when `where` holds
+    another commit's); or an exit status."""
     lib = os.path.join(where, "build", "src", "libgpumemtrace.so")
-    if os.path.isfile(lib):
+    stamp = os.path.join(where, "commit")
+    try:
+        with open(stamp, encoding="utf-8") as f:
+            built = f.read().strip()
+    except OSError:
+        built = ""
+    if os.path.isfile(lib) and built == commit:
         return lib
     if shutil.which("git") is None:
         print("same_output.py: skipped: git is not installed, so the reference cannot be built")
@@ -255,6 +262,8 @@ def build_reference(source: str, commit: str, where: str) -> str | int:
             print(f"same_output.py: building the reference {commit} failed at: {step}\n{r.stdout[-3000:]}",
                   file=sys.stderr)
             return 2
+    with open(stamp, "w", encoding="utf-8") as f:
+        f.write(commit + "\n")
     return lib
 
 

@@ -5,11 +5,11 @@
 #ifndef GMT_LEAKCHECK_H
 #define GMT_LEAKCHECK_H
 
+#include "analyze/capture.h"
 #include "analyze/frames.h"
-#include "tracer/options.h"
 #include "analyze/leaks.h"
-#include "report/snapshot.h"
 #include "state/history.h"
+#include "tracer/options.h"
 
 #include <stdbool.h>
 #include <stddef.h>

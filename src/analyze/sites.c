@@ -560,11 +560,10 @@ int gmt__sites_build(struct gmt__sites *out, struct gmt__frame_cache *cache, con
 	int r = gmt__sites_begin(out, n);
 
 	for (size_t i = 0; r == 0 && i < n; i++) {
-		int depth = 0, frames = 0;
+		int depth = 0;
 		const uintptr_t *ips = gmt__stack_get(ids[i], &depth);
+		int frames = gmt__stack_frames(ips, depth);
 
-		while (ips != NULL && frames < depth && !gmt__word_is_tag(ips[frames]))
-			frames++;
 		cache->epoch = gmt__stack_epoch(ids[i]);
 		c.n = 0;
 		if (ips != NULL)

@@ -5,7 +5,7 @@
 #define GMT_VIEW_H
 
 #include "analyze/diagnose.h"
-#include "report/snapshot.h"
+#include "analyze/capture.h"
 
 #include <stdbool.h>
 #include <stddef.h>

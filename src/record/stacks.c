@@ -398,3 +398,12 @@ void gmt__stack_after_fork(void)
 	 * (see gmt__stack_intern), so re-initialising the lock is enough. */
 	pthread_mutex_init(&lock, NULL);
 }
+
+int gmt__stack_frames(const uintptr_t *ips, int depth)
+{
+	int ntags = 0;
+
+	while (ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]))
+		ntags++;
+	return ips != NULL ? depth - ntags : 0;
+}

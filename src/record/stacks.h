@@ -77,6 +77,10 @@ const uintptr_t *gmt__stack_get(uint32_t id, int *n);
 
 /* Number of distinct stacks, and bytes of memory they take. */
 uint32_t gmt__stack_count(void);
+
+/* The frames of a stack of depth words (gmt__stack_get): its region tags,
+ * stored last, left out. 0 for NULL. */
+int gmt__stack_frames(const uintptr_t *ips, int depth);
 size_t gmt__stack_bytes(void);
 
 /* In the child after fork(): another thread may have held the interning lock.

@@ -1,27 +1,16 @@
-/* What the parts of the report stage share: the analysis they render
- * (frames.h, view.h, leakcheck.h), the out-of-memory report's sites, the
- * api names as JSON strings, and the sections each file writes. */
+/* What the parts of the report stage share: the model they render
+ * (analyze/model.h), the api names as JSON strings, and the sections each
+ * file writes. Rendering only: every conclusion is the model's. */
 #ifndef GMT_DOCUMENT_H
 #define GMT_DOCUMENT_H
 
-#include "analyze/frames.h"
-#include "analyze/leakcheck.h"
-#include "analyze/view.h"
+#include "analyze/model.h"
 #include "report/json.h"
 #include "report/snapshot.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* The oom report's top sites: the sites (sites.h) with the most live bytes,
- * summed over their stacks, largest first, and their labels. */
-#define REPORT_SHOWN 3
-struct gmt__report_sites {
-	int n;
-	uint64_t bytes[REPORT_SHOWN], count[REPORT_SHOWN];
-	const char *where[REPORT_SHOWN];
-};
 
 /* The api names as JSON strings ("\"cuMemAlloc_v2\""), escaped once. */
 struct gmt__api_table {
@@ -30,10 +19,11 @@ struct gmt__api_table {
 	size_t longest;
 };
 
-/* Analyses the snapshot — and so makes the leak check's verdict and report
- * and the out-of-memory report (s->leaks, s->report) — then streams the
- * document to o; with o NULL, the analysis alone (no file to write).
- * Returns 0 or a negative errno (the writer's own error is in o->err). */
+/* Analyses the snapshot (gmt__model_build: the leak check's verdict in
+ * s->leaks), renders the text reports (the leak report, the out-of-memory
+ * report: s->leaks->report, s->report) and streams the document to o; with o
+ * NULL, no document (no file to write). Returns 0 or a negative errno (the
+ * writer's own error is in o->err). */
 int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s);
 
 void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
@@ -47,6 +37,6 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 
 /* The oom report: a few lines for the program's stderr. */
 void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view *view,
-			  const struct gmt__report_sites *rep);
+			  const struct gmt__top_sites *top);
 
 #endif /* GMT_DOCUMENT_H */

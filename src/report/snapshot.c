@@ -1,66 +1,23 @@
-/* The snapshot document (snapshot.h, docs/snapshot-format.md): the live set
- * sorted into its sections, the stacks and modules, the sites, series and
- * history, the leak check's findings, streamed through the checked JSON
- * writer (json.h); publish.c makes it a file. */
+/* The snapshot document (snapshot.h, docs/snapshot-format.md), rendered from
+ * the model of the snapshot (analyze/model.h): the live set in its sections,
+ * the stacks with their sites and the modules, the per-stack sites, series
+ * and history, the leak check's findings, streamed through the checked JSON
+ * writer (json.h); publish.c makes it a file. Nothing here decides anything:
+ * what the document says, the model concluded. */
 #define _GNU_SOURCE
 #include "report/document.h"
 
-#include "analyze/diagnose.h"
 #include "analyze/sites.h"
 #include "record/event.h"
 #include "record/pystack.h"
 #include "record/stacks.h"
 #include "record/tags.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <limits.h>
-#include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-/* ---- collecting and sorting the live set -------------------------------------- */
-
-/* Where an entry goes: 0 "allocations", 1 "vmm.reservations", 2 "vmm.mappings". */
-static int section_of(const struct gmt__entry *e)
-{
-	switch (e->space) {
-	case GMT_SPACE_RESERVATION:
-		return 1;
-	case GMT_SPACE_MAPPING:
-		return 2;
-	default:
-		return 0;
-	}
-}
-
-struct collect {
-	const struct gmt__entry **v;
-	size_t n, cap;
-};
-
-/* By section, then address, then space. */
-static int by_section_address(const void *x, const void *y)
-{
-	const struct gmt__entry *a = *(const struct gmt__entry *const *)x;
-	const struct gmt__entry *b = *(const struct gmt__entry *const *)y;
-	int sa = section_of(a), sb = section_of(b);
-
-	if (sa != sb)
-		return sa - sb;
-	if (a->addr != b->addr)
-		return a->addr < b->addr ? -1 : 1;
-	return (int)a->space - (int)b->space;
-}
 
 /* ---- the document ------------------------------------------------------------- */
 
@@ -186,62 +143,6 @@ static void out_modules(struct gmt__json *o, struct gmt__frame_cache *cache)
 	gmt__json_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
 }
 
-/* Region tags come last in a stack (stacks.h), innermost last: how many. */
-static int stack_tags(const uintptr_t *ips, int depth)
-{
-	int ntags = 0;
-
-	while (ips != NULL && ntags < depth && gmt__word_is_tag(ips[depth - 1 - ntags]))
-		ntags++;
-	return ntags;
-}
-
-static void no_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
-		      const char *function)
-{
-	(void)ctx, (void)f, (void)sym, (void)function;
-}
-
-static void no_python(void *ctx, uintptr_t word)
-{
-	(void)ctx, (void)word;
-}
-
-/* The analysis of the stacks ids[0..n): every frame resolved (dladdr, libdw:
- * the loader's lock — never under the tracer's), in the order the document
- * then writes them, so that "modules" lists each in the order first seen;
- * then their sites (sites.h: without memory for them, frames are written
- * without a site), and the leak check's rules matched (lw, may be NULL). */
-static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
-			   const char *site_libraries, struct gmt__sites *sites, struct gmt__leak_work *lw)
-{
-	const struct gmt__frame_sink none = { no_native, no_python, NULL };
-	struct gmt__site_rules rules;
-
-	for (size_t i = 0; i < n; i++) {
-		int depth = 0;
-		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
-
-		cache->epoch = gmt__stack_epoch(ids->v[i]);
-		if (ips != NULL) {
-			(void)gmt__frames_runtime_call(cache, ips, depth);
-			gmt__frames_sink(&none, cache, ips, depth - stack_tags(ips, depth));
-		}
-	}
-	(void)gmt__site_rules_init(&rules, site_libraries);
-	(void)gmt__sites_build(sites, cache, ids->v, n, &rules);
-	gmt__site_rules_free(&rules);
-	for (size_t i = 0; lw != NULL && i < n; i++) {
-		int depth = 0;
-		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
-		const struct gmt__stack_site *site = sites->n > 0 ? &sites->v[i] : NULL;
-
-		cache->epoch = gmt__stack_epoch(ids->v[i]);
-		gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, ips != NULL ? depth - stack_tags(ips, depth) : 0,
-					  site != NULL ? site->label : "an unknown place");
-	}
-}
-
 /* A stack's site: its id, the index of its frame (null: no frames), and
  * its label. */
 static void out_site(struct gmt__json *o, const struct gmt__stack_site *site)
@@ -266,8 +167,9 @@ static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, cons
 {
 	gmt__json_str(o, " \"stacks\": [");
 	for (size_t i = 0; i < n; i++) {
-		int depth = 0, ntags;
+		int depth = 0;
 		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		int nframes = gmt__stack_frames(ips, depth), ntags = ips != NULL ? depth - nframes : 0;
 		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
@@ -276,7 +178,6 @@ static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, cons
 		p = gmt__put_lit(p, ", \"runtime_call\": ");
 		gmt__json_commit(o, p);
 		gmt__json_string_or_null(o, ips != NULL ? gmt__frames_runtime_call(cache, ips, depth) : NULL);
-		ntags = stack_tags(ips, depth);
 		gmt__json_str(o, ", \"tags\": [");
 		for (int t = 0; t < ntags; t++) {
 			const char *name = gmt__tag_name((uint32_t)ips[depth - ntags + t]);
@@ -290,7 +191,7 @@ static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, cons
 			out_site(o, &sites->v[i]);
 		gmt__json_str(o, ", \"frames\": [");
 		if (ips != NULL)
-			out_frames(o, cache, ips, depth - ntags, sites->n > 0 ? &sites->v[i] : NULL);
+			out_frames(o, cache, ips, nframes, sites->n > 0 ? &sites->v[i] : NULL);
 		gmt__json_str(o, "]}");
 	}
 	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
@@ -415,92 +316,9 @@ static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, 
 
 /* ---- the history: sites, series, events ------------------------------------------ */
 
-const char *gmt__reason_name(enum gmt__reason reason)
-{
-	static const char *const names[GMT_REASON_COUNT] = {
-#define GMT_X(id, word) [GMT_REASON_##id] = word,
-		GMT_REASONS(GMT_X)
-#undef GMT_X
-	};
-
-	return (unsigned)reason < GMT_REASON_COUNT ? names[reason] : NULL;
-}
-
 static const char *const hist_op_names[] = { "alloc", "free", "oom" };
 
-/* "sites": every site that allocated, most live bytes first. */
-struct site_ref {
-	uint32_t id;
-	uint64_t live;
-};
-
-static int by_live_desc(const void *x, const void *y)
-{
-	const struct site_ref *a = x, *b = y;
-
-	if (a->live != b->live)
-		return a->live < b->live ? 1 : -1;
-	return a->id < b->id ? -1 : a->id > b->id;
-}
-
-/* The sites with a history, by live bytes (largest first, then by id), into
- * *out (malloc'd). 0, or -ENOMEM. */
-static int sites_sorted(const struct gmt__history *h, struct site_ref **out, size_t *n)
-{
-	struct site_ref *v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
-
-	*n = 0;
-	*out = v;
-	if (v == NULL)
-		return -ENOMEM;
-	for (size_t id = 0; id < h->nsites; id++) {
-		const struct gmt__site *s = gmt__history_site(h, (uint32_t)id);
-
-		if (s != NULL)
-			v[(*n)++] = (struct site_ref){ (uint32_t)id, s->live_bytes };
-	}
-	qsort(v, *n, sizeof(*v), by_live_desc);
-	return 0;
-}
-
-/* The out-of-memory report's top sites: live bytes by site, summed over the
- * sites' stacks (the history's sites are stacks). */
-static void report_sites(struct gmt__report_sites *rep, const struct gmt__history *h, const struct site_ref *v,
-			 size_t n, const struct gmt__sites *sites, const uint32_t *ids)
-{
-	/* Index 0 gathers the allocations without a stack; i > 0 is site id i. */
-	size_t nslots = (size_t)sites->nsites + 1;
-	uint64_t *bytes = calloc(nslots, sizeof(*bytes)), *count = calloc(nslots, sizeof(*count));
-
-	memset(rep, 0, sizeof(*rep));
-	for (size_t i = 0; bytes != NULL && count != NULL && i < n; i++) {
-		const struct gmt__site *s = gmt__history_site(h, v[i].id);
-		const struct gmt__stack_site *ss = gmt__sites_of(sites, ids, v[i].id);
-		uint32_t slot = ss != NULL ? ss->site : 0;
-
-		bytes[slot] += s->live_bytes;
-		count[slot] += s->live_count;
-	}
-	for (int k = 0; bytes != NULL && count != NULL && k < REPORT_SHOWN; k++) {
-		size_t best = SIZE_MAX;
-
-		for (size_t i = 0; i < nslots; i++) {
-			if (bytes[i] > 0 && (best == SIZE_MAX || bytes[i] > bytes[best]))
-				best = i;
-		}
-		if (best == SIZE_MAX)
-			break;
-		rep->bytes[k] = bytes[best];
-		rep->count[k] = count[best];
-		rep->where[k] = best > 0 ? sites->labels[best - 1] : "(no stack recorded)";
-		rep->n++;
-		bytes[best] = 0;
-	}
-	free(bytes);
-	free(count);
-}
-
-static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct site_ref *v, size_t n)
+static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n)
 {
 	gmt__json_str(o, " \"sites\": [");
 	for (size_t i = 0; i < n && o->err == 0; i++) {
@@ -896,115 +714,17 @@ static void out_leaks(struct gmt__json *o, struct gmt__frame_cache *cache, const
 	gmt__json_str(o, "]}\n");
 }
 
-/* One snapshot's analysis: everything the document and the reports say,
- * made before anything is written and whether or not anything is. */
-struct doc {
-	struct collect c;             /* the live set, by section then address */
-	size_t hi0, hi1;              /* where reservations and mappings begin */
-	struct gmt__idset ids;             /* every stack the document names */
-	size_t nids;
-	struct site_ref *sites;       /* by live bytes */
-	size_t nsites;
-	struct gmt__view *view;
-	struct gmt__sites stack_sites;     /* each stack's site, by index in ids */
-	struct gmt__report_sites rep;      /* the out-of-memory report's top sites */
-	struct gmt__leak_work lw;
-	struct gmt__frame_cache cache;
-	bool cache_open;
-};
-
-static void doc_free(struct doc *d)
-{
-	if (d->cache_open)
-		gmt__frames_close(&d->cache);
-	gmt__leakcheck_free(&d->lw);
-	gmt__sites_free(&d->stack_sites);
-	free(d->sites);
-	free(d->view);
-	free(d->ids.v);
-	free(d->c.v);
-}
-
-/* The analysis; also the leak check's verdict and report, and the
- * out-of-memory report (s->leaks, s->report). 0 or a negative errno. */
-static int analyse(const struct gmt__snapshot *s, struct doc *d)
-{
-	const struct gmt__history *h = s->history;
-	int r;
-
-	d->view = malloc(sizeof(*d->view));
-	d->c.cap = s->nentries;
-	d->c.v = malloc((d->c.cap ? d->c.cap : 1) * sizeof(*d->c.v));
-	if (d->view == NULL || d->c.v == NULL)
-		return -ENOMEM;
-	for (size_t i = 0; i < s->nentries; i++)
-		d->c.v[d->c.n++] = &s->entries[i];
-	if (d->c.n > 1)
-		qsort(d->c.v, d->c.n, sizeof(*d->c.v), by_section_address);
-	/* Sorted by section: three runs, one per array. */
-	for (d->hi0 = 0; d->hi0 < d->c.n && section_of(d->c.v[d->hi0]) == 0; d->hi0++)
-		;
-	for (d->hi1 = d->hi0; d->hi1 < d->c.n && section_of(d->c.v[d->hi1]) == 1; d->hi1++)
-		;
-	gmt__view_build(s, d->c.v, d->hi0, d->view);
-	if (s->leaks != NULL) {
-		r = gmt__leakcheck_collect(&d->lw, d->c.v, d->hi0, d->c.v + d->hi1, d->c.n - d->hi1, h, &d->ids);
-		if (r < 0)
-			return r;
-	}
-	/* The stacks the document names: the live set's, the failed
-	 * request's, every site's and every history event's. */
-	for (size_t i = 0; i < d->c.n; i++) {
-		if ((r = gmt__idset_add(&d->ids, d->c.v[i]->stack)) < 0)
-			return r;
-	}
-	if (s->failed != NULL && (r = gmt__idset_add(&d->ids, s->failed->stack)) < 0)
-		return r;
-	if (h != NULL) {
-		if ((r = sites_sorted(h, &d->sites, &d->nsites)) < 0)
-			return r;
-		for (size_t i = 0; i < d->nsites; i++) {
-			if ((r = gmt__idset_add(&d->ids, d->sites[i].id)) < 0)
-				return r;
-		}
-		for (size_t i = 0; i < h->count; i++) {
-			if ((r = gmt__idset_add(&d->ids, gmt__history_event(h, i)->stack)) < 0)
-				return r;
-		}
-	}
-	d->nids = gmt__idset_sorted(&d->ids);
-	if (s->leaks != NULL)
-		gmt__leakcheck_scan(&d->lw, s);
-	gmt__frames_open(&d->cache);
-	d->cache_open = true;
-	resolve_stacks(&d->cache, &d->ids, d->nids, s->site_libraries, &d->stack_sites,
-		       s->leaks != NULL ? &d->lw : NULL);
-	if (h != NULL)
-		report_sites(&d->rep, h, d->sites, d->nsites, &d->stack_sites, d->ids.v);
-	if (s->leaks != NULL) {
-		if ((r = gmt__leakcheck_classify(&d->lw)) < 0)
-			return r;
-		s->leaks->judged = true;
-		if (s->leaks->want_report)
-			gmt__text_leak_report(&d->lw, &d->cache);
-	}
-	/* The report is the program's, the file the tracer's: it is made
-	 * whether or not the file can be written. */
-	if (s->report != NULL && s->report_len > 0 && d->view->have_diagnosis)
-		gmt__text_oom_report(s, d->view, &d->rep);
-	return 0;
-}
-
-/* The document of the analysis, streamed to o. */
-static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct doc *d, const struct gmt__api_table *apis)
+/* The document of the model, streamed to o. */
+static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct gmt__model *d,
+		   const struct gmt__api_table *apis)
 {
 	out_header(o, s, d->view);
 	gmt__json_str(o, " \"allocations\": [");
-	out_section(o, d->c.v, d->hi0, apis);
+	out_section(o, d->live, d->hi0, apis);
 	gmt__json_str(o, "],\n \"vmm\": {\"reservations\": [");
-	out_section(o, d->c.v + d->hi0, d->hi1 - d->hi0, apis);
+	out_section(o, d->live + d->hi0, d->hi1 - d->hi0, apis);
 	gmt__json_str(o, "], \"mappings\": [");
-	out_section(o, d->c.v + d->hi1, d->c.n - d->hi1, apis);
+	out_section(o, d->live + d->hi1, d->nlive - d->hi1, apis);
 	gmt__json_str(o, "]},\n");
 	if (s->history != NULL) {
 		out_sites(o, s->history, d->sites, d->nsites);
@@ -1020,10 +740,16 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct do
 
 int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
 {
-	struct doc d = { .lw = { .in = s->leaks } };
+	struct gmt__model d;
 	struct gmt__api_table apis = { 0 };
-	int r = analyse(s, &d);
+	int r = gmt__model_build(&d, s);
 
+	if (r == 0 && s->leaks != NULL && s->leaks->want_report)
+		gmt__text_leak_report(&d.lw, &d.cache);
+	/* The report is the program's, the file the tracer's: it is made
+	 * whether or not the file can be written. */
+	if (r == 0 && s->report != NULL && s->report_len > 0 && d.view->have_diagnosis)
+		gmt__text_oom_report(s, d.view, &d.top);
 	if (r == 0 && o != NULL) {
 		r = api_table_init(&apis, s);
 		if (r == 0) {
@@ -1032,6 +758,6 @@ int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
 		}
 	}
 	api_table_free(&apis);
-	doc_free(&d);
+	gmt__model_free(&d);
 	return r;
 }

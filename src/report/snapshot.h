@@ -1,131 +1,17 @@
-/* Snapshot writing: one JSON document (docs/snapshot-format.md) built from
- * a copy of the live entries and of the history that the caller took (under
- * its lock, which it released before calling), the interned stacks and the
- * numbers it hands over, written atomically into GPUMEMTRACE_DIR as
- * gpumemtrace.<pid>.<reason>.<seq>.json. Never from a signal handler. */
+/* Snapshot writing: one JSON document (docs/snapshot-format.md) made from a
+ * capture (analyze/capture.h) by the analysis (analyze/model.h), written
+ * atomically into GPUMEMTRACE_DIR as gpumemtrace.<pid>.<reason>.<seq>.json.
+ * Never from a signal handler. */
 #ifndef GMT_SNAPSHOT_H
 #define GMT_SNAPSHOT_H
 
-#include "intercept/device.h"
-#include "state/history.h"
-#include "analyze/leaks.h"
-#include "analyze/suppress.h"
-#include "state/table.h"
-#include "tracer/options.h"
+#include "analyze/capture.h"
 
-#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
-
-/* Devices one snapshot describes at most. */
-#define GMT_SNAPSHOT_MAX_DEVICES 64
-
-struct gmt__snapshot_device {
-	int index;
-	uint64_t live_bytes;   /* tracked, this process */
-	const struct gmt__device_state *state; /* what the driver said; NULL: not asked */
-};
-
-/* Who the process is: its host and, in a distributed job, its rank. */
-struct gmt__snapshot_process {
-	int ppid;
-	const char *host;
-	int64_t rank, local_rank, world_size; /* -1: not set */
-	const char *rank_variable;           /* the variable rank came from, or NULL */
-};
-
-struct gmt__snapshot_request {
-	const char *api;       /* the entry point that failed, e.g. "cuMemAlloc_v2" */
-	uint64_t size;
-	int device;
-	int result;            /* the CUresult it returned */
-	int kind;              /* enum gmt__kind it asked for */
-	uint32_t stack;        /* the asking thread's stack (0: none) */
-	uint64_t failure;      /* its ordinal among the process's out-of-memory results, from 1 */
-};
-
-struct gmt__snapshot_stat {
-	const char *name;
-	uint64_t value;
-};
-
-/* The leak check of an exit snapshot: what it is given, and what it found.
- * Every live allocation gets a class (leaked, referenced, cached) and may be
- * suppressed by a rule; docs/tracing.md "Leak check" says what they mean. */
-struct gmt__snapshot_leaks {
-	/* In. */
-	const struct gmt__supp *supp;   /* rules, first match wins; may be NULL */
-	const char *supp_error;         /* the suppressions file was refused: why; or NULL */
-	unsigned classes;               /* enum gmt__leak_class_bit: what counts */
-	bool scan;                      /* run the pointer scan (leaks.h) */
-	uintptr_t stack_from;           /* the scan reads the calling thread's stack from here up */
-	const struct gmt__range *skip;  /* the tracer's own memory, never read */
-	size_t nskip;
-	int exit_status;                /* what the program passed to exit(); -1: not known */
-	bool want_report;               /* fill `report` */
-	/* Out, valid when the writer returns with judged set — whether or not
-	 * the file could be written. */
-	bool judged;                    /* the allocations were classified */
-	uint64_t counted_count, counted_bytes; /* unsuppressed allocations of counted classes */
-	int suspects;                   /* growth suspects found */
-	char *report;                   /* the report, lines without prefix, malloc'd; or NULL */
-};
 
 /* The format's additions to version 1 (docs/snapshot-format.md): 1, the
  * site rule's stacks[].site and frames[].role. */
 #define GMT_SNAPSHOT_MINOR "1"
-
-/* Why a snapshot is written: a trigger (options.h), or gmt_dump(). */
-#define GMT_REASONS(X) GMT_TRIGGERS(X) X(API, "api")
-
-enum gmt__reason {
-#define GMT_X(id, word) GMT_REASON_##id,
-	GMT_REASONS(GMT_X)
-#undef GMT_X
-	GMT_REASON_COUNT
-};
-
-/* "oom", "exit", ...; NULL for a value outside the list. */
-const char *gmt__reason_name(enum gmt__reason reason);
-
-struct gmt__snapshot {
-	enum gmt__reason reason;
-	uint64_t seq;          /* this process's snapshot number, from 1 */
-	uint64_t time_ns;      /* CLOCK_REALTIME */
-	int pid;
-	int argc;
-	char *const *argv;     /* may be NULL (argc 0) */
-	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
-	const struct gmt__snapshot_device *devices;
-	int ndevices;
-	const struct gmt__snapshot_request *failed; /* GMT_REASON_OOM only, else NULL */
-	/* The live entries (any order), and the history (events, series,
-	 * sites; may be NULL): the snapshot's own, nothing else changes them
-	 * while it is written (gmt__table_copy, gmt__history_copy). */
-	const struct gmt__entry *entries;
-	size_t nentries;
-	const char *const *api_names; /* api label index → name */
-	int napi;
-	const struct gmt__snapshot_stat *stats; /* the tracer's own counters */
-	int nstats;
-	const struct gmt__snapshot_process *process; /* may be NULL */
-	const struct gmt__history *history;
-	/* GPUMEMTRACE_SITE_LIBRARIES (sites.h), or NULL. */
-	const char *site_libraries;
-	/* Out, may be NULL: the number the snapshot got (seq, or a later one
-	 * when names were taken). */
-	uint64_t *seq_out;
-	/* Out: for an "oom" snapshot, a few lines for a human (requested, free,
-	 * verdict, top sites; no path), NUL-terminated, whether or not the file
-	 * could be written ("" when the diagnosis could not be made); may be
-	 * NULL. */
-	char *report;
-	size_t report_len;
-	/* The leak check (exit snapshots), or NULL. */
-	struct gmt__snapshot_leaks *leaks;
-	/* Write no file: build the document for the leak report only. */
-	bool no_file;
-};
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

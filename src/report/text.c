@@ -259,7 +259,7 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 
 /* The oom report: a few lines for the program's stderr. */
 void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view *view,
-			  const struct gmt__report_sites *rep)
+			  const struct gmt__top_sites *rep)
 {
 	const struct gmt__device_state *st = view->diag_in.state;
 	char a[32], b[32], c[32];

@@ -44,7 +44,7 @@ LISTS = {
     "GMT_VERDICTS": lambda: x_list("src/analyze/diagnose.h", "GMT_VERDICTS"),
     "GMT_TRIGGERS": lambda: x_list("src/tracer/options.h", "GMT_TRIGGERS"),
     "GMT_LEAK_CLASSES": lambda: x_list("src/tracer/options.h", "GMT_LEAK_CLASSES"),
-    "GMT_REASONS": lambda: x_list("src/report/snapshot.h", "GMT_REASONS"),
+    "GMT_REASONS": lambda: x_list("src/analyze/capture.h", "GMT_REASONS"),
     "GMT_FRAME_ROLES": lambda: x_list("src/analyze/sites.h", "GMT_FRAME_ROLES"),
 }
 

@@ -1,7 +1,7 @@
 """The words of the snapshot format, one list each: the viewer's copies of the
 tracer's lists (GMT_KINDS in src/record/event.h, GMT_VERDICTS in
 src/analyze/diagnose.h, GMT_TRIGGERS and GMT_LEAK_CLASSES in
-src/tracer/options.h, GMT_REASONS in src/report/snapshot.h, GMT_FRAME_ROLES in
+src/tracer/options.h, GMT_REASONS in src/analyze/capture.h, GMT_FRAME_ROLES in
 src/analyze/sites.h). tests/unit/test_vocabulary.py holds these, and the
 enums of docs/snapshot.schema.json, equal to the C lists."""
 

@@ -1,0 +1,245 @@
+/* The model of one snapshot (model.h): the analysis between the capture and
+ * the render. */
+#define _GNU_SOURCE
+#include "analyze/model.h"
+
+#include "record/stacks.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *gmt__reason_name(enum gmt__reason reason)
+{
+	static const char *const names[GMT_REASON_COUNT] = {
+#define GMT_X(id, word) [GMT_REASON_##id] = word,
+		GMT_REASONS(GMT_X)
+#undef GMT_X
+	};
+
+	return (unsigned)reason < GMT_REASON_COUNT ? names[reason] : NULL;
+}
+
+/* ---- collecting and sorting the live set -------------------------------------- */
+
+/* Where an entry goes: 0 "allocations", 1 "vmm.reservations", 2 "vmm.mappings". */
+static int section_of(const struct gmt__entry *e)
+{
+	switch (e->space) {
+	case GMT_SPACE_RESERVATION:
+		return 1;
+	case GMT_SPACE_MAPPING:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+/* By section, then address, then space. */
+static int by_section_address(const void *x, const void *y)
+{
+	const struct gmt__entry *a = *(const struct gmt__entry *const *)x;
+	const struct gmt__entry *b = *(const struct gmt__entry *const *)y;
+	int sa = section_of(a), sb = section_of(b);
+
+	if (sa != sb)
+		return sa - sb;
+	if (a->addr != b->addr)
+		return a->addr < b->addr ? -1 : 1;
+	return (int)a->space - (int)b->space;
+}
+
+/* ---- the stacks ----------------------------------------------------------------- */
+
+static void no_native(void *ctx, const struct gmt__frame_info *f, const struct gmt__frame_sym *sym,
+		      const char *function)
+{
+	(void)ctx, (void)f, (void)sym, (void)function;
+}
+
+static void no_python(void *ctx, uintptr_t word)
+{
+	(void)ctx, (void)word;
+}
+
+/* The analysis of the stacks ids[0..n): every frame resolved (dladdr, libdw:
+ * the loader's lock — never under the tracer's), in the order the document
+ * then writes them, so that "modules" lists each in the order first seen;
+ * then their sites (sites.h: without memory for them, frames are written
+ * without a site), and the leak check's rules matched (lw, may be NULL). */
+static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
+			   const char *site_libraries, struct gmt__sites *sites, struct gmt__leak_work *lw)
+{
+	const struct gmt__frame_sink none = { no_native, no_python, NULL };
+	struct gmt__site_rules rules;
+
+	for (size_t i = 0; i < n; i++) {
+		int depth = 0;
+		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+
+		cache->epoch = gmt__stack_epoch(ids->v[i]);
+		if (ips != NULL) {
+			(void)gmt__frames_runtime_call(cache, ips, depth);
+			gmt__frames_sink(&none, cache, ips, gmt__stack_frames(ips, depth));
+		}
+	}
+	(void)gmt__site_rules_init(&rules, site_libraries);
+	(void)gmt__sites_build(sites, cache, ids->v, n, &rules);
+	gmt__site_rules_free(&rules);
+	for (size_t i = 0; lw != NULL && i < n; i++) {
+		int depth = 0;
+		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		const struct gmt__stack_site *site = sites->n > 0 ? &sites->v[i] : NULL;
+
+		cache->epoch = gmt__stack_epoch(ids->v[i]);
+		gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, gmt__stack_frames(ips, depth),
+					  site != NULL ? site->label : "an unknown place");
+	}
+}
+
+/* ---- the history's sites ------------------------------------------------------- */
+
+static int by_live_desc(const void *x, const void *y)
+{
+	const struct gmt__site_ref *a = x, *b = y;
+
+	if (a->live != b->live)
+		return a->live < b->live ? 1 : -1;
+	return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The sites with a history, by live bytes (largest first, then by id), into
+ * *out (malloc'd). 0, or -ENOMEM. */
+static int sites_sorted(const struct gmt__history *h, struct gmt__site_ref **out, size_t *n)
+{
+	struct gmt__site_ref *v = malloc((h->nsites ? h->nsites : 1) * sizeof(*v));
+
+	*n = 0;
+	*out = v;
+	if (v == NULL)
+		return -ENOMEM;
+	for (size_t id = 0; id < h->nsites; id++) {
+		const struct gmt__site *s = gmt__history_site(h, (uint32_t)id);
+
+		if (s != NULL)
+			v[(*n)++] = (struct gmt__site_ref){ (uint32_t)id, s->live_bytes };
+	}
+	qsort(v, *n, sizeof(*v), by_live_desc);
+	return 0;
+}
+
+/* The out-of-memory report's top sites: live bytes by site, summed over the
+ * sites' stacks (the history's sites are stacks). */
+static void top_sites(struct gmt__top_sites *rep, const struct gmt__history *h, const struct gmt__site_ref *v,
+			 size_t n, const struct gmt__sites *sites, const uint32_t *ids)
+{
+	/* Index 0 gathers the allocations without a stack; i > 0 is site id i. */
+	size_t nslots = (size_t)sites->nsites + 1;
+	uint64_t *bytes = calloc(nslots, sizeof(*bytes)), *count = calloc(nslots, sizeof(*count));
+
+	memset(rep, 0, sizeof(*rep));
+	for (size_t i = 0; bytes != NULL && count != NULL && i < n; i++) {
+		const struct gmt__site *s = gmt__history_site(h, v[i].id);
+		const struct gmt__stack_site *ss = gmt__sites_of(sites, ids, v[i].id);
+		uint32_t slot = ss != NULL ? ss->site : 0;
+
+		bytes[slot] += s->live_bytes;
+		count[slot] += s->live_count;
+	}
+	for (int k = 0; bytes != NULL && count != NULL && k < GMT_TOP_SITES; k++) {
+		size_t best = SIZE_MAX;
+
+		for (size_t i = 0; i < nslots; i++) {
+			if (bytes[i] > 0 && (best == SIZE_MAX || bytes[i] > bytes[best]))
+				best = i;
+		}
+		if (best == SIZE_MAX)
+			break;
+		rep->bytes[k] = bytes[best];
+		rep->count[k] = count[best];
+		rep->where[k] = best > 0 ? sites->labels[best - 1] : "(no stack recorded)";
+		rep->n++;
+		bytes[best] = 0;
+	}
+	free(bytes);
+	free(count);
+}
+
+/* ---- the model ------------------------------------------------------------------ */
+
+int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
+{
+	const struct gmt__history *h = s->history;
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	d->lw.in = s->leaks;
+	d->view = malloc(sizeof(*d->view));
+	d->live = malloc((s->nentries ? s->nentries : 1) * sizeof(*d->live));
+	if (d->view == NULL || d->live == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->nentries; i++)
+		d->live[d->nlive++] = &s->entries[i];
+	if (d->nlive > 1)
+		qsort(d->live, d->nlive, sizeof(*d->live), by_section_address);
+	/* Sorted by section: three runs, one per array. */
+	for (d->hi0 = 0; d->hi0 < d->nlive && section_of(d->live[d->hi0]) == 0; d->hi0++)
+		;
+	for (d->hi1 = d->hi0; d->hi1 < d->nlive && section_of(d->live[d->hi1]) == 1; d->hi1++)
+		;
+	gmt__view_build(s, d->live, d->hi0, d->view);
+	if (s->leaks != NULL) {
+		r = gmt__leakcheck_collect(&d->lw, d->live, d->hi0, d->live + d->hi1, d->nlive - d->hi1, h, &d->ids);
+		if (r < 0)
+			return r;
+	}
+	/* The stacks the document names: the live set's, the failed
+	 * request's, every site's and every history event's. */
+	for (size_t i = 0; i < d->nlive; i++) {
+		if ((r = gmt__idset_add(&d->ids, d->live[i]->stack)) < 0)
+			return r;
+	}
+	if (s->failed != NULL && (r = gmt__idset_add(&d->ids, s->failed->stack)) < 0)
+		return r;
+	if (h != NULL) {
+		if ((r = sites_sorted(h, &d->sites, &d->nsites)) < 0)
+			return r;
+		for (size_t i = 0; i < d->nsites; i++) {
+			if ((r = gmt__idset_add(&d->ids, d->sites[i].id)) < 0)
+				return r;
+		}
+		for (size_t i = 0; i < h->count; i++) {
+			if ((r = gmt__idset_add(&d->ids, gmt__history_event(h, i)->stack)) < 0)
+				return r;
+		}
+	}
+	d->nids = gmt__idset_sorted(&d->ids);
+	if (s->leaks != NULL)
+		gmt__leakcheck_scan(&d->lw, s);
+	gmt__frames_open(&d->cache);
+	d->cache_open = true;
+	resolve_stacks(&d->cache, &d->ids, d->nids, s->site_libraries, &d->stack_sites,
+		       s->leaks != NULL ? &d->lw : NULL);
+	if (h != NULL)
+		top_sites(&d->top, h, d->sites, d->nsites, &d->stack_sites, d->ids.v);
+	if (s->leaks != NULL) {
+		if ((r = gmt__leakcheck_classify(&d->lw)) < 0)
+			return r;
+		s->leaks->judged = true;
+	}
+	return 0;
+}
+
+void gmt__model_free(struct gmt__model *d)
+{
+	if (d->cache_open)
+		gmt__frames_close(&d->cache);
+	gmt__leakcheck_free(&d->lw);
+	gmt__sites_free(&d->stack_sites);
+	free(d->sites);
+	free(d->view);
+	free(d->ids.v);
+	free(d->live);
+	memset(d, 0, sizeof(*d));
+}
+

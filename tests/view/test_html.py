@@ -339,6 +339,22 @@ class TestEdges(unittest.TestCase):
         self.assertEqual(a["addr_enc"], "hex")
         self.assertEqual(addresses(a), [int(x["address"], 16) for x in d["allocations"]])
 
+    def test_stacks_of_one_site_are_one_row(self) -> None:
+        """Stacks the tracer put in one site are one row of the sites table,
+        their bytes added up; the flame graph keeps them apart (its per-stack
+        columns), since their frames differ."""
+        raw, truth = fixtures.synthetic(n=400, sites=5)
+        raw["stacks"][1]["site"] = dict(raw["stacks"][0]["site"])
+        d = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]
+        s, ps = d["sites"], d["stack_sites"]
+        rows = {sid: b for sid, b in zip(s["stack"], s["live"])}
+        one, two = truth["sites"].get(1, (0, 0))[0], truth["sites"].get(2, (0, 0))[0]
+        self.assertEqual(len(s["stack"]), len(ps["stack"]) - 1)
+        self.assertEqual(rows.get(1 if one >= two else 2), one + two)
+        self.assertNotIn(2 if one >= two else 1, rows)
+        self.assertEqual({k: b for k, b, c in zip(ps["stack"], ps["live"], ps["count"]) if c},
+                         {k: v[0] for k, v in truth["sites"].items() if v[1]})
+
     def test_no_sites_section(self) -> None:
         raw, truth = fixtures.synthetic(n=200)
         del raw["sites"]

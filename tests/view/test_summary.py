@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [os.path.join(ROOT, "tools"), HERE]
 
 import fixtures  # noqa: E402
-from gmtview import load, summary  # noqa: E402
+from gmtview import load, model, summary  # noqa: E402
 from gmtview.model import fmt_bytes, fmt_delta  # noqa: E402
 
 Doc = Dict[str, Any]
@@ -92,6 +92,10 @@ def check_safe(text: str, color: bool, what: str) -> None:
             ctx = plain[max(0, i - 30):i + 10]
             raise AssertionError(f"{what}: raw {ch!r} at {i} in the output: …{ctx!r}…")
     text.encode("utf-8")
+
+
+def load_groups(doc: Doc) -> List[Dict[str, Any]]:
+    return model.site_groups(doc)
 
 
 def section(text: str, title: str) -> str:
@@ -328,6 +332,54 @@ def top_controls_length() -> None:
     if not short < long:
         raise AssertionError(f"top=1 gives {short} lines, top=40 {long}")
     eq(len(site_entries(summary.summary(doc, top=3))), 3, "sites listed with top=3")
+
+
+@test
+def stacks_of_one_site_are_one_entry() -> None:
+    """Stacks the tracer put in one site (stacks[].site.id) are one entry,
+    their bytes added up, named by the site's label; --frames shows the
+    site's frame and more of its callers in the program's code."""
+    raw = synthetic(n=600, sites=6, oom=False)[0]
+    # Stack 2: stack 1's frames of the program's own, reached through
+    # another frame of CUDA's.
+    merged = raw["stacks"][1]
+    merged["frames"] = copy.deepcopy(raw["stacks"][0]["frames"])
+    merged["frames"][0].update(address="0x7f0000009990", offset="0x9990", function="cudaMallocAsync")
+    merged["site"] = dict(raw["stacks"][0]["site"])
+    doc = checked(raw)
+    by_stack = {x["stack"]: x["live_bytes"] for x in doc["sites"]}
+    groups = [g for g in load_groups(doc) if g["site"] == raw["stacks"][0]["site"]["id"]]
+    eq(len(groups), 1, "one group for the two stacks")
+    eq(sorted(groups[0]["stacks"]), [1, 2], "its stacks")
+    eq(groups[0]["live_bytes"], by_stack.get(1, 0) + by_stack.get(2, 0), "its bytes")
+    text = summary.summary(doc, width=200, top=20)
+    entries = site_entries(text)
+    eq(len(entries), len({s["site"]["id"] for s in raw["stacks"]}), "entries: one per site")
+    label = raw["stacks"][0]["site"]["label"]
+    eq(sum(1 for e in entries if label in e), 1, "the label once")
+    has(text, fmt_bytes(groups[0]["live_bytes"]), "the summed bytes")
+    top = site_entries(summary.summary(doc, width=200, top=1, frames=6))[0]
+    few = site_entries(summary.summary(doc, width=200, top=1, frames=1))[0]
+    eq(len(few.split("\n")), 2, "--frames 1: the site's frame only")
+    eq(len(top.split("\n")), 7, "--frames 6: six frames of the program's code")
+
+
+@test
+def an_older_snapshot_without_sites() -> None:
+    """A snapshot written before the tracer named sites: each stack its own
+    site, named by its innermost frame with a file and a line."""
+    raw = synthetic(n=200, sites=4, oom=False)[0]
+    for st in raw["stacks"]:
+        del st["site"]
+        for f in st["frames"]:
+            del f["role"]
+    doc = checked(raw)
+    st = doc["_stack_by_id"][1]
+    eq(st["site"]["id"], -1, "a site of its own")
+    eq(st["site"]["frame"], 1, "the innermost frame with a file and a line")
+    eq(st["frames"][0]["role"], "user", "no roles: every frame the program's")
+    text = summary.summary(doc, width=200)
+    has(text, "site_1 (model1.c:10)", "named by that frame")
 
 
 # --------------------------------------------------------------------------

@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="write a PyTorch memory snapshot pickle (for pytorch.org/memory_viz) to OUT")
     p.add_argument("--top", type=_positive, default=10, metavar="N",
                    help="sites and items listed in the terminal (default 10)")
+    p.add_argument("--frames", type=_positive, default=3, metavar="N",
+                   help="frames shown for each of the largest sites and the failed request: the site's own "
+                        "and its callers in the program's code (default 3)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour the terminal summary (auto: when standard output is a terminal "
                         "and NO_COLOR is not set)")
@@ -159,7 +162,7 @@ def run(argv: Sequence[str]) -> int:
         from . import summary
         color, width = _color(args.color), _width(args.width)
         if mode == "single":
-            text = summary.summary(docs[0], width=width, color=color, top=args.top)
+            text = summary.summary(docs[0], width=width, color=color, top=args.top, frames=args.frames)
         elif mode == "diff":
             text = summary.diff_text(docs[0], docs[1], width=width, color=color, top=args.top)
         else:

@@ -493,7 +493,9 @@ def _allocs_data(doc: Doc, base: int, kind_ix: Dict[str, int]) -> Dict[str, Any]
             "api": api_col, "apis": list(apis)}
 
 
-def _sites_data(doc: Doc) -> Dict[str, Any]:
+def _sites_data(doc: Doc, per_stack: bool = False) -> Dict[str, Any]:
+    """The sites table's columns: one row per allocation site (stacks of one
+    site added up; per_stack: one row per stack, for the flame graph)."""
     sites = doc["sites"]
     if not sites and doc["allocations"]:
         # No sites section: gather the allocations by stack instead.
@@ -506,6 +508,9 @@ def _sites_data(doc: Doc) -> Dict[str, Any]:
                   "allocs": c, "alloc_bytes": b, "rising_windows": 0, "falling_windows": 0,
                   "growing": False, "suspect": False}
                  for k, (b, c) in sorted(by.items(), key=lambda kv: -kv[1][0])]
+    elif not per_stack:
+        sites = [dict(g, rising_windows=g["rising"], falling_windows=g["falling"])
+                 for g in model.site_groups(doc)]
     cols = {"stack": "stack", "live": "live_bytes", "count": "live_count", "peak": "peak_bytes",
             "growth": "growth_bytes", "allocs": "allocs", "alloc_bytes": "alloc_bytes",
             "rising": "rising_windows", "falling": "falling_windows"}
@@ -598,6 +603,7 @@ def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> 
                                            "stack": fr["stack"]},
         "stacks": _stacks_data(doc, frames),
         "sites": _sites_data(doc),
+        "stack_sites": _sites_data(doc, per_stack=True),
         "allocs": _allocs_data(doc, base, kind_ix),
         "series": {"t": [t - base for t in s["time_ns"]], "interval_ns": s["interval_ns"],
                    "dropped": s["columns_dropped"],

@@ -112,6 +112,35 @@ def process_label(doc: Doc) -> str:
     return f"pid {doc['pid']}{host}"
 
 
+def site_groups(doc: Doc) -> List[Dict[str, Any]]:
+    """The document's per-stack sites (doc["sites"]) gathered into allocation
+    sites (the tracer's stacks[].site.id), most live bytes first: {"site",
+    "stack" (the stack holding most of it: its title and frames stand for the
+    site), "stacks" (every stack id, most live bytes first), "live_bytes",
+    "live_count", "allocs", "alloc_bytes", "peak_bytes" (the sum of its
+    stacks' peaks: exact for one stack, at most that for several),
+    "growth_bytes" (summed), "rising", "falling" (its top stack's windows),
+    "growing", "suspect" (any of its stacks)}. Stack 0 (no stack recorded) is
+    a site of its own."""
+    groups: Dict[Any, Dict[str, Any]] = {}
+    for x in doc["sites"]:
+        st = doc["_stack_by_id"].get(x["stack"]) if x["stack"] else None
+        key = ("site", st["site"]["id"]) if st is not None else ("stack", x["stack"])
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"site": key[1] if key[0] == "site" else None, "stack": x["stack"], "stacks": [],
+                               "live_bytes": 0, "live_count": 0, "allocs": 0, "alloc_bytes": 0,
+                               "peak_bytes": 0, "growth_bytes": 0, "rising": x["rising_windows"],
+                               "falling": x["falling_windows"], "growing": False, "suspect": False}
+        g["stacks"].append(x["stack"])
+        for k in ("live_bytes", "live_count", "allocs", "alloc_bytes", "peak_bytes", "growth_bytes"):
+            g[k] += x[k]
+        g["growing"] = g["growing"] or bool(x["growing"])
+        g["suspect"] = g["suspect"] or bool(x["suspect"])
+    # doc["sites"] comes most live bytes first: each group's first stack is its largest.
+    return sorted(groups.values(), key=lambda g: (-g["live_bytes"], -g["live_count"], g["stack"]))
+
+
 def diff(old: Doc, new: Doc) -> List[Dict[str, Any]]:
     """Growth by site from old to new, most growth first: one row per site in
     either, {"key", "title", "old_bytes", "new_bytes", "delta_bytes",

@@ -377,8 +377,9 @@ def kind_bytes(doc: Doc) -> Dict[Tuple[int, str], int]:
 # ---------------------------------------------------------------------------
 # One snapshot
 
-def facts(doc: Doc, top: int = 10) -> Dict[str, Any]:
-    """What the summary of one snapshot shows, as data (bytes as ints)."""
+def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
+    """What the summary of one snapshot shows, as data (bytes as ints); the
+    three largest sites with `frames` frames each, the others with one."""
     by_stack, host = _places(doc)
     s = doc["summary"]
     out: Dict[str, Any] = {
@@ -411,17 +412,25 @@ def facts(doc: Doc, top: int = 10) -> Dict[str, Any]:
 
     live_total = s["live_bytes"]
     sites = []
-    live_sites = [x for x in doc["sites"] if x["live_bytes"] or x["live_count"]]
+    live_sites = [g for g in model.site_groups(doc) if g["live_bytes"] or g["live_count"]]
     for rank, x in enumerate(live_sites[:top]):
         st = doc["_stack_by_id"].get(x["stack"]) if x["stack"] else None
-        places = sorted(by_stack.get(x["stack"], {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        where: Dict[Tuple[int, str], int] = {}
+        calls: List[str] = []
+        for sid in x["stacks"]:
+            for k, b in by_stack.get(sid, {}).items():
+                where[k] = where.get(k, 0) + b
+            call = (doc["_stack_by_id"].get(sid) or {}).get("runtime_call")
+            if call and call not in calls:
+                calls.append(call)
+        places = sorted(where.items(), key=lambda kv: (-kv[1], kv[0]))
         sites.append({"stack": x["stack"], "live_bytes": x["live_bytes"], "live_count": x["live_count"],
                       "share": _percent(x["live_bytes"], live_total),
                       "places": [(dev, kind, b) for (dev, kind), b in places],
-                      "runtime_call": st.get("runtime_call") if st else None,
+                      "runtime_call": ", ".join(calls) or None,
                       "tags": list(st["tags"]) if st else [],
                       "growing": x["growing"], "suspect": x["suspect"], "growth_bytes": x["growth_bytes"],
-                      "frames": site_frames(doc, x["stack"], 3 if rank < 3 else 1)})
+                      "frames": site_frames(doc, x["stack"], frames if rank < 3 else 1)})
     out["sites"] = sites
     out["sites_live"] = len(live_sites)
 
@@ -471,9 +480,10 @@ def facts(doc: Doc, top: int = 10) -> Dict[str, Any]:
     return out
 
 
-def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10) -> str:
+def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frames: int = 3) -> str:
     """The terminal summary of one snapshot."""
-    f = facts(doc, top)
+    f = facts(doc, top, frames)
+    f["frames_shown"] = frames
     t = _Text(width, color)
     _header(t, doc, f)
     if "diagnosis" in f or "failed" in f:
@@ -537,8 +547,8 @@ def _diagnosis(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
             extra.append(f"failure #{fr['failure']}")
         t.wrap(what + (f" ({', '.join(extra)})" if extra else ""),
                indent=0, hang=11, first=["  request: ", (fmt_bytes(fr["size"]), "bold"), " "])
-        frames = site_frames(doc, fr["stack"], 3)
-        for i, ft in enumerate(frames):
+        shown = site_frames(doc, fr["stack"], f.get("frames_shown", 3))
+        for i, ft in enumerate(shown):
             t.add("    " + ("at " if i == 0 else "\u2190  " if ft != "…" else "   "), ft)
 
 

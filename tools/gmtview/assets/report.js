@@ -677,8 +677,9 @@
     load(sources[0]);
   }
 
+  // Live bytes by stack (not by site: a site's stacks have frames of their own).
   function siteEntries(d) {
-    var s = d.sites, out = [];
+    var s = d.stack_sites, out = [];
     for (var i = 0; i < s.stack.length; i++) out.push([d, s.stack[i], s.live[i], s.count[i]]);
     return out;
   }

@@ -258,16 +258,10 @@ static void check_junit_path(const char *path)
  * it is a temporary one. */
 static bool make_dir(const char *dir, char *abs)
 {
-	struct stat st;
 	const char *tmp;
 
 	if (dir != NULL) {
-		if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-			cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
-		if (realpath(dir, abs) == NULL)
-			cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
-		if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
-			cli_die(GMT_EXIT_USAGE, "--dir '%s': not a directory", dir);
+		cli_make_dir(dir, abs);
 		return false;
 	}
 	tmp = getenv("TMPDIR");

@@ -78,10 +78,12 @@ void cli_help(void)
 	       "runs out of memory, and at the other triggers chosen.\n"
 	       "\n"
 	       "Options of run (each sets the variable named; invalid values are refused):\n"
-	       "  --dir DIR            GPUMEMTRACE_DIR: where snapshots go (default: the\n"
-	       "                       command's working directory); must exist\n"
-	       "  --snapshot-on LIST   GPUMEMTRACE_SNAPSHOT_ON: comma list of oom, exit, peak,\n"
-	       "                       signal (SIGUSR2), or none (default: oom)\n"
+	       "  --dir DIR            GPUMEMTRACE_DIR: where snapshots go, made if missing\n"
+	       "                       (default: the command's working directory)\n"
+	       "  --snapshot-on LIST   GPUMEMTRACE_SNAPSHOT_ON: snapshots besides the one at\n"
+	       "                       an out of memory, which is always written: comma list\n"
+	       "                       of exit, peak, signal (SIGUSR2); no-oom leaves that\n"
+	       "                       one out, none writes no snapshot (default: oom only)\n"
 	       "  --depth N            GPUMEMTRACE_STACK_DEPTH: native frames per allocation,\n"
 	       "                       0 to 256, 0 turns stacks off (default: 64)\n"
 	       "  --no-python-stacks   GPUMEMTRACE_PYTHON_STACKS=0: native frames only, no\n"
@@ -326,19 +328,25 @@ void cli_set_option(const char *flag, const char *var, const char *value)
 		cli_die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
 }
 
-/* --dir: made absolute now, so that a command that changes directory still
- * writes where it was asked to; it must exist. */
+void cli_make_dir(const char *dir, char *abs)
+{
+	struct stat st;
+
+	if (dir[0] == '\0')
+		cli_die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
+	if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+		cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
+	if (realpath(dir, abs) == NULL)
+		cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
+	if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
+		cli_die(GMT_EXIT_USAGE, "--dir '%s': not a directory", dir);
+}
+
 static void set_dir(const char *value)
 {
 	char abs[PATH_MAX];
-	struct stat st;
 
-	if (value[0] == '\0')
-		cli_die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
-	if (realpath(value, abs) == NULL)
-		cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", value, strerror(errno));
-	if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
-		cli_die(GMT_EXIT_USAGE, "--dir '%s': not a directory", value);
+	cli_make_dir(value, abs);
 	cli_set_option("--dir", "GPUMEMTRACE_DIR", abs);
 }
 

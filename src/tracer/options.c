@@ -119,24 +119,30 @@ static int parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
-/* The words of a TRIGGERS or CLASSES option: word i is bit i. */
+/* The words of a TRIGGERS or CLASSES option: word i is bit i. A list of
+ * triggers always has oom (keep) unless it says no-oom (off): adding a
+ * trigger never takes away the out-of-memory snapshot. */
 struct words {
 	const char *const *names;
 	size_t n;
+	unsigned keep;
+	const char *off;
 };
 
 static struct words words_of(const struct opt_desc *d)
 {
 	if (d->type == OPT_TRIGGERS)
-		return (struct words){ gmt__trigger_names, GMT_TRIGGER_COUNT };
-	return (struct words){ gmt__leak_class_names, GMT_LEAK_CLASS_COUNT };
+		return (struct words){ gmt__trigger_names, GMT_TRIGGER_COUNT, GMT_TRIGGER_OOM, GMT_TRIGGER_NO_OOM };
+	return (struct words){ gmt__leak_class_names, GMT_LEAK_CLASS_COUNT, 0, NULL };
 }
 
-/* A comma list of the words, each possibly surrounded by blanks, or the
- * single word "none". Empty items and unknown words are errors. */
+/* A comma list of the words (and w.off), each possibly surrounded by blanks,
+ * or the single word "none". Empty items, unknown words and w.off beside the
+ * word it turns off are errors. */
 static int parse_words(const char *s, struct words w, unsigned *out)
 {
 	unsigned bits = 0;
+	bool off = false;
 	const char *p = s;
 
 	for (;;) {
@@ -163,14 +169,19 @@ static int parse_words(const char *s, struct words w, unsigned *out)
 			if (word_is(p, n, w.names[i]))
 				break;
 		}
-		if (i == w.n)
+		if (i < w.n)
+			bits |= 1u << i;
+		else if (w.off != NULL && word_is(p, n, w.off))
+			off = true;
+		else
 			return -EINVAL;
-		bits |= 1u << i;
 		if (end == NULL)
 			break;
 		p = end + 1;
 	}
-	*out = bits;
+	if (off && (bits & w.keep))
+		return -EINVAL;
+	*out = off ? bits : bits | w.keep;
 	return 0;
 }
 
@@ -190,7 +201,7 @@ static const char *expected_of(const struct opt_desc *d)
 	case OPT_STRING:
 		return "a non-empty string";
 	case OPT_TRIGGERS:
-		return "a comma list of " GMT_TRIGGERS(GMT_WORD_COMMA) "or none";
+		return "a comma list of " GMT_TRIGGERS(GMT_WORD_COMMA) GMT_TRIGGER_NO_OOM ", or none";
 	case OPT_CLASSES:
 		return "a comma list of " GMT_LEAK_CLASSES(GMT_WORD_COMMA) "or none";
 	}
@@ -382,6 +393,9 @@ static int format_value(const struct gmt__options *o, const struct opt_desc *d, 
 			if (bits & (1u << i))
 				n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", w.names[i]);
 		}
+		/* So that the text parses back to the same value. */
+		if (bits != 0 && w.keep != 0 && !(bits & w.keep) && n < len)
+			snprintf(buf + n, len - n, ",%s", w.off);
 		break;
 	}
 	return 0;

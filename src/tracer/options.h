@@ -12,8 +12,10 @@
  * in which reports and help texts name them. tests/unit/test_vocabulary.py
  * holds the viewer's copies and the snapshot schema's enums to these. */
 
-/* Snapshot triggers (GPUMEMTRACE_SNAPSHOT_ON). */
+/* Snapshot triggers (GPUMEMTRACE_SNAPSHOT_ON). oom is on whatever the list
+ * adds, unless it says GMT_TRIGGER_NO_OOM (or is "none"). */
 #define GMT_TRIGGERS(X) X(OOM, "oom") X(EXIT, "exit") X(PEAK, "peak") X(SIGNAL, "signal")
+#define GMT_TRIGGER_NO_OOM "no-oom"
 
 /* Leak classes (GPUMEMTRACE_LEAK_CLASSES: which count as leaks): no reference
  * to it found; referenced from the program's memory; matched a caching rule. */
@@ -62,7 +64,8 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 #define GMT_OPTIONS(X)                                                                        \
 	X(dir, "GPUMEMTRACE_DIR", STRING, ".", "directory for snapshot files")                \
 	X(snapshot_on, "GPUMEMTRACE_SNAPSHOT_ON", TRIGGERS, GMT_TRIGGER_OOM,                  \
-	  "when to write snapshots: comma list of " GMT_TRIGGERS(GMT_WORD_COMMA) "or none")                    \
+	  "when to write snapshots besides oom: comma list of " GMT_TRIGGERS(GMT_WORD_COMMA)          \
+	  GMT_TRIGGER_NO_OOM " (without oom), or none")                                           \
 	X(peak_step, "GPUMEMTRACE_PEAK_STEP", INT, 10,                                        \
 	  "peak snapshots: percent a new high must exceed the last one's")                    \
 	X(stack_depth, "GPUMEMTRACE_STACK_DEPTH", INT, 64,                                    \

@@ -273,10 +273,11 @@ def test_environment(c: Checker, g: Gate) -> None:
          os.path.realpath(supp))
     c.eq("--verbose", (r.env or {}).get("GPUMEMTRACE_VERBOSE"), "1")
 
-    # the triggers: the user's plus exit
-    for user, args, want in [("peak", [], "exit,peak"), ("none", [], "exit"),
-                             ("exit", [], "exit"), (None, ["--snapshot-on", "signal"], "exit,signal"),
-                             ("oom", ["--snapshot-on=peak,oom"], "oom,exit,peak")]:
+    # the triggers: the user's plus exit, oom kept unless the list says no-oom
+    for user, args, want in [("peak", [], "oom,exit,peak"), ("none", [], "exit,no-oom"),
+                             ("exit", [], "oom,exit"), (None, ["--snapshot-on", "signal"], "oom,exit,signal"),
+                             ("oom", ["--snapshot-on=peak,oom"], "oom,exit,peak"),
+                             (None, ["--snapshot-on", "peak,no-oom"], "exit,peak,no-oom")]:
         env = {"GPUMEMTRACE_SNAPSHOT_ON": user} if user is not None else {}
         r = g.run(args, files=[clean().file()], env=env)
         c.eq(f"triggers {user!r} {args}", (r.rc, (r.env or {}).get("GPUMEMTRACE_SNAPSHOT_ON")),

@@ -161,6 +161,11 @@ def test_environment(c: Checker, launcher: str, tmp: str) -> None:
     got_env = env_of(r.out)
     c.eq("--dir absolute", got_env.get("GPUMEMTRACE_DIR"), os.path.realpath(os.path.join(tmp, "snaps")))
     c.eq("--snapshot-on=none", got_env.get("GPUMEMTRACE_SNAPSHOT_ON"), "none")
+    # --dir made when missing, as check makes it
+    r = run(exe, ["run", "--dir", "new-snaps", "--", "env"], cwd=tmp)
+    c.eq("--dir made", os.path.isdir(os.path.join(tmp, "new-snaps")), True)
+    c.eq("--dir made: absolute", env_of(r.out).get("GPUMEMTRACE_DIR"),
+         os.path.realpath(os.path.join(tmp, "new-snaps")))
 
     # the command's exit status and arguments pass through
     r = run(exe, ["run", "--", "sh", "-c", "echo \"$0 $1\"; exit 7", "a b", "c"])
@@ -177,7 +182,7 @@ def test_errors(c: Checker, launcher: str, tmp: str) -> None:
         (["--depth=-1"], "--depth", "-1"),
         (["--snapshot-on", "oom,bogus"], "--snapshot-on", "oom,bogus"),
         (["--snapshot-on", "oom,"], "--snapshot-on", "oom,"),
-        (["--dir", os.path.join(tmp, "does-not-exist")], "--dir", "does-not-exist"),
+        (["--dir", os.path.join(tmp, "no-parent", "snaps")], "--dir", "No such file"),
         (["--dir", "/etc/passwd"], "--dir", "not a directory"),
     ]
     for args, flag, word in bad_values:

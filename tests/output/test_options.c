@@ -45,7 +45,11 @@ static const struct option_case cases[] = {
 	{ .env = { "GPUMEMTRACE_DIR=/tmp/snaps" }, .want.dir = "/tmp/snaps", .set = F_DIR },
 	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=oom,exit" },
 	  .want.snapshot_on = GMT_TRIGGER_OOM | GMT_TRIGGER_EXIT, .set = F_SNAP },
-	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=EXIT" }, .want.snapshot_on = GMT_TRIGGER_EXIT, .set = F_SNAP },
+	/* oom stays on whatever the list adds, unless it says no-oom. */
+	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=EXIT" }, .want.snapshot_on = GMT_TRIGGER_OOM | GMT_TRIGGER_EXIT, .set = F_SNAP },
+	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=peak" }, .want.snapshot_on = GMT_TRIGGER_OOM | GMT_TRIGGER_PEAK, .set = F_SNAP },
+	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=exit, no-oom" }, .want.snapshot_on = GMT_TRIGGER_EXIT, .set = F_SNAP },
+	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=No-OOM" }, .want.snapshot_on = 0, .set = F_SNAP },
 	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON= oom , peak\t" },
 	  .want.snapshot_on = GMT_TRIGGER_OOM | GMT_TRIGGER_PEAK, .set = F_SNAP },
 	{ .env = { "GPUMEMTRACE_SNAPSHOT_ON=signal,oom,exit,peak" },
@@ -100,6 +104,8 @@ static const struct option_case cases[] = {
 	BAD("GPUMEMTRACE_SNAPSHOT_ON", "oomx", "oomx"),
 	BAD("GPUMEMTRACE_SNAPSHOT_ON", "none,oom", "none,oom"),
 	BAD("GPUMEMTRACE_SNAPSHOT_ON", "oom,none", "oom,none"),
+	BAD("GPUMEMTRACE_SNAPSHOT_ON", "oom,no-oom", "oom,no-oom"),
+	BAD("GPUMEMTRACE_SNAPSHOT_ON", "none,no-oom", "none,no-oom"),
 	BAD("GPUMEMTRACE_STACK_DEPTH", "", ""),
 	BAD("GPUMEMTRACE_STACK_DEPTH", "-1", "-1"),
 	BAD("GPUMEMTRACE_STACK_DEPTH", "257", "257"),
@@ -314,7 +320,14 @@ static void test_set_and_format(void)
 	CHECK_INT(gmt__options_set(&o, "GPUMEMTRACE_NOPE", "1", &expected), -ENOENT);
 	CHECK_INT(gmt__options_set(&o, "GPUMEMTRACE_SNAPSHOT_ON", "peak,signal", NULL), 0);
 	CHECK_INT(gmt__options_format(&o, "GPUMEMTRACE_SNAPSHOT_ON", buf, sizeof(buf)), 0);
-	CHECK_STR(buf, "peak,signal");
+	CHECK_STR(buf, "oom,peak,signal");
+	/* The text parses back to the value: without oom, it says so. */
+	CHECK_INT(gmt__options_set(&o, "GPUMEMTRACE_SNAPSHOT_ON", "peak,no-oom", NULL), 0);
+	CHECK_INT(o.snapshot_on, GMT_TRIGGER_PEAK);
+	CHECK_INT(gmt__options_format(&o, "GPUMEMTRACE_SNAPSHOT_ON", buf, sizeof(buf)), 0);
+	CHECK_STR(buf, "peak,no-oom");
+	CHECK_INT(gmt__options_set(&o, "GPUMEMTRACE_SNAPSHOT_ON", buf, NULL), 0);
+	CHECK_INT(o.snapshot_on, GMT_TRIGGER_PEAK);
 	CHECK_INT(gmt__options_set(&o, "GPUMEMTRACE_SNAPSHOT_ON", "none", NULL), 0);
 	gmt__options_format(&o, "GPUMEMTRACE_SNAPSHOT_ON", buf, sizeof(buf));
 	CHECK_STR(buf, "none");

@@ -52,7 +52,7 @@ static void leak_suspects(struct gmt__leak_work *lw, const struct gmt__history *
 		struct gmt__leak_suspect x = { .id = (uint32_t)id };
 		int at;
 
-		if (site == NULL || !gmt__site_suspect(site, &x.rises, &x.falls, &x.growth))
+		if (site == NULL || !gmt__site_suspect(h, site, &x.rises, &x.falls, &x.growth))
 			continue;
 		x.live = site->live_bytes;
 		x.peak = site->peak_bytes;

@@ -120,7 +120,7 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 			continue;
 		seen[id / 8] |= (uint8_t)(1u << (id % 8));
 		site = gmt__history_site(h, id);
-		if (site == NULL || !gmt__site_growing(site, &rises, &falls, &growth))
+		if (site == NULL || !gmt__site_growing(h, site, &rises, &falls, &growth))
 			continue;
 		view->diag_in.growth_bytes += growth;
 		view->diag_in.growth_sites++;

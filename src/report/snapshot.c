@@ -325,9 +325,9 @@ static void out_sites(struct gmt__json *o, const struct gmt__history *h, const s
 		const struct gmt__site *s = gmt__history_site(h, v[i].id);
 		uint32_t rises, falls;
 		uint64_t growth;
-		bool growing = gmt__site_growing(s, &rises, &falls, &growth);
+		bool growing = gmt__site_growing(h, s, &rises, &falls, &growth);
 		uint64_t rise;
-		bool suspect = gmt__site_suspect(s, &rises, &falls, &rise);
+		bool suspect = gmt__site_suspect(h, s, &rises, &falls, &rise);
 		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 		p = gmt__put_lit(p, i ? ",\n  {\"stack\": " : "\n  {\"stack\": ");

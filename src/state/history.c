@@ -41,6 +41,9 @@ void gmt__history_clear(struct gmt__history *h)
 	h->interval_ns = GMT_SERIES_INTERVAL_NS;
 	h->start_ns = h->next_ns = 0;
 	h->window = 0;
+	memset(h->round, 0, sizeof(h->round));
+	memset(h->round_events, 0, sizeof(h->round_events));
+	memset(h->round_freed, 0, sizeof(h->round_freed));
 	h->ncols = 0;
 	memset(h->cur, 0, sizeof(h->cur));
 	memset(h->max, 0, sizeof(h->max));
@@ -99,6 +102,7 @@ static void series_point(struct gmt__history *h, uint64_t t)
 	}
 	h->npoints++;
 	h->window++;
+	h->round[0]++;
 }
 
 void gmt__history_tick(struct gmt__history *h, uint64_t now_ns)
@@ -167,21 +171,27 @@ static struct gmt__site *site_of(struct gmt__history *h, uint32_t id)
 	return &h->sites[id];
 }
 
-/* Closes the site's window when the series moved on since it began. */
-static void site_roll(struct gmt__site *s, uint32_t window)
+/* Closes the site's round of scale k when the history's moved on since it
+ * began. */
+static void site_roll(struct gmt__site *s, int k, uint32_t round)
 {
-	if (s->window == window)
+	struct gmt__site_scale *c = &s->scale[k];
+
+	if (c->round == round)
 		return;
-	if (s->live_bytes > s->mark_bytes)
-		s->rises++;
-	else if (s->live_bytes < s->mark_bytes)
-		s->falls++;
-	if (!s->based) {
-		s->base_bytes = s->live_bytes;
-		s->based = true;
+	if (s->live_bytes > c->mark_bytes) {
+		if (c->rises++ == 0)
+			c->first_rise = c->round;
+		c->last_rise = c->round;
+	} else if (s->live_bytes < c->mark_bytes) {
+		c->falls++;
 	}
-	s->mark_bytes = s->live_bytes;
-	s->window = window;
+	if (!c->based) {
+		c->base_bytes = s->live_bytes;
+		c->based = true;
+	}
+	c->mark_bytes = s->live_bytes;
+	c->round = round;
 }
 
 const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t id)
@@ -191,23 +201,75 @@ const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t
 	return &h->sites[id];
 }
 
-bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth)
-{
-	uint64_t base = s->based ? s->base_bytes : 0;
+/* A site at one scale: rises and falls counting the open round, whether it
+ * kept growing (the counts alone), and whether it grows still, now being
+ * round `now`. */
+struct scale_verdict {
+	uint32_t rises, falls;
+	bool grew, grows;
+};
 
-	*rises = s->rises + (s->live_bytes > s->mark_bytes);
-	*falls = s->falls + (s->live_bytes < s->mark_bytes);
-	*growth = s->live_bytes > base ? s->live_bytes - base : 0;
-	return *rises >= GMT_GROWTH_MIN_RISES && *falls * 4 <= *rises && *growth > 0;
+static struct scale_verdict judge_scale(const struct gmt__site *s, int k, uint32_t now)
+{
+	const struct gmt__site_scale *c = &s->scale[k];
+	bool rising = s->live_bytes > c->mark_bytes;
+	struct scale_verdict v = { c->rises + rising, c->falls + (s->live_bytes < c->mark_bytes), false, false };
+	/* The open round is the site's: the one its last change fell in. */
+	uint32_t first = c->rises > 0 ? c->first_rise : c->round, last = rising ? c->round : c->last_rise;
+	uint32_t span = last - first > GMT_GROWTH_MIN_RISES ? last - first : GMT_GROWTH_MIN_RISES;
+
+	/* Grew: rose steadily for at least a quarter of the rounds since its
+	 * first rise (not a burst at start-up followed by a long flat run). */
+	v.grew = v.rises >= GMT_GROWTH_MIN_RISES && v.falls * 4 <= v.rises && (now - first) <= 4 * span;
+	v.grows = v.grew && now - last <= span;
+	return v;
 }
 
-bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth)
+/* The scale a site grows (still: `still`) at — time first, then the
+ * longest rounds — or -1. */
+static int growing_scale(const struct gmt__history *h, const struct gmt__site *s, bool still)
 {
-	uint64_t base = s->based ? s->base_bytes : 0;
+	for (int i = 0; i < GMT_SCALES; i++) {
+		int k = i == 0 ? 0 : GMT_SCALES - i;
+		struct scale_verdict v = judge_scale(s, k, h->round[k]);
 
-	(void)gmt__site_growing(s, rises, falls, growth);
-	*growth = s->peak_bytes > base ? s->peak_bytes - base : 0;
-	return *rises >= GMT_GROWTH_MIN_RISES && *falls * 4 <= *rises && *growth > 0;
+		if (still ? v.grows : v.grew)
+			return k;
+	}
+	return -1;
+}
+
+/* What the site gained above the end of its first round of scale k, to
+ * `bytes`. */
+static uint64_t gained(const struct gmt__site *s, int k, uint64_t bytes)
+{
+	uint64_t base = s->scale[k].based ? s->scale[k].base_bytes : 0;
+
+	return bytes > base ? bytes - base : 0;
+}
+
+bool gmt__site_growing(const struct gmt__history *h, const struct gmt__site *s, uint32_t *rises, uint32_t *falls,
+		       uint64_t *growth)
+{
+	int k = growing_scale(h, s, true);
+	struct scale_verdict v = judge_scale(s, k >= 0 ? k : 0, h->round[k >= 0 ? k : 0]);
+
+	*rises = v.rises;
+	*falls = v.falls;
+	*growth = gained(s, k >= 0 ? k : 0, s->live_bytes);
+	return k >= 0 && *growth > 0;
+}
+
+bool gmt__site_suspect(const struct gmt__history *h, const struct gmt__site *s, uint32_t *rises, uint32_t *falls,
+		       uint64_t *growth)
+{
+	int k = growing_scale(h, s, false);
+	struct scale_verdict v = judge_scale(s, k >= 0 ? k : 0, h->round[k >= 0 ? k : 0]);
+
+	*rises = v.rises;
+	*falls = v.falls;
+	*growth = gained(s, k >= 0 ? k : 0, s->peak_bytes);
+	return k >= 0 && *growth > 0;
 }
 
 /* --- the events ------------------------------------------------------------ */
@@ -254,9 +316,23 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 	} else {
 		h->cur[c] -= e->size;
 	}
+	/* The rounds of the program's sequence (GMT_SCALES): one ends before
+	 * this change when it holds its count of changes, a free among them. */
+	for (int k = 1; k < GMT_SCALES && !cause->undo; k++) {
+		static const uint32_t events[GMT_SCALES] = GMT_SCALE_EVENTS;
+
+		if (h->round_events[k] >= events[k] && h->round_freed[k]) {
+			h->round[k]++;
+			h->round_events[k] = 0;
+			h->round_freed[k] = false;
+		}
+		h->round_events[k]++;
+		h->round_freed[k] |= !add;
+	}
 	s = site_of(h, e->stack);
 	if (s != NULL) {
-		site_roll(s, h->window);
+		for (int k = 0; k < GMT_SCALES; k++)
+			site_roll(s, k, h->round[k]);
 		if (add) {
 			s->live_bytes += e->size;
 			s->live_count++;

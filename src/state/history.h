@@ -22,9 +22,23 @@
 /* (device, kind) pairs the series tells apart; more are left out of it. */
 #define GMT_SERIES_COLUMNS 64
 
-/* A site grows (a leak suspect) when its live bytes rose in at least this
- * many windows of the series, and fell in at most one window in four of those. */
+/* Growth is judged at several scales at once, since the program's rhythm
+ * (the length of one step of its loop) is not known: by time (the series'
+ * windows) and by the program's own sequence, in rounds of at least 4, 32
+ * and 256 allocations and frees, a free among them (a burst of allocations
+ * alone — weights loaded, the device filled — is one round). At each scale a site rises or falls in a round when
+ * its live bytes ended the round above or below where they began. A site
+ * grew (a leak suspect) at a scale when it rose in at least
+ * GMT_GROWTH_MIN_RISES rounds, fell in at most one round in four of those,
+ * and rose for at least a quarter of the rounds since it first rose (not a
+ * burst of allocations at start-up followed by a long flat run); it grows
+ * still when besides it has been flat since its last rise no longer than it
+ * was rising. It grows when it does at some scale: a leak is
+ * found however fast the loop runs, while a step's allocations and frees
+ * meet within one round of a scale that is long enough. */
 #define GMT_GROWTH_MIN_RISES 4
+#define GMT_SCALES 4
+#define GMT_SCALE_EVENTS { 0, 4, 32, 256 } /* 0: the series' windows of time */
 
 enum gmt__hist_op {
 	GMT_HIST_ALLOC, /* an allocation became live */
@@ -53,11 +67,14 @@ struct gmt__site {
 	uint64_t live_bytes, live_count;
 	uint64_t allocs, alloc_bytes; /* every allocation made there, and their bytes */
 	uint64_t peak_bytes;          /* its highest live_bytes */
-	uint64_t mark_bytes;          /* live_bytes when its window `window` began */
-	uint64_t base_bytes;          /* live_bytes at the end of its first window */
-	uint32_t window;              /* the series window mark_bytes belongs to */
-	uint32_t rises, falls;        /* closed windows in which live_bytes rose, fell */
-	bool based;                   /* base_bytes is set */
+	struct gmt__site_scale {
+		uint64_t base_bytes;  /* live_bytes at the end of its first round */
+		uint64_t mark_bytes;  /* live_bytes when its round `round` began */
+		uint32_t round;       /* the round (of this scale) mark_bytes belongs to */
+		uint32_t rises, falls; /* closed rounds in which live_bytes rose, fell */
+		uint32_t first_rise, last_rise; /* the first and last of those rises (rises > 0) */
+		bool based;           /* base_bytes is set */
+	} scale[GMT_SCALES];
 };
 
 /* What happened to memory, for the history and the series. */
@@ -78,6 +95,10 @@ struct gmt__history {
 	 * open window ends at next_ns */
 	uint64_t interval_ns, start_ns, next_ns;
 	uint32_t window; /* windows closed since the start (never merged) */
+	/* rounds closed since the start at each scale (GMT_SCALES; scale 0:
+	 * the windows), and the allocations and frees applied in its open one */
+	uint32_t round[GMT_SCALES], round_events[GMT_SCALES];
+	bool round_freed[GMT_SCALES];
 	int ncols;
 	int16_t col_device[GMT_SERIES_COLUMNS];
 	uint8_t col_kind[GMT_SERIES_COLUMNS];
@@ -118,16 +139,19 @@ void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *caus
 /* The site of stack `id`, or NULL when it has none (never allocated). */
 const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t id);
 
-/* Rises and falls of a site counting its open window (live now against
- * where the window began), and whether that makes it a growth suspect;
- * *growth gets the bytes it rose by after its first window. */
-bool gmt__site_growing(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
+/* Rises and falls of a site of h counting its open round (live now against
+ * where the round began), at the scale it grows at (else the scale of time),
+ * and whether it is a growth suspect growing still (GMT_GROWTH_MIN_RISES);
+ * *growth gets the bytes it rose by after its first round. */
+bool gmt__site_growing(const struct gmt__history *h, const struct gmt__site *s, uint32_t *rises, uint32_t *falls,
+		       uint64_t *growth);
 
-/* Whether the site kept growing during the run even if it fell back since
- * (a loop that leaks per iteration and frees everything at the end): the
- * same rises and falls as above, with *growth its peak above its first
- * window. The exit report's "leak suspects". */
-bool gmt__site_suspect(const struct gmt__site *s, uint32_t *rises, uint32_t *falls, uint64_t *growth);
+/* Whether the site kept growing during the run, at some scale, even if it
+ * stopped or fell back since (a loop that leaks per iteration and frees
+ * everything at the end): the rises and falls as above, with *growth its
+ * peak above its first round. The exit report's "leak suspects". */
+bool gmt__site_suspect(const struct gmt__history *h, const struct gmt__site *s, uint32_t *rises, uint32_t *falls,
+		       uint64_t *growth);
 
 /* A copy of h for a snapshot to read without the consumer's lock: every
  * function above that reads works on it; nothing may change it. malloc'd;

@@ -142,7 +142,7 @@ static void test_sites(void)
 	CHECK_U64(s->live_count, 6);
 	CHECK_U64(s->allocs, 6);
 	CHECK_U64(s->peak_bytes, 600);
-	CHECK(gmt__site_growing(s, &rises, &falls, &growth));
+	CHECK(gmt__site_growing(&h, s, &rises, &falls, &growth));
 	CHECK_INT(rises, 6);
 	CHECK_INT(falls, 0);
 	CHECK_U64(growth, 500); /* above the first window's 100 */
@@ -152,7 +152,7 @@ static void test_sites(void)
 	CHECK_U64(s->allocs, 6);
 	CHECK_U64(s->live_bytes, 0);
 	CHECK_U64(s->peak_bytes, 50);
-	CHECK(!gmt__site_growing(s, &rises, &falls, &growth));
+	CHECK(!gmt__site_growing(&h, s, &rises, &falls, &growth));
 	CHECK_INT(rises, 0);
 
 	/* Freeing all of site 5 at the end: one fall against six rises still
@@ -162,7 +162,7 @@ static void test_sites(void)
 		change(&h, T0 + 200 * MS, &keep, false);
 	}
 	s = gmt__history_site(&h, 5);
-	CHECK(!gmt__site_growing(s, &rises, &falls, &growth));
+	CHECK(!gmt__site_growing(&h, s, &rises, &falls, &growth));
 	CHECK_INT(falls, 1);
 	CHECK_U64(growth, 0);
 	CHECK(gmt__history_site(&h, 77) == NULL);
@@ -191,11 +191,84 @@ static void test_sites(void)
 	CHECK_INT(h.npoints, 0);
 }
 
+/* Growth judged on the program's own sequence: loops that run within one
+ * window of time. */
+static void test_rhythm(void)
+{
+	struct gmt__history h;
+	struct gmt__entry w = entry(0, 1000, 10, GMT_KIND_DEVICE, 0);
+	struct gmt__entry keep = entry(0, 100, 11, GMT_KIND_DEVICE, 0);
+	struct gmt__entry tmp = entry(0x900000, 50, 12, GMT_KIND_DEVICE, 0);
+	struct gmt__entry act[4];
+	const struct gmt__site *s;
+	uint32_t rises, falls;
+	uint64_t growth;
+	uint64_t t = T0;
+
+	CHECK(gmt__history_init(&h, 0) == 0);
+	/* Start-up: 100 weights in a row, then a fast loop (1 us a step) that
+	 * keeps 100 bytes a step beside a temporary it frees. */
+	for (int i = 0; i < 100; i++) {
+		w.addr = 0x10000000 + 0x1000 * (uint64_t)i;
+		change(&h, t++, &w, true);
+	}
+	for (int i = 0; i < 12; i++) {
+		keep.addr = 0x20000000 + 0x1000 * (uint64_t)i;
+		change(&h, t++, &keep, true);
+		change(&h, t++, &tmp, true);
+		change(&h, t++, &tmp, false);
+	}
+	CHECK_INT(h.window, 0); /* all within one window of time */
+	s = gmt__history_site(&h, 11);
+	CHECK(s != NULL && gmt__site_growing(&h, s, &rises, &falls, &growth));
+	CHECK(rises >= GMT_GROWTH_MIN_RISES && falls == 0);
+	CHECK(growth > 0 && growth <= 1200);
+	s = gmt__history_site(&h, 12);
+	CHECK(s != NULL && !gmt__site_growing(&h, s, &rises, &falls, &growth));
+	CHECK(!gmt__site_suspect(&h, s, &rises, &falls, &growth));
+	/* The weights rose in a burst at start-up: growing while they load... */
+	s = gmt__history_site(&h, 10);
+	CHECK(s != NULL);
+	/* ...then a long steady loop: neither growing nor a leak suspect. */
+	for (int i = 0; i < 400; i++) {
+		change(&h, t++, &tmp, true);
+		change(&h, t++, &tmp, false);
+	}
+	CHECK(!gmt__site_growing(&h, s, &rises, &falls, &growth));
+	CHECK(!gmt__site_suspect(&h, s, &rises, &falls, &growth));
+	/* The kept site, flat for as long now: no longer growing, still a
+	 * suspect (it kept growing for a quarter of the run since). */
+	s = gmt__history_site(&h, 11);
+	CHECK(!gmt__site_growing(&h, s, &rises, &falls, &growth));
+	gmt__history_clear(&h);
+
+	/* A step that allocates four activations from one site and frees three
+	 * of them (the demo's shape), 40 steps fast: its live bytes fall within
+	 * every step, yet it grows by one a step at a longer scale. */
+	for (int i = 0; i < 40; i++) {
+		for (int k = 0; k < 4; k++) {
+			act[k] = entry(0x30000000 + 0x100000 * (uint64_t)i + 0x1000 * (uint64_t)k, 64, 13,
+				       GMT_KIND_DEVICE, 0);
+			change(&h, t++, &act[k], true);
+		}
+		change(&h, t++, &tmp, true);
+		change(&h, t++, &tmp, false);
+		for (int k = 1; k < 4; k++)
+			change(&h, t++, &act[k], false);
+	}
+	s = gmt__history_site(&h, 13);
+	CHECK(s != NULL && s->live_count == 40);
+	CHECK(gmt__site_growing(&h, s, &rises, &falls, &growth));
+	CHECK(falls * 4 <= rises);
+	gmt__history_clear(&h);
+}
+
 int main(void)
 {
 	test_events();
 	test_series();
 	test_sites();
+	test_rhythm();
 	printf("history: %d failed\n", check_failed);
 	return check_failed != 0;
 }

@@ -51,6 +51,20 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 			rests(v, "requested_bytes", "total_bytes", NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail), "the request alone (%s) is larger than the device (%s)",
 				 gmt__human_bytes(a, sizeof(a), in->requested), gmt__human_bytes(b, sizeof(b), in->state->total_bytes));
+		} else if (d->have_mem && v != &d->v[0] && v->bytes < d->tracked_total) {
+			/* Beside another verdict: the rest of this process's memory,
+			 * which alone would have made room too. */
+			rests(v, "tracked_total_bytes", "growth_bytes", "shortfall_bytes", NULL);
+			snprintf(v->detail, sizeof(v->detail),
+				 "this process's live memory besides what growing sites gained (%s of %s) is more than "
+				 "the %s the request fell short",
+				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->tracked_total),
+				 gmt__human_bytes(c, sizeof(c), d->shortfall));
+		} else if (d->have_mem && v != &d->v[0]) {
+			rests(v, "tracked_total_bytes", "shortfall_bytes", NULL, NULL);
+			snprintf(v->detail, sizeof(v->detail),
+				 "this process holds %s live on the device, more than the %s the request fell short",
+				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
 		} else if (d->have_mem) {
 			rests(v, "requested_bytes", "free_bytes", "tracked_total_bytes", NULL);
 			snprintf(v->detail, sizeof(v->detail),
@@ -179,7 +193,9 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	cand[GMT_VERDICT_EXHAUSTION] = own;
 	if (best < 0)
 		best = GMT_VERDICT_EXHAUSTION;
-	add(d, (enum gmt__verdict)best, cand[best]);
+	/* Exhaustion as the verdict counts all this process holds; beside
+	 * another, what it holds besides what growing sites gained. */
+	add(d, (enum gmt__verdict)best, best == GMT_VERDICT_EXHAUSTION ? d->tracked_total : cand[best]);
 	/* The others that alone would have made room, largest first. */
 	for (;;) {
 		int next = -1;

@@ -171,11 +171,18 @@ static void test_growth(void)
 	gmt__diagnose(&in, &d);
 	CHECK_STR(names(&d), "growth,exhaustion");
 	CHECK(strstr(d.v[0].detail, "2 allocation sites kept growing") != NULL);
+	/* Exhaustion beside growth counts what is not growth, and says so. */
+	CHECK_U64(d.v[1].bytes, 4 * GIB);
+	CHECK(strstr(d.v[1].detail, "besides what growing sites gained (4.00 GiB of 16.0 GiB)") != NULL);
+	CHECK(rests_on(&d.v[1], "growth_bytes"));
 
-	/* Growth too small to matter beside the rest. */
+	/* Growth too small to matter beside the rest: exhaustion counts all
+	 * the process holds. */
 	in.growth_bytes = 1 * GIB;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(names(&d), "exhaustion,growth");
+	CHECK_U64(d.v[0].bytes, 16 * GIB);
+	CHECK(strstr(d.v[0].detail, "this process holds 16.0 GiB live") != NULL);
 
 	/* No device numbers: growth is all that can be judged. */
 	in.state = NULL;

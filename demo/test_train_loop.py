@@ -87,6 +87,11 @@ def check_traced(stderr: str, ledger: Dict[str, Any], tried_mib: float) -> None:
     sites = {s["stack"]: s for s in snap.get("sites", [])}
     expect(len(grown) == 1 and sites.get(grown[0], {}).get("growing") is True,
            "the growing site", grown, "one site, marked growing")
+    # The C runtime's _start has no debug information: no line from the
+    # program's source may be given to it.
+    starts = [f for st in snap["stacks"] for f in st["frames"] if f["function"] == "_start"]
+    expect(bool(starts) and all(f["file"] is None and f["line"] is None for f in starts),
+           "_start without a file and line", [(f["file"], f["line"]) for f in starts[:1]], "(None, None)")
 
 
 def main() -> int:

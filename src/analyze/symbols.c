@@ -512,12 +512,21 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 			lineno = (int)w;
 	}
 	if (n == 0 && line != NULL) {
-		/* Lines but no function around the address (assembly, some CRT
-		 * code): the ELF symbol names the function. */
-		const char *sym = dw->dwfl_module_addrname(m->mod, addr + cubias);
+		/* Lines but no function around the address (assembly): the ELF
+		 * symbol names the function. NOTE: the nearest line before addr
+		 * may be another function's, when addr lies in code the debug
+		 * information leaves out between a unit's functions (the CRT's
+		 * _start linked among them): a line before the symbol's start is
+		 * not this code's. */
+		GElf_Off offset = 0;
+		GElf_Sym sym;
+		Dwarf_Addr at = 0;
+		const char *name = dw->dwfl_module_addrinfo(m->mod, addr + cubias, &offset, &sym, NULL, NULL, NULL);
 
+		if (name != NULL && dw->dwarf_lineaddr(line, &at) == 0 && at < addr - offset)
+			return symbol_only(s, m, addr + cubias, out);
 		out[0] = (struct gmt__frame_sym){
-			.function = sym != NULL ? demangled(s, sym) : NULL,
+			.function = name != NULL ? demangled(s, name) : NULL,
 			.file = file,
 			.line = lineno,
 		};

@@ -13,7 +13,7 @@
 #define GMT_DW_FUNCTIONS(X) \
 	X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_child) X(dwarf_dieoffset) \
 	X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata) X(dwarf_getsrc_die) \
-	X(dwarf_getsrcfiles) X(dwarf_haspc) X(dwarf_lineno) X(dwarf_linesrc) \
+	X(dwarf_getsrcfiles) X(dwarf_haspc) X(dwarf_lineaddr) X(dwarf_lineno) X(dwarf_linesrc) \
 	X(dwarf_ranges) X(dwarf_siblingof) X(dwarf_tag) \
 	X(dwarf_cfi_addrframe) X(dwarf_frame_cfa) X(dwarf_frame_info) X(dwarf_frame_register) \
 	X(dwfl_addrmodule) X(dwfl_begin) X(dwfl_build_id_find_debuginfo) X(dwfl_build_id_find_elf) \

@@ -355,6 +355,14 @@ class TestEdges(unittest.TestCase):
         self.assertEqual({k: b for k, b, c in zip(ps["stack"], ps["live"], ps["count"]) if c},
                          {k: v[0] for k, v in truth["sites"].items() if v[1]})
 
+    def test_parent_pid_is_a_pid(self) -> None:
+        """A process id is a name, not a quantity: no thousands separator."""
+        raw, _ = fixtures.synthetic(n=20)
+        raw["process"]["ppid"] = 21275
+        page = html.report([doc_of(raw)], "single", ["x"])
+        self.assertIn("pid 21275", page)
+        self.assertNotIn("21,275", page)
+
     def test_no_sites_section(self) -> None:
         raw, truth = fixtures.synthetic(n=200)
         del raw["sites"]

@@ -154,7 +154,7 @@ def _overview(doc: Doc, name: str) -> str:
     if p.get("world_size") is not None:
         pairs.append(("world size", _n(p["world_size"])))
     if p.get("ppid") is not None:
-        pairs.append(("parent", _n(p["ppid"])))
+        pairs.append(("parent", f"pid {p['ppid']}"))
     return _dl(pairs)
 
 

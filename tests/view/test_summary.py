@@ -436,6 +436,26 @@ def diff_shows_the_deltas() -> None:
 
 
 @test
+def diff_fits_80_columns_without_cutting_names() -> None:
+    """A site too long for the line beside its numbers goes on lines of its
+    own, broken before each caller: at 80 columns every frame's name and
+    place is there whole."""
+    label = ("device_alloc_with_a_long_name (train_loop_long_file.c:101) \u2190 "
+             "main (train_loop_long_file.c:168)")
+    raws = [fixtures.synthetic(seed=1, n=300, sites=8)[0], fixtures.synthetic(seed=2, n=500, sites=10)[0]]
+    for raw in raws:
+        for st in raw["stacks"]:
+            st["site"]["label"] = label
+    text = summary.diff_text(checked(raws[0], "old"), checked(raws[1], "new"), width=80)
+    check_width(text, 80, "diff at 80 columns")
+    grew = section(text, "Grew")
+    has(grew, "    device_alloc_with_a_long_name (train_loop_long_file.c:101)\n", "the site's frame whole")
+    has(grew, "      \u2190 main (train_loop_long_file.c:168)", "its caller whole, on a line of its own")
+    if "\u2026" in grew.replace("\u2026 ", ""):
+        raise AssertionError(f"a name was shortened:\n{grew}")
+
+
+@test
 def diff_in_the_wrong_order() -> None:
     old, new, t_old, t_new = _pair()
     f = summary.diff_facts(new, old)

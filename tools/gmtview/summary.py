@@ -345,6 +345,25 @@ def site_title(doc: Doc, sid: int, cols: int) -> str:
     return " \u2190 ".join(short)
 
 
+def site_title_lines(doc: Doc, sid: int, cols: int) -> List[str]:
+    """model.stack_title() in lines of at most cols: whole when it fits,
+    else broken before each caller ("← main (train.c:168)"), continuation
+    lines indented two more; only a frame wider than a line is shortened."""
+    title = clean(model.stack_title(doc, sid))
+    if text_width(title) <= cols:
+        return [title]
+    lines: List[str] = []
+    for i, piece in enumerate(title.split(" \u2190 ")):
+        text = piece if i == 0 else "\u2190 " + piece
+        width = cols if i == 0 else cols - 2
+        if text_width(text) > width:
+            fn, sep, where = text.partition(" (")
+            room = width - text_width(sep + where)
+            text = (cut_middle(fn, room) + sep + where) if sep and room >= 8 else cut_middle(text, width)
+        lines.append(text if i == 0 else "  " + text)
+    return lines
+
+
 def _places(doc: Doc) -> Tuple[Dict[int, Dict[Tuple[int, str], int]], Dict[str, int]]:
     """Live bytes by stack and (device, kind), and pinned host memory by kind:
     the devices[] entries hold GPUs only."""
@@ -901,11 +920,14 @@ def diff_text(old: Doc, new: Doc, width: int = 80, color: bool = False, top: int
             head = f"  {d:>11}  {fmt_bytes(r['old_bytes']):>9} \u2192 {fmt_bytes(r['new_bytes']):<9} {counts:>9}  "
             doc = new if r["in"] == "new" else old
             room = t.width - text_width(head)
-            if room >= 24:
-                t.add((head[:13], _delta_style(r["delta_bytes"])), head[13:], site_title(doc, r["stack"], room))
+            title = site_title_lines(doc, r["stack"], room)
+            if len(title) == 1:
+                t.add((head[:13], _delta_style(r["delta_bytes"])), head[13:], title[0])
             else:
+                # One site per block: the numbers, then the site on lines of its own.
                 t.add((head[:13], _delta_style(r["delta_bytes"])), head[13:])
-                t.add("    ", site_title(doc, r["stack"], t.width - 4))
+                for line in site_title_lines(doc, r["stack"], t.width - 4):
+                    t.add("    ", line)
         if len(rs) > top:
             rest = sum(r["delta_bytes"] for r in rs[top:])
             t.add(f"  … {len(rs) - top} more, {fmt_delta(rest)} together", style="dim")

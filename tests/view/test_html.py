@@ -94,6 +94,47 @@ def parse_page(page: str) -> Page:
     return p
 
 
+def _run_of(span_ns: int) -> Tuple[Dict[str, Any], int, int]:
+    """A snapshot of a run `span_ns` long: 40 allocations of 8 MiB spread
+    over it, then 30 of them freed; its series in windows of 10 ms (the live
+    bytes at each window's end and the highest within it), as the tracer
+    keeps them. Returns (document, peak, final live bytes)."""
+    raw, _ = fixtures.synthetic(n=10, sites=2, oom=False)
+    t0, step, size = fixtures.T0, span_ns // 80, 8 * MiB
+    events, live, peak = [], 0, 0
+    for i in range(70):
+        op = "alloc" if i < 40 else "free"
+        addr = f"0x{0x7f0000000000 + (i if i < 40 else i - 40) * size:x}"
+        live += size if op == "alloc" else -size
+        peak = max(peak, live)
+        events.append({"op": op, "seq": i + 1, "time_ns": t0 + i * step, "address": addr, "size": size,
+                       "kind": "device", "device": 0, "api": "cuMemAlloc_v2", "thread": 1, "stack": 1})
+    window, times, lives, maxes = 10_000_000, [], [], []
+    end, cur, high, k = t0 + window, 0, 0, 0
+    last = t0 + 69 * step
+    while end <= last:
+        while k < len(events) and events[k]["time_ns"] < end:
+            cur += size if events[k]["op"] == "alloc" else -size
+            high = max(high, cur)
+            k += 1
+        times.append(end)
+        lives.append(cur)
+        maxes.append(high)
+        high = cur
+        end += window
+    for e in events[k:]:
+        cur += size if e["op"] == "alloc" else -size
+        high = max(high, cur)
+    times.append(last + 1)
+    lives.append(cur)
+    maxes.append(high)
+    raw["series"] = {"interval_ns": window, "start_ns": t0, "columns_dropped": 0, "time_ns": times,
+                     "columns": [{"device": 0, "kind": "device", "live_bytes": lives, "max_bytes": maxes}]}
+    raw["history"] = {"capacity": 10000, "dropped": 0, "events": events}
+    raw["time_ns"] = last + 1
+    return raw, peak, live
+
+
 class TestSingle(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
@@ -354,6 +395,21 @@ class TestEdges(unittest.TestCase):
         self.assertNotIn(2 if one >= two else 1, rows)
         self.assertEqual({k: b for k, b, c in zip(ps["stack"], ps["live"], ps["count"]) if c},
                          {k: v[0] for k, v in truth["sites"].items() if v[1]})
+
+    def test_timeline_of_any_length(self) -> None:
+        """A run of 1 ms, 100 ms or 10 s: the timeline's points reach the
+        true peak (inside a window for the long run) and end at the live
+        bytes of the snapshot; a short run is drawn from its events."""
+        for span_ns in (1_000_000, 100_000_000, 10_000_000_000):
+            with self.subTest(span_ms=span_ns / 1e6):
+                raw, peak, final = _run_of(span_ns)
+                s = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]["series"]
+                self.assertGreaterEqual(len(s["t"]), 2)
+                col = s["cols"][0]
+                self.assertEqual(max(col["max"]), peak)
+                self.assertEqual(col["live"][-1], final)
+                self.assertEqual(s["fine"], span_ns < 64 * 10_000_000)
+                self.assertEqual(s["t"], sorted(s["t"]))
 
     def test_parent_pid_is_a_pid(self) -> None:
         """A process id is a name, not a quantity: no thousands separator."""

@@ -520,6 +520,50 @@ def _sites_data(doc: Doc, per_stack: bool = False) -> Dict[str, Any]:
     return out
 
 
+# A series of fewer points than this is a short run: the timeline is drawn
+# from the history's events instead, each change at its time.
+_FINE_BELOW = 64
+
+
+def _series_data(doc: Doc, base: int) -> Dict[str, Any]:
+    """The timeline's points: the snapshot's series (windows of time, with
+    the highest value within each), or for a short run — a few windows, too
+    coarse to show it — every change of the history, exact. The history is
+    walked back from the series' last point (the snapshot's live bytes), so
+    that it is exact also when older events fell out of it; before its first
+    event, the values are those it implies then (zero when nothing fell out
+    and the series starts there)."""
+    s = doc["series"]
+    coarse = {"t": [t - base for t in s["time_ns"]], "interval_ns": s["interval_ns"],
+              "dropped": s["columns_dropped"], "fine": False,
+              "cols": [{"device": c["device"], "kind": c["kind"], "live": c["live_bytes"],
+                        "max": c["max_bytes"]} for c in s["columns"]]}
+    events = [e for e in doc["history"]["events"] if e["op"] in ("alloc", "free")]
+    if len(s["time_ns"]) >= _FINE_BELOW or not events or not s["columns"]:
+        return coarse
+    keys = [(c["device"], c["kind"]) for c in s["columns"]]
+    at = {k: i for i, k in enumerate(keys)}
+    now = [c["live_bytes"][-1] if c["live_bytes"] else 0 for c in s["columns"]]
+    # Back from the end: the values after each event, oldest first.
+    after: List[List[int]] = []
+    for e in reversed(events):
+        after.append(list(now))
+        i = at.get((e["device"], e.get("kind")))
+        if i is not None:
+            now[i] += -e["size"] if e["op"] == "alloc" else e["size"]
+            now[i] = max(now[i], 0)
+    after.reverse()
+    start = s.get("start_ns") if s.get("start_ns") is not None else events[0]["time_ns"]
+    t = [min(start, events[0]["time_ns"]) - base] + [e["time_ns"] - base for e in events]
+    t.append(max(doc["time_ns"], events[-1]["time_ns"]) - base)
+    cols = []
+    for i, (dev, kind) in enumerate(keys):
+        vals = [now[i]] + [a[i] for a in after] + [after[-1][i]]
+        cols.append({"device": dev, "kind": kind, "live": vals, "max": vals})
+    return {"t": t, "interval_ns": s["interval_ns"], "dropped": s["columns_dropped"], "fine": True,
+            "cols": cols}
+
+
 def _marks(doc: Doc, base: int) -> Dict[str, Any]:
     """What the timeline marks: out-of-memory results and region tag spans."""
     events = doc["history"]["events"]
@@ -605,10 +649,7 @@ def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> 
         "sites": _sites_data(doc),
         "stack_sites": _sites_data(doc, per_stack=True),
         "allocs": _allocs_data(doc, base, kind_ix),
-        "series": {"t": [t - base for t in s["time_ns"]], "interval_ns": s["interval_ns"],
-                   "dropped": s["columns_dropped"],
-                   "cols": [{"device": c["device"], "kind": c["kind"], "live": c["live_bytes"],
-                             "max": c["max_bytes"]} for c in s["columns"]]},
+        "series": _series_data(doc, base),
         "history": {"events": len(doc["history"]["events"]), "dropped": doc["history"]["dropped"]},
         "marks": _marks(doc, base),
     }

@@ -278,17 +278,20 @@
     var H = MT + TH + MB + tags.length * LANE + (tags.length ? 6 : 0);
     var root = svg('svg', { viewBox: '0 0 ' + TW + ' ' + H, role: 'img' }, 'chart');
     root.setAttribute('aria-label', 'live bytes over time on ' + devName(dev));
-    var total = new Float64Array(n), ymax = 1;
+    // high: the highest within each window (the sum of the kinds' highest:
+    // exact for one kind, and for a series drawn from events).
+    var total = new Float64Array(n), high = new Float64Array(n), ymax = 1;
     cols.forEach(function (c) {
       for (var i = 0; i < n; i++) {
         total[i] += c.live[i];
+        high[i] += c.max[i];
         if (c.max[i] > ymax) ymax = c.max[i];
       }
     });
     var peakI = 0;
     for (var i = 0; i < n; i++) {
-      if (total[i] > ymax) ymax = total[i];
-      if (total[i] > total[peakI]) peakI = i;
+      if (high[i] > ymax) ymax = high[i];
+      if (high[i] > high[peakI]) peakI = i;
     }
     ymax *= 1.08;
     var span = Math.max(1, tmax - tmin);
@@ -308,9 +311,14 @@
     root.appendChild(grid);
     root.appendChild(svgText(ML, 11, devName(dev), 'chart-title'));
 
+    // A series drawn from events is a step at each change; windows' points
+    // are joined by lines.
     function pts(vals) {
       var p = [];
-      for (var i = 0; i < n; i++) p.push(X(s.t[i]).toFixed(1) + ',' + Y(vals[i]).toFixed(1));
+      for (var i = 0; i < n; i++) {
+        if (s.fine && i > 0) p.push(X(s.t[i]).toFixed(1) + ',' + Y(vals[i - 1]).toFixed(1));
+        p.push(X(s.t[i]).toFixed(1) + ',' + Y(vals[i]).toFixed(1));
+      }
       return p;
     }
     cols.forEach(function (c) {
@@ -323,12 +331,12 @@
     if (cols.length > 1) root.appendChild(svg('polyline', { points: pts(total).join(' ') }, 'ln total'));
 
     // The peak of this device's live bytes.
-    var px = X(s.t[peakI]), py = Y(total[peakI]);
+    var px = X(s.t[peakI]), py = Y(high[peakI]);
     var pk = svg('g', {}, 'peak');
     pk.appendChild(svg('circle', { cx: px, cy: py, r: 4 }));
     var right = px > TW - 160, left = px < ML + 90;
     pk.appendChild(svgText(right ? px - 8 : left ? px + 8 : px, Math.max(py - 8, MT + 10),
-      'peak ' + fmtBytes(total[peakI]), 'mark-label', right ? 'end' : left ? 'start' : 'middle'));
+      'peak ' + fmtBytes(high[peakI]), 'mark-label', right ? 'end' : left ? 'start' : 'middle'));
     root.appendChild(pk);
 
     ooms.forEach(function (o) {
@@ -384,7 +392,7 @@
       guide.setAttribute('x1', X(s.t[lo]));
       guide.setAttribute('x2', X(s.t[lo]));
       guide.style.display = '';
-      var lines = [fmtTime(s.t[lo]) + ' (window ' + (lo + 1) + ' of ' + n + ')'];
+      var lines = [fmtTime(s.t[lo]) + (s.fine ? ' (change ' : ' (window ') + (lo + 1) + ' of ' + n + ')'];
       cols.forEach(function (c) {
         var hi = c.max[lo] > c.live[lo] ? ' (highest ' + fmtBytes(c.max[lo]) + ')' : '';
         lines.push(c.kind + ': ' + fmtBytes(c.live[lo]) + hi);
@@ -397,7 +405,7 @@
 
     var fig = el('figure', 'chart-box');
     fig.dataset.device = dev;
-    fig.dataset.peak = total[peakI];
+    fig.dataset.peak = high[peakI];
     fig.dataset.oom = ooms.length;
     fig.appendChild(root);
     var legend = el('figcaption', 'legend');

@@ -67,13 +67,14 @@ gmt__probe() {
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;
 	heaptrack)      gmt__have heaptrack ;;
+	help2man)       gmt__have help2man ;;
 	*)              return 1 ;;
 	esac
 }
 
 GMT_PACKAGES=(meson ninja-build pkg-config gcc g++ libc6-dev libunwind-dev
 	      libjansson-dev libdw-dev python3 binutils python3-jsonschema python3-pytest
-	      patchelf clang)
+	      patchelf clang help2man)
 
 gmt__missing() {
 	local p

@@ -162,7 +162,12 @@ void cli_help(void)
 	       "  24   a peak limit (--max-peak, --max-growth) is exceeded\n"
 	       "  0    every limit holds\n"
 	       "\n"
-	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n",
+	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n"
+	       "\n"
+	       "Documentation: " GMT_DOCDIR " (docs/ of the source tree):\n"
+	       "tracing.md (what is traced, the options, snapshots, allocation sites, the\n"
+	       "leak check), ci.md (check), viewer.md (view), snapshot-format.md; and\n"
+	       "man gpumemtrace.\n",
 	       GMT_LIBDIR[0] != '\0' ? ", and in " : "", GMT_LIBDIR);
 }
 

@@ -132,6 +132,17 @@ def main() -> int:
             check("failure: the leak's bytes", "3145728 bytes" in text)
             check("failure: the test's line", "test_forgets_to_free (" in text
                   and f"test_gpu.py:{leak_line})" in text)
+
+        # No gpumemtrace on PATH, none named: one clear line, no test run.
+        env.pop("GPUMEMTRACE_CHECK")
+        env["PATH"] = os.path.dirname(os.path.realpath(py)) + ":/nonexistent"
+        p = subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "test_gpu.py"], cwd=tmp, env=env,
+                           capture_output=True, text=True, timeout=120)
+        output = p.stdout + p.stderr
+        errors = [ln for ln in output.splitlines() if "gpumemtrace" in ln and "not on PATH" in ln]
+        check("no gate on PATH: pytest's usage error", p.returncode == 4, output)
+        check("no gate on PATH: one line saying so", len(errors) == 1 and "FileNotFoundError" not in output,
+              output)
     if failures:
         print(f"{failures} failure(s)", file=sys.stderr)
     return 1 if failures else 0

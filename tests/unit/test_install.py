@@ -25,6 +25,24 @@ def main() -> int:
         if len(pcs) != 1 or len(libs) != 1:
             print(f"FAIL: installed {pcs} and {libs}, one of each expected")
             return 1
+        # The documents --help points to, and the man page (help2man).
+        docs = glob.glob(os.path.join(root, "**", "doc", "gpumemtrace", "tracing.md"), recursive=True)
+        mans = glob.glob(os.path.join(root, "**", "man1", "gpumemtrace.1"), recursive=True)
+        if len(docs) != 1 or len(mans) != 1:
+            print(f"FAIL: installed {docs} and {mans}, one of each expected")
+            return 1
+        src_docs = os.path.join(os.path.dirname(os.path.abspath(source)), "..", "..", "docs")
+        want = {n for n in os.listdir(src_docs) if n.endswith((".md", ".json"))}
+        got = set(os.listdir(os.path.dirname(docs[0])))
+        if want != got:
+            print(f"FAIL: docs installed {sorted(got)}, the source tree's {sorted(want)} expected "
+                  "(docs/meson.build lists them)")
+            return 1
+        with open(mans[0], encoding="utf-8") as f:
+            page = f.read()
+        if "GPUMEMTRACE_SNAPSHOT_ON" not in page or "doc/gpumemtrace" not in page:
+            print(f"FAIL: the man page lacks the help text: {page[:400]!r}")
+            return 1
         env = dict(os.environ, PKG_CONFIG_PATH=os.path.dirname(pcs[0]), PKG_CONFIG_SYSROOT_DIR=root)
         flags = subprocess.run(["pkg-config", "--cflags", "--libs", "gpumemtrace"], env=env, check=True,
                                stdout=subprocess.PIPE, text=True).stdout.split()

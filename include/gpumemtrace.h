@@ -16,9 +16,9 @@
 #include <stddef.h>
 
 #define GMT_VERSION_MAJOR 0
-#define GMT_VERSION_MINOR 2
+#define GMT_VERSION_MINOR 3
 #define GMT_VERSION_PATCH 0
-#define GMT_VERSION_STRING "0.2.0"
+#define GMT_VERSION_STRING "0.3.0"
 
 /* One number that orders versions: 10000 * major + 100 * minor + patch. */
 #define GMT_VERSION (GMT_VERSION_MAJOR * 10000 + GMT_VERSION_MINOR * 100 + GMT_VERSION_PATCH)
@@ -38,6 +38,11 @@ struct gmt_api_v1 {
 	int (*tag_push)(const char *tag);
 	int (*tag_pop)(void);
 	int (*live_bytes)(int device, unsigned long long *bytes);
+	/* 0.3 */
+	int (*peak_bytes)(int device, unsigned long long *bytes);
+	int (*peak_reset)(void);
+	int (*mark)(unsigned long long *mark);
+	int (*live_since)(unsigned long long mark, int device, unsigned long long *bytes, unsigned long long *count);
 };
 
 #ifdef __cplusplus
@@ -104,6 +109,44 @@ static inline int gmt_live_bytes(int device, unsigned long long *bytes)
 	const struct gmt_api_v1 *api = gmt__api_v1();
 
 	return GMT__HAS(api, live_bytes) ? api->live_bytes(device, bytes) : -ENOSYS;
+}
+
+/* The highest live bytes of `device` (as for gmt_live_bytes) since the process
+ * started or the last gmt_peak_reset(). Returns 0, -EINVAL, or -ENOSYS. */
+static inline int gmt_peak_bytes(int device, unsigned long long *bytes)
+{
+	const struct gmt_api_v1 *api = gmt__api_v1();
+
+	return GMT__HAS(api, peak_bytes) ? api->peak_bytes(device, bytes) : -ENOSYS;
+}
+
+/* Starts the peaks of gmt_peak_bytes afresh at what is live now (for one
+ * test, one step). Returns 0 or -ENOSYS. */
+static inline int gmt_peak_reset(void)
+{
+	const struct gmt_api_v1 *api = gmt__api_v1();
+
+	return GMT__HAS(api, peak_reset) ? api->peak_reset() : -ENOSYS;
+}
+
+/* A mark in the process's sequence of allocations and frees: everything
+ * completed before the call is before it. Returns 0 or -ENOSYS. */
+static inline int gmt_mark(unsigned long long *mark)
+{
+	const struct gmt_api_v1 *api = gmt__api_v1();
+
+	return GMT__HAS(api, mark) ? api->mark(mark) : -ENOSYS;
+}
+
+/* The bytes and allocations of `device` (as for gmt_live_bytes) live now that
+ * were made after `mark` (gmt_mark): what a test or a step left behind, not
+ * hidden by frees of older memory. Returns 0, -EINVAL, or -ENOSYS. */
+static inline int gmt_live_since(unsigned long long mark, int device, unsigned long long *bytes,
+				 unsigned long long *count)
+{
+	const struct gmt_api_v1 *api = gmt__api_v1();
+
+	return GMT__HAS(api, live_since) ? api->live_since(mark, device, bytes, count) : -ENOSYS;
 }
 
 #ifdef __cplusplus

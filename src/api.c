@@ -10,4 +10,8 @@ __attribute__((visibility("default"))) const struct gmt_api_v1 gmt_api_v1 = {
 	.tag_push = gmt__api_tag_push,
 	.tag_pop = gmt__api_tag_pop,
 	.live_bytes = gmt__api_live_bytes,
+	.peak_bytes = gmt__api_peak_bytes,
+	.peak_reset = gmt__api_peak_reset,
+	.mark = gmt__api_mark,
+	.live_since = gmt__api_live_since,
 };

@@ -78,5 +78,9 @@ int gmt__api_dump(char *path, size_t len);
 int gmt__api_tag_push(const char *tag);
 int gmt__api_tag_pop(void);
 int gmt__api_live_bytes(int device, unsigned long long *bytes);
+int gmt__api_peak_bytes(int device, unsigned long long *bytes);
+int gmt__api_peak_reset(void);
+int gmt__api_mark(unsigned long long *mark);
+int gmt__api_live_since(unsigned long long mark, int device, unsigned long long *bytes, unsigned long long *count);
 
 #endif /* GMT_CORE_H */

@@ -39,8 +39,13 @@ static void account(const struct gmt__entry *e, bool add)
 	if (add) {
 		gmt__core.live_bytes += e->size;
 		gmt__core.live_count++;
-		if (slot != NULL)
+		if (slot != NULL) {
 			*slot += e->size;
+			if (*slot > gmt__core.api_peak[slot - gmt__core.device_live + 1])
+				gmt__core.api_peak[slot - gmt__core.device_live + 1] = *slot;
+		}
+		if (gmt__core.live_bytes > gmt__core.api_peak[0])
+			gmt__core.api_peak[0] = gmt__core.live_bytes;
 		if (gmt__core.live_bytes > gmt__core.peak_bytes) {
 			gmt__core.peak_bytes = gmt__core.live_bytes;
 			if (gmt__core.peak_armed && gmt__core.live_bytes >= gmt__core.peak_next_bytes)

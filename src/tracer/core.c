@@ -82,6 +82,7 @@ static void fork_child(void)
 	gmt__core.oom_failures = gmt__core.peak_next_bytes = gmt__core.peak_next_ns = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);
 	memset(gmt__core.device_live, 0, sizeof(gmt__core.device_live));
+	memset(gmt__core.api_peak, 0, sizeof(gmt__core.api_peak));
 	memset(gmt__core.undo, 0, sizeof(gmt__core.undo));
 #define GMT_X_ZERO(name, help) atomic_store_explicit(&gmt__core.stats.name, 0, memory_order_relaxed);
 	GMT_STATS(GMT_X_ZERO)
@@ -502,6 +503,82 @@ int gmt__api_tag_pop(void)
 	if (gmt__tls.ntags == 0)
 		return -ENOENT;
 	gmt__tls.ntags--;
+	return 0;
+}
+
+int gmt__api_peak_bytes(int device, unsigned long long *bytes)
+{
+	if (!api_ready())
+		return -ENOSYS;
+	if (bytes == NULL || device < -2 || device >= GMT_MAX_DEVICES)
+		return -EINVAL;
+	gmt__core_lock();
+	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+	*bytes = gmt__core.api_peak[device + 2];
+	gmt__core_unlock();
+	return 0;
+}
+
+int gmt__api_peak_reset(void)
+{
+	if (!api_ready())
+		return -ENOSYS;
+	gmt__core_lock();
+	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+	gmt__core.api_peak[0] = gmt__core.live_bytes;
+	for (int i = 0; i <= GMT_MAX_DEVICES; i++)
+		gmt__core.api_peak[i + 1] = gmt__core.device_live[i];
+	gmt__core_unlock();
+	return 0;
+}
+
+int gmt__api_mark(unsigned long long *mark)
+{
+	if (!api_ready())
+		return -ENOSYS;
+	if (mark == NULL)
+		return -EINVAL;
+	gmt__core_lock();
+	*mark = atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed);
+	gmt__drain_until(*mark);
+	gmt__core_unlock();
+	return 0;
+}
+
+/* Live memory entries made at or after a mark, on a device. */
+struct since {
+	uint64_t mark, bytes, count;
+	int device;
+};
+
+static int add_since(void *ctx, const struct gmt__entry *e)
+{
+	struct since *s = ctx;
+
+	if ((e->space == GMT_SPACE_MEMORY || e->space == GMT_SPACE_ARRAY || e->space == GMT_SPACE_HANDLE) &&
+	    e->link >= s->mark && (s->device == -2 || e->device == s->device)) {
+		s->bytes += e->size;
+		s->count++;
+	}
+	return 0;
+}
+
+int gmt__api_live_since(unsigned long long mark, int device, unsigned long long *bytes, unsigned long long *count)
+{
+	struct since s = { .mark = mark, .device = device };
+
+	if (!api_ready())
+		return -ENOSYS;
+	if (device < -2 || device >= GMT_MAX_DEVICES)
+		return -EINVAL;
+	gmt__core_lock();
+	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+	(void)gmt__table_each(gmt__core.table, add_since, &s);
+	gmt__core_unlock();
+	if (bytes != NULL)
+		*bytes = s.bytes;
+	if (count != NULL)
+		*count = s.count;
 	return 0;
 }
 

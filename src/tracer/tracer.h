@@ -138,6 +138,9 @@ struct gmt__core {
 	bool have_hist;
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
 	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
+	/* The public API's peaks (gmt_peak_bytes), since the start or its last
+	 * reset: [0] all, [1] host, [d + 2] device d. */
+	uint64_t api_peak[GMT_MAX_DEVICES + 2];
 	uint64_t snapshot_seq;
 	/* Out-of-memory episodes: when the last oom snapshot was written, and
 	 * total_allocs then. */

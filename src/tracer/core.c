@@ -506,7 +506,9 @@ int gmt__api_tag_pop(void)
 	return 0;
 }
 
-int gmt__api_peak_bytes(int device, unsigned long long *bytes)
+/* A device's live bytes (or its peak since the last reset), every event
+ * completed before the call applied. */
+static int api_bytes(int device, unsigned long long *bytes, bool peak)
 {
 	if (!api_ready())
 		return -ENOSYS;
@@ -514,9 +516,17 @@ int gmt__api_peak_bytes(int device, unsigned long long *bytes)
 		return -EINVAL;
 	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
-	*bytes = gmt__core.api_peak[device + 2];
+	if (peak)
+		*bytes = gmt__core.api_peak[device + 2];
+	else
+		*bytes = device == -2 ? gmt__core.live_bytes : gmt__core.device_live[device + 1];
 	gmt__core_unlock();
 	return 0;
+}
+
+int gmt__api_peak_bytes(int device, unsigned long long *bytes)
+{
+	return api_bytes(device, bytes, true);
 }
 
 int gmt__api_peak_reset(void)
@@ -584,14 +594,6 @@ int gmt__api_live_since(unsigned long long mark, int device, unsigned long long 
 
 int gmt__api_live_bytes(int device, unsigned long long *bytes)
 {
-	if (!api_ready())
-		return -ENOSYS;
-	if (bytes == NULL || device < -2 || device >= GMT_MAX_DEVICES)
-		return -EINVAL;
-	gmt__core_lock();
-	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
-	*bytes = device == -2 ? gmt__core.live_bytes : gmt__core.device_live[device + 1];
-	gmt__core_unlock();
-	return 0;
+	return api_bytes(device, bytes, false);
 }
 

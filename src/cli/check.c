@@ -604,6 +604,7 @@ int cli_check(int argc, char **argv)
 	if (setenv("GPUMEMTRACE_LEAK_CHECK", "0", 1) != 0)
 		cli_die(GMT_EXIT_USAGE, "cannot set GPUMEMTRACE_LEAK_CHECK: %s", strerror(errno));
 	cli_set_preload(lib);
+	cli_set_pythonpath();
 
 	v.command_status = run_command(argv + a.command, &v.command_signal);
 	if (v.command_status < 0) {

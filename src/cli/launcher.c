@@ -27,9 +27,13 @@
 #undef GMT_LIBDIR
 #undef GMT_VIEWER_SRC
 #undef GMT_VIEWER_INSTALLED
+#undef GMT_PYTHON_SRC
+#undef GMT_PYTHON_INSTALLED
 #define GMT_LIBDIR ""
 #define GMT_VIEWER_SRC ""
 #define GMT_VIEWER_INSTALLED ""
+#define GMT_PYTHON_SRC ""
+#define GMT_PYTHON_INSTALLED ""
 #endif
 #ifndef GMT_LIBDIR
 #define GMT_LIBDIR "/usr/local/lib"
@@ -45,6 +49,12 @@
 #endif
 #ifndef GMT_VIEWER_INSTALLED
 #define GMT_VIEWER_INSTALLED "/usr/local/share/gpumemtrace/gpumemtrace-view"
+#endif
+#ifndef GMT_PYTHON_SRC
+#define GMT_PYTHON_SRC "/usr/local/share/gpumemtrace/python"
+#endif
+#ifndef GMT_PYTHON_INSTALLED
+#define GMT_PYTHON_INSTALLED "/usr/local/share/gpumemtrace/python"
 #endif
 #ifndef GMT_DATADIR_REL
 #define GMT_DATADIR_REL "share"
@@ -409,8 +419,51 @@ static int run(int argc, char **argv)
 
 	cli_find_library(lib);
 	cli_set_preload(lib);
+	cli_set_pythonpath();
 	execvp(argv[i + 1], argv + i + 1);
 	cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
+}
+
+/* A file of the installed data (NAME under <datadir>/gpumemtrace beside this
+ * program), else of the source tree it was built from (src), else of the
+ * configured datadir (installed); into path, "" when none is there. */
+static void find_data(const char *name, const char *src, const char *installed, char *path, size_t len,
+		      char *exe, size_t exelen, bool dir)
+{
+	const char *at[] = { NULL, src, installed };
+	ssize_t n = readlink("/proc/self/exe", exe, exelen - 1);
+	struct stat st;
+
+	exe[n > 0 ? n : 0] = '\0';
+	if (strrchr(exe, '/') != NULL)
+		*strrchr(exe, '/') = '\0';
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		if (i == 0)
+			snprintf(path, len, "%s/../" GMT_DATADIR_REL "/gpumemtrace/%s", exe, name);
+		else if (at[i][0] != '\0')
+			snprintf(path, len, "%s", at[i]);
+		else
+			continue;
+		if (dir ? stat(path, &st) == 0 && S_ISDIR(st.st_mode) : is_file(path))
+			return;
+	}
+	path[0] = '\0';
+}
+
+void cli_set_pythonpath(void)
+{
+	char exe[PATH_MAX], dir[PATH_MAX + 64], *value;
+	const char *old = getenv("PYTHONPATH");
+
+	find_data("python", GMT_PYTHON_SRC, GMT_PYTHON_INSTALLED, dir, sizeof(dir), exe, sizeof(exe), true);
+	if (dir[0] == '\0')
+		return;
+	if (asprintf(&value, "%s%s%s", dir, old != NULL && old[0] != '\0' ? ":" : "",
+		     old != NULL ? old : "") < 0)
+		cli_die(GMT_EXIT_USAGE, "out of memory");
+	if (setenv("PYTHONPATH", value, 1) != 0)
+		cli_die(GMT_EXIT_USAGE, "cannot set PYTHONPATH: %s", strerror(errno));
+	free(value);
 }
 
 /* `gpumemtrace view ARGS`: the viewer is Python (tools/gpumemtrace-view);
@@ -422,26 +475,11 @@ static int view(int argc, char **argv)
 			      GMT_VIEWER_INSTALLED };
 	char exe[PATH_MAX], path[PATH_MAX + 64];
 	char **args;
-	ssize_t n;
 	size_t i;
 
 	cli_set_context("view: ");
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = '\0';
-	if (strrchr(exe, '/') != NULL)
-		*strrchr(exe, '/') = '\0';
-	path[0] = '\0';
-	for (i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		if (rel[i][0] == '\0')
-			continue;
-		if (rel[i][0] == '/')
-			snprintf(path, sizeof(path), "%s", rel[i]);
-		else
-			snprintf(path, sizeof(path), "%s/%s", exe, rel[i]);
-		if (is_file(path))
-			break;
-		path[0] = '\0';
-	}
+	find_data("gpumemtrace-view", GMT_VIEWER_SRC, GMT_VIEWER_INSTALLED, path, sizeof(path), exe, sizeof(exe),
+		  false);
 	if (path[0] == '\0')
 		cli_die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
 			exe, rel[0], GMT_VIEWER_SRC[0] != '\0' ? ", " : "", GMT_VIEWER_SRC,

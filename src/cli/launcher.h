@@ -45,6 +45,11 @@ void cli_set_option(const char *flag, const char *var, const char *value);
  * usage error naming DIR when it cannot be made or is not a directory. */
 void cli_make_dir(const char *dir, char *abs);
 
+/* Puts the Python module (tools/python: `import gpumemtrace`, the pytest
+ * plugin) first on PYTHONPATH, the installed copy or this source tree's;
+ * nothing when neither is there. */
+void cli_set_pythonpath(void);
+
 /* If argv[*i] is `name` or `name=value`: the value (the next argument in the
  * first form, advancing *i; a usage error when there is none), else NULL. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *name);

@@ -28,6 +28,11 @@ def main() -> int:
         # The documents --help points to, and the man page (help2man).
         docs = glob.glob(os.path.join(root, "**", "doc", "gpumemtrace", "tracing.md"), recursive=True)
         mans = glob.glob(os.path.join(root, "**", "man1", "gpumemtrace.1"), recursive=True)
+        pymod = glob.glob(os.path.join(root, "**", "gpumemtrace", "python", "gpumemtrace", "pytest_plugin.py"),
+                          recursive=True)
+        if len(pymod) != 1:
+            print(f"FAIL: the Python module installed as {pymod}, once expected")
+            return 1
         if len(docs) != 1 or len(mans) != 1:
             print(f"FAIL: installed {docs} and {mans}, one of each expected")
             return 1

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""The Python module (tools/python/gpumemtrace) on the simulated GPU:
+traced (under `gpumemtrace run`, which puts it on PYTHONPATH) its answers are
+the program's own numbers and its tag and snapshot land in the snapshot;
+untraced every call returns None with exactly one warning; and the pytest
+plugin (with Debian's pytest) fails exactly the tests over their limits, with
+where they allocated. Skipped parts: none, but the plugin's without a python3
+that has pytest (exit 77 when nothing could run).
+
+usage: test_python_api.py LAUNCHER CUDART SOURCE_ROOT
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import Dict, List
+
+FAILURES: List[str] = []
+
+RUNTIME = '''
+import ctypes, os
+MIB = 1024 * 1024
+rt = ctypes.PyDLL(os.environ["GMT_TEST_CUDART"])
+rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+rt.cudaMalloc.restype = ctypes.c_int
+rt.cudaFree.argtypes = [ctypes.c_void_p]
+rt.cudaFree.restype = ctypes.c_int
+
+
+def alloc(n):
+    p = ctypes.c_void_p()
+    assert rt.cudaMalloc(ctypes.byref(p), n) == 0
+    return p
+'''
+
+SCRIPT = RUNTIME + '''
+import json, warnings
+import gpumemtrace as g
+
+warnings.simplefilter("always")
+out = {"available": g.available()}
+out["live0"] = g.live_bytes(0)
+g.peak_reset()
+m = g.mark()
+older = alloc(2 * MIB)
+with g.tag("forward"):
+    a = alloc(4 * MIB)
+    b = alloc(1 * MIB)
+assert rt.cudaFree(a) == 0
+out["peak"] = g.peak_bytes(0)
+out["live"] = g.live_bytes(0)
+out["since"] = g.live_since(m)
+out["dump"] = g.dump()
+print("RESULT " + json.dumps(out))
+'''
+
+PYTEST_TESTS = RUNTIME + '''
+import pytest
+
+
+@pytest.mark.gpu_limit_memory("4 MiB")
+@pytest.mark.gpu_limit_leaks("0")
+def test_within() -> None:
+    p = alloc(2 * MIB)
+    assert rt.cudaFree(p) == 0
+
+
+@pytest.mark.gpu_limit_leaks("1 MiB")
+def test_leaks_too_much() -> None:
+    alloc(3 * MIB)  # LEAK_LINE
+
+
+@pytest.mark.gpu_limit_memory("4 MiB")
+def test_peaks_too_high() -> None:
+    p = alloc(8 * MIB)  # PEAK_LINE
+    assert rt.cudaFree(p) == 0
+'''
+
+
+def check(ok: bool, what: str, got: object = None) -> None:
+    if not ok:
+        FAILURES.append(what)
+        print(f"FAIL {what}" + (f": {got!r}" if got is not None else ""))
+
+
+def base_env(cudart: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPUMEMTRACE_", "GMTSIM_", "PYTEST_")) and k not in ("LD_PRELOAD", "PYTHONPATH")}
+    env["GMT_TEST_CUDART"] = cudart
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
+        # python is not instrumented: the runtime must lead LD_PRELOAD
+        env["LD_PRELOAD"] = os.environ["GMT_TEST_ASAN_RUNTIME"]
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
+def test_traced(launcher: str, env: Dict[str, str], tmp: str) -> None:
+    script = os.path.join(tmp, "api.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(SCRIPT)
+    r = subprocess.run([launcher, "run", "--dir", tmp, "--", sys.executable, script], env=env, cwd=tmp,
+                       capture_output=True, text=True, timeout=120)
+    m = re.search(r"^RESULT (.*)$", r.stdout, re.M)
+    check(r.returncode == 0 and m is not None, "traced: the script ran", r.stdout + r.stderr)
+    if m is None:
+        return
+    out = json.loads(m.group(1))
+    mib = 1 << 20
+    check(out["available"] is True, "traced: available()")
+    check(out["live0"] == 0, "traced: nothing live at first", out["live0"])
+    check(out["peak"] == 7 * mib, "traced: the peak since the reset", out["peak"])
+    check(out["live"] == 3 * mib, "traced: live bytes", out["live"])
+    check(out["since"] == [3 * mib, 2], "traced: what the stretch left", out["since"])
+    check(bool(out["dump"]) and os.path.isfile(out["dump"]), "traced: dump() wrote its snapshot", out["dump"])
+    if out["dump"] and os.path.isfile(out["dump"]):
+        with open(out["dump"], encoding="utf-8") as f:
+            doc = json.load(f)
+        tagged = {a["size"] for a in doc["allocations"]
+                  for s in doc["stacks"] if s["id"] == a["stack"] and s["tags"] == ["forward"]}
+        check(doc["reason"] == "api" and tagged == {1 * mib}, "traced: the tag in the snapshot", tagged)
+
+
+def test_untraced(source: str, env: Dict[str, str], tmp: str) -> None:
+    script = os.path.join(tmp, "api_untraced.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(SCRIPT.replace('out["dump"] = g.dump()', 'out["dump"] = g.dump(); out["tagged"] = True'))
+    plain = dict(env, PYTHONPATH=os.path.join(source, "tools", "python"),
+                 LD_LIBRARY_PATH=env.get("LD_LIBRARY_PATH", ""))
+    r = subprocess.run([sys.executable, script], env=plain, cwd=tmp, capture_output=True, text=True, timeout=120)
+    m = re.search(r"^RESULT (.*)$", r.stdout, re.M)
+    check(r.returncode == 0 and m is not None, "untraced: the script ran", r.stdout + r.stderr)
+    if m is not None:
+        out = json.loads(m.group(1))
+        check(out["available"] is False and all(out[k] is None for k in ("live0", "peak", "live", "since", "dump")),
+              "untraced: every call None", out)
+    warned = [ln for ln in r.stderr.splitlines() if "RuntimeWarning" in ln and "gpumemtrace" in ln]
+    check(len(warned) == 1, "untraced: exactly one warning", r.stderr)
+
+
+def python_with_pytest() -> str:
+    for py in (sys.executable, "/usr/bin/python3"):
+        if os.path.exists(py) and subprocess.run([py, "-c", "import pytest"], capture_output=True).returncode == 0:
+            return py
+    return ""
+
+
+def test_plugin(launcher: str, env: Dict[str, str], tmp: str) -> bool:
+    py = python_with_pytest()
+    if not py:
+        print("skip: no python3 with pytest (apt-get install python3-pytest): the plugin's test")
+        return False
+    work = os.path.join(tmp, "plugin")
+    os.makedirs(work)
+    with open(os.path.join(work, "test_limits.py"), "w", encoding="utf-8") as f:
+        f.write(PYTEST_TESTS)
+    lines = PYTEST_TESTS.splitlines()
+    leak_line = next(i for i, ln in enumerate(lines) if "LEAK_LINE" in ln) + 1
+    peak_line = next(i for i, ln in enumerate(lines) if "PEAK_LINE" in ln) + 1
+    junit = os.path.join(work, "out.xml")
+    r = subprocess.run([launcher, "run", "--dir", work, "--", py, "-m", "pytest", "-p", "no:cacheprovider",
+                        "-p", "gpumemtrace.pytest_plugin", f"--junitxml={junit}", "test_limits.py"],
+                       env=env, cwd=work, capture_output=True, text=True, timeout=240)
+    output = r.stdout + r.stderr
+    check(r.returncode == 1, "plugin: pytest's status 1", output)
+    try:
+        cases = {tc.get("name"): tc for tc in ET.parse(junit).getroot().iter("testcase")}
+    except (OSError, ET.ParseError) as e:
+        check(False, "plugin: the JUnit report", f"{e}\n{output}")
+        return True
+    failed = sorted(n for n, tc in cases.items() if tc.find("failure") is not None)
+    check(failed == ["test_leaks_too_much", "test_peaks_too_high"], "plugin: exactly the tests over their limits fail",
+          f"{failed}\n{output}")
+    def failure_of(name: str) -> str:
+        tc = cases.get(name)
+        fail = tc.find("failure") if tc is not None else None
+        return (fail.get("message") or "") + (fail.text or "") if fail is not None else ""
+
+    text = failure_of("test_leaks_too_much")
+    check("left 3.00 MiB of GPU memory in 1 allocation" in text and "limit of 1.00 MiB" in text,
+          "plugin: the leak's bytes and limit", text)
+    check(f"\u2190 test_leaks_too_much (test_limits.py:{leak_line})" in text, "plugin: the leak's site", text)
+    text = failure_of("test_peaks_too_high")
+    check("used 8.00 MiB of GPU memory at its peak" in text and "limit of 4.00 MiB" in text,
+          "plugin: the peak and limit", text)
+    check(f"\u2190 test_peaks_too_high (test_limits.py:{peak_line})" in text, "plugin: the peak's site", text)
+    return True
+
+
+def main() -> int:
+    if len(sys.argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    launcher, cudart, source = sys.argv[1:4]
+    env = base_env(os.path.abspath(cudart))
+    with tempfile.TemporaryDirectory(prefix="gmt-pyapi-") as tmp:
+        test_traced(os.path.abspath(launcher), env, tmp)
+        test_untraced(source, env, tmp)
+        test_plugin(os.path.abspath(launcher), env, tmp)
+    print(f"{len(FAILURES)} failure(s)")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""gpumemtrace's run-time API for Python: the C API of gpumemtrace.h
+(docs/tracing.md, "The public API") through ctypes, standard library only.
+
+    import gpumemtrace
+    path = gpumemtrace.dump()                 # an "api" snapshot now
+    with gpumemtrace.tag("forward"):          # allocations made here carry the tag
+        ...
+    gpumemtrace.live_bytes(0)                 # live bytes on device 0
+
+Without the tracer (the program not run under `gpumemtrace run`/`check` or
+with libgpumemtrace.so preloaded) every call does nothing and returns None,
+and the first one warns once. `gpumemtrace run` and `gpumemtrace check` put
+this module on PYTHONPATH; elsewhere add <prefix>/share/gpumemtrace/python.
+The pytest plugin is gpumemtrace.pytest_plugin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import re
+import warnings
+from typing import Iterator, Optional, Tuple
+
+__all__ = ["HOST", "ALL_DEVICES", "available", "dump", "tag", "live_bytes", "peak_bytes", "peak_reset",
+           "mark", "live_since", "parse_bytes"]
+
+HOST = -1         # pinned and registered host memory
+ALL_DEVICES = -2  # everything the process holds
+
+_ull = ctypes.c_ulonglong
+_P = ctypes.POINTER
+
+
+class _ApiV1(ctypes.Structure):
+    """struct gmt_api_v1 (gpumemtrace.h): fields are only ever appended;
+    `size` says how many the library has."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("dump", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)),
+        ("tag_push", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p)),
+        ("tag_pop", ctypes.CFUNCTYPE(ctypes.c_int)),
+        ("live_bytes", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, _P(_ull))),
+        ("peak_bytes", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, _P(_ull))),
+        ("peak_reset", ctypes.CFUNCTYPE(ctypes.c_int)),
+        ("mark", ctypes.CFUNCTYPE(ctypes.c_int, _P(_ull))),
+        ("live_since", ctypes.CFUNCTYPE(ctypes.c_int, _ull, ctypes.c_int, _P(_ull), _P(_ull))),
+    ]
+
+
+_api: Optional[_ApiV1] = None
+_looked = False
+_warned = False
+
+
+def _table() -> Optional[_ApiV1]:
+    global _api, _looked
+    if not _looked:
+        _looked = True
+        try:
+            _api = _ApiV1.in_dll(ctypes.CDLL(None), "gmt_api_v1")
+        except (ValueError, OSError):
+            _api = None
+    return _api
+
+
+def _has(field: str) -> Optional[_ApiV1]:
+    """The table when the library has `field`, else None (warning once)."""
+    global _warned
+    api = _table()
+    if api is not None:
+        desc = getattr(_ApiV1, field)
+        if api.size >= desc.offset + desc.size:
+            return api
+    if not _warned:
+        _warned = True
+        why = ("libgpumemtrace.so is not loaded (run under `gpumemtrace run` or `gpumemtrace check`)"
+               if api is None else f"the loaded libgpumemtrace.so predates gpumemtrace.{field}()")
+        warnings.warn(f"gpumemtrace: {why}: gpumemtrace calls do nothing", RuntimeWarning, stacklevel=3)
+    return None
+
+
+def _check(rc: int, what: str) -> bool:
+    """True on success, False when the tracer is off in this process; an
+    OSError for anything else (a bad device, an empty tag)."""
+    if rc == 0:
+        return True
+    if rc == -errno.ENOSYS:  # tracing off in this process (secure execution)
+        return False
+    raise OSError(-rc, f"gpumemtrace.{what}: {os.strerror(-rc)}")
+
+
+def available() -> bool:
+    """Whether the tracer is loaded in this process."""
+    return _table() is not None
+
+
+def dump() -> Optional[str]:
+    """Writes an "api" snapshot now; its path, or None without the tracer."""
+    api = _has("dump")
+    if api is None:
+        return None
+    buf = ctypes.create_string_buffer(4096)
+    if not _check(api.dump(buf, len(buf)), "dump"):
+        return None
+    return buf.value.decode("utf-8", "surrogateescape")
+
+
+@contextlib.contextmanager
+def tag(name: str) -> Iterator[None]:
+    """A region tag on this thread: allocations made inside carry it."""
+    api = _has("tag_push")
+    pushed = api is not None and _check(api.tag_push(name.encode("utf-8", "surrogateescape")), "tag")
+    try:
+        yield
+    finally:
+        if pushed and api is not None:
+            api.tag_pop()
+
+
+def _bytes_of(field: str, device: int) -> Optional[int]:
+    api = _has(field)
+    if api is None:
+        return None
+    out = _ull(0)
+    return out.value if _check(getattr(api, field)(device, ctypes.byref(out)), field) else None
+
+
+def live_bytes(device: int = ALL_DEVICES) -> Optional[int]:
+    """Live bytes on a device (an ordinal, HOST or ALL_DEVICES)."""
+    return _bytes_of("live_bytes", device)
+
+
+def peak_bytes(device: int = ALL_DEVICES) -> Optional[int]:
+    """The highest live bytes of a device since the start or peak_reset()."""
+    return _bytes_of("peak_bytes", device)
+
+
+def peak_reset() -> None:
+    """Starts the peaks afresh at what is live now."""
+    api = _has("peak_reset")
+    if api is not None:
+        _check(api.peak_reset(), "peak_reset")
+
+
+def mark() -> Optional[int]:
+    """A mark in the process's sequence of allocations and frees."""
+    api = _has("mark")
+    if api is None:
+        return None
+    out = _ull(0)
+    return out.value if _check(api.mark(ctypes.byref(out)), "mark") else None
+
+
+def live_since(since: int, device: int = ALL_DEVICES) -> Optional[Tuple[int, int]]:
+    """(bytes, allocations) live now of those made after mark `since`."""
+    api = _has("live_since")
+    if api is None:
+        return None
+    b, n = _ull(0), _ull(0)
+    if not _check(api.live_since(since, device, ctypes.byref(b), ctypes.byref(n)), "live_since"):
+        return None
+    return b.value, n.value
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.I)
+
+
+def parse_bytes(text: "str | int") -> int:
+    """A byte count: an int, or "1 GiB", "512M", "1.5 GB", "4096" (K, M, G, T
+    and P are powers of 1024, as gpumemtrace's options read them)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a byte count cannot be negative: {text}")
+        return text
+    m = _SIZE.match(str(text))
+    if m is None or (m.group(3) and m.group(3).lower() == "i"):
+        raise ValueError(f"not a byte count: {text!r} (examples: 4096, 512 MiB, 1G)")
+    scale = 1024 ** "bkmgtp".index((m.group(2) or "b").lower())
+    return int(float(m.group(1)) * scale)

@@ -43,6 +43,7 @@ struct gmt_api_v1 {
 	int (*peak_reset)(void);
 	int (*mark)(unsigned long long *mark);
 	int (*live_since)(unsigned long long mark, int device, unsigned long long *bytes, unsigned long long *count);
+	int (*step)(unsigned long long step);
 };
 
 #ifdef __cplusplus
@@ -147,6 +148,17 @@ static inline int gmt_live_since(unsigned long long mark, int device, unsigned l
 	const struct gmt_api_v1 *api = gmt__api_v1();
 
 	return GMT__HAS(api, live_since) ? api->live_since(mark, device, bytes, count) : -ENOSYS;
+}
+
+/* Marks step `step` of the program's loop (a training step, a request): the
+ * history notes it, and growth is judged on these steps too, exactly the
+ * program's rhythm. Call it at the start (or the end) of every step. Returns
+ * 0 or -ENOSYS. */
+static inline int gmt_step(unsigned long long step)
+{
+	const struct gmt_api_v1 *api = gmt__api_v1();
+
+	return GMT__HAS(api, step) ? api->step(step) : -ENOSYS;
 }
 
 #ifdef __cplusplus

@@ -14,4 +14,5 @@ __attribute__((visibility("default"))) const struct gmt_api_v1 gmt_api_v1 = {
 	.peak_reset = gmt__api_peak_reset,
 	.mark = gmt__api_mark,
 	.live_since = gmt__api_live_since,
+	.step = gmt__api_step,
 };

@@ -316,7 +316,6 @@ static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, 
 
 /* ---- the history: sites, series, events ------------------------------------------ */
 
-static const char *const hist_op_names[] = { "alloc", "free", "oom" };
 
 static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n)
 {
@@ -418,21 +417,28 @@ static void out_history(struct gmt__json *o, const struct gmt__history *h, const
 
 		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES + apis->longest);
 		p = gmt__put_lit(p, i ? ",\n  {\"op\": \"" : "\n  {\"op\": \"");
-		p = gmt__put_lit(p, hist_op_names[ev->op < 3 ? ev->op : 0]);
+		p = gmt__put_lit(p, gmt__hist_op_name((enum gmt__hist_op)ev->op));
 		p = gmt__put_lit(p, "\", \"seq\": ");
 		p = gmt__put_u64(p, ev->seq);
 		p = gmt__put_lit(p, ", \"time_ns\": ");
 		p = gmt__put_u64(p, ev->time_ns);
 		p = gmt__put_lit(p, ", \"address\": ");
-		p = ev->op == GMT_HIST_OOM ? gmt__put_lit(p, "null") : gmt__put_hex(p, ev->addr);
+		p = ev->op == GMT_HIST_OOM || ev->op == GMT_HIST_STEP ? gmt__put_lit(p, "null") : gmt__put_hex(p, ev->addr);
 		p = gmt__put_lit(p, ", \"size\": ");
 		p = gmt__put_u64(p, ev->size);
-		p = gmt__put_lit(p, ", \"kind\": \"");
-		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)ev->kind));
-		p = gmt__put_lit(p, "\", \"device\": ");
-		p = gmt__put_i64(p, ev->device);
-		p = gmt__put_lit(p, ", \"api\": ");
-		p = gmt__put_lit(p, api_name(apis, ev->api));
+		if (ev->op == GMT_HIST_STEP) {
+			/* A step: its number; no memory, no call. */
+			p = gmt__put_lit(p, ", \"step\": ");
+			p = gmt__put_u64(p, ev->addr);
+			p = gmt__put_lit(p, ", \"kind\": null, \"device\": -1, \"api\": null");
+		} else {
+			p = gmt__put_lit(p, ", \"kind\": \"");
+			p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)ev->kind));
+			p = gmt__put_lit(p, "\", \"device\": ");
+			p = gmt__put_i64(p, ev->device);
+			p = gmt__put_lit(p, ", \"api\": ");
+			p = gmt__put_lit(p, api_name(apis, ev->api));
+		}
 		p = gmt__put_lit(p, ", \"thread\": ");
 		p = gmt__put_u64(p, ev->tid);
 		p = gmt__put_lit(p, ", \"stack\": ");

@@ -229,8 +229,11 @@ static struct scale_verdict judge_scale(const struct gmt__site *s, int k, uint32
  * longest rounds — or -1. */
 static int growing_scale(const struct gmt__history *h, const struct gmt__site *s, bool still)
 {
+	/* time, steps, then 256, 32 and 4 changes */
+	static const int order[GMT_SCALES] = { 0, GMT_SCALE_STEPS, 3, 2, 1 };
+
 	for (int i = 0; i < GMT_SCALES; i++) {
-		int k = i == 0 ? 0 : GMT_SCALES - i;
+		int k = order[i];
 		struct scale_verdict v = judge_scale(s, k, h->round[k]);
 
 		if (still ? v.grows : v.grew)
@@ -318,7 +321,7 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 	}
 	/* The rounds of the program's sequence (GMT_SCALES): one ends before
 	 * this change when it holds its count of changes, a free among them. */
-	for (int k = 1; k < GMT_SCALES && !cause->undo; k++) {
+	for (int k = 1; k < GMT_SCALE_STEPS && !cause->undo; k++) {
 		static const uint32_t events[GMT_SCALES] = GMT_SCALE_EVENTS;
 
 		if (h->round_events[k] >= events[k] && h->round_freed[k]) {
@@ -360,6 +363,30 @@ void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *caus
 	};
 
 	remember(h, &ev);
+}
+
+void gmt__history_step(struct gmt__history *h, const struct gmt__hist_cause *cause, uint64_t step)
+{
+	struct gmt__hist_event ev = {
+		.seq = cause->seq, .time_ns = cause->time_ns, .addr = step, .tid = cause->tid,
+		.op = GMT_HIST_STEP, .device = -1,
+	};
+
+	if (h->pt_time == NULL)
+		return;
+	h->round[GMT_SCALE_STEPS]++;
+	remember(h, &ev);
+}
+
+const char *gmt__hist_op_name(enum gmt__hist_op op)
+{
+	static const char *const names[GMT_HIST_OP_COUNT] = {
+#define GMT_X(id, word) [GMT_HIST_##id] = word,
+		GMT_HIST_OPS(GMT_X)
+#undef GMT_X
+	};
+
+	return (unsigned)op < GMT_HIST_OP_COUNT ? names[op] : "alloc";
 }
 
 void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx)

@@ -35,19 +35,31 @@
  * still when besides it has been flat since its last rise no longer than it
  * was rising. It grows when it does at some scale: a leak is
  * found however fast the loop runs, while a step's allocations and frees
- * meet within one round of a scale that is long enough. */
+ * meet within one round of a scale that is long enough. A program that marks
+ * its steps (gmt_step) has a fifth scale, exactly its own: one round a step. */
 #define GMT_GROWTH_MIN_RISES 4
-#define GMT_SCALES 4
-#define GMT_SCALE_EVENTS { 0, 4, 32, 256 } /* 0: the series' windows of time */
+#define GMT_SCALES 5
+#define GMT_SCALE_STEPS 4                     /* the scale of gmt_step's steps */
+#define GMT_SCALE_EVENTS { 0, 4, 32, 256, 0 } /* 0: time (the series' windows), or steps */
+
+/* What a history event is, X(ID, "word"): an allocation became live; it went
+ * away (a free, a release, its context destroyed); an allocation failed with
+ * out-of-memory; the program marked a step (gmt_step). tests/unit/
+ * test_vocabulary.py holds the viewer's and the schema's copies to this list. */
+#define GMT_HIST_OPS(X) X(ALLOC, "alloc") X(FREE, "free") X(OOM, "oom") X(STEP, "step")
 
 enum gmt__hist_op {
-	GMT_HIST_ALLOC, /* an allocation became live */
-	GMT_HIST_FREE,  /* it went away (a free, a release, its context destroyed) */
-	GMT_HIST_OOM,   /* an allocation failed with out-of-memory */
+#define GMT_X(id, word) GMT_HIST_##id,
+	GMT_HIST_OPS(GMT_X)
+#undef GMT_X
+	GMT_HIST_OP_COUNT
 };
 
+const char *gmt__hist_op_name(enum gmt__hist_op op);
+
 /* 48 bytes. For a free, `stack` is the allocation's (what was freed) and api,
- * tid, time and seq the freeing call's. */
+ * tid, time and seq the freeing call's; for a step, addr is the step's
+ * number. */
 struct gmt__hist_event {
 	uint64_t seq;     /* the event that caused it; an oom's failure ordinal */
 	uint64_t time_ns; /* CLOCK_REALTIME */
@@ -135,6 +147,10 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
  * out-of-memory (failure: its ordinal). */
 void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *cause, uint64_t size,
 		      uint8_t kind, int device, uint32_t stack);
+
+/* The program marked step `step` (gmt_step): in the history, and a round of
+ * the steps' scale ends. */
+void gmt__history_step(struct gmt__history *h, const struct gmt__hist_cause *cause, uint64_t step);
 
 /* The site of stack `id`, or NULL when it has none (never allocated). */
 const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t id);

@@ -592,6 +592,21 @@ int gmt__api_live_since(unsigned long long mark, int device, unsigned long long 
 	return 0;
 }
 
+int gmt__api_step(unsigned long long step)
+{
+	struct gmt__hist_cause cause = { .time_ns = gmt__now_ns(CLOCK_REALTIME), .tid = gmt__tls.tid };
+
+	if (!api_ready())
+		return -ENOSYS;
+	gmt__core_lock();
+	cause.seq = atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed);
+	gmt__drain_until(cause.seq);
+	if (gmt__core.have_hist)
+		gmt__history_step(&gmt__core.hist, &cause, step);
+	gmt__core_unlock();
+	return 0;
+}
+
 int gmt__api_live_bytes(int device, unsigned long long *bytes)
 {
 	return api_bytes(device, bytes, false);

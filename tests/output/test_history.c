@@ -261,6 +261,34 @@ static void test_rhythm(void)
 	CHECK(gmt__site_growing(&h, s, &rises, &falls, &growth));
 	CHECK(falls * 4 <= rises);
 	gmt__history_clear(&h);
+
+	/* A loop whose steps only allocate (nothing is ever freed, all within
+	 * one window of time): the rounds of changes cannot tell its steps
+	 * apart, marked steps can. */
+	for (int pass = 0; pass < 2; pass++) {
+		struct gmt__hist_cause mark = at(t, 0);
+
+		for (int i = 0; i < 12; i++) {
+			struct gmt__entry blk;
+
+			if (pass == 1) {
+				mark.time_ns = t;
+				gmt__history_step(&h, &mark, (uint64_t)i);
+			}
+			for (int k = 0; k < 6; k++) {
+				blk = entry(0x40000000 + 0x100000 * (uint64_t)i + 0x1000 * (uint64_t)k, 64, k == 0 ? 14 : 15,
+					    GMT_KIND_DEVICE, 0);
+				change(&h, t++, &blk, true);
+			}
+		}
+		s = gmt__history_site(&h, 14);
+		CHECK(s != NULL && s->live_count == 12);
+		if (pass == 0)
+			CHECK(!gmt__site_growing(&h, s, &rises, &falls, &growth));
+		else
+			CHECK(gmt__site_growing(&h, s, &rises, &falls, &growth) && rises >= 11 && falls == 0);
+		gmt__history_clear(&h);
+	}
 }
 
 int main(void)

@@ -493,6 +493,9 @@ def main() -> int:
                     help="the allocation of SIZE bytes has these Python frames first")
     ap.add_argument("--python-chain", action="append", default=[], metavar="SIZE=CHAIN",
                     help="as --python-stack, where they stand among the native frames unchecked")
+    ap.add_argument("--history-steps", metavar="N,N...",
+                    help="the exit snapshot's history holds these steps (gmt_step), in order, after the "
+                         "allocations before them")
     ap.add_argument("--site", action="append", default=[], metavar="SIZE=LABEL",
                     help="the site of the allocation of SIZE bytes is the program's own code, so labelled "
                          "(upper-case words: the lines the program printed)")
@@ -582,6 +585,16 @@ def main() -> int:
             problems += python_stack_problems(exits, spec, output, args.program, placed)
     for want_site in args.site:
         problems += site_problems(exits, want_site, output)
+    if args.history_steps:
+        want_steps = [int(x) for x in args.history_steps.split(",")]
+        for snap in exits:
+            events = snap["history"]["events"]
+            got = [e.get("step") for e in events if e["op"] == "step"]
+            if got != want_steps:
+                problems.append(f"--history-steps: the history's steps are {got}, {want_steps} expected")
+            seqs = [e["seq"] for e in events if e["op"] != "oom"]
+            if seqs != sorted(seqs):
+                problems.append(f"--history-steps: the history is not in sequence order: {seqs}")
     for pattern in args.output_has:
         if not any(re.search(pattern, line) for line in output.splitlines()):
             problems.append(f"no line of the program's output matches {pattern!r}")

@@ -71,6 +71,8 @@ static void check_stretch(CUdeviceptr older, unsigned long long live_before)
 	PROG_CHECK_EQ(gmt_live_since(mark, -3, &bytes, &count), want(-EINVAL));
 	PROG_CHECK_EQ(gmt_peak_bytes(0, NULL), want(-EINVAL));
 	PROG_CHECK_EQ(gmt_mark(NULL), want(-EINVAL));
+	PROG_CHECK_EQ(gmt_step(41), want(0));
+	PROG_CHECK_EQ(gmt_step(42), want(0));
 	PROG_OK(cuMemFree(b));
 }
 

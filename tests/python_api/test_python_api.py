@@ -49,6 +49,7 @@ out["live0"] = g.live_bytes(0)
 g.peak_reset()
 m = g.mark()
 older = alloc(2 * MIB)
+g.step(7)
 with g.tag("forward"):
     a = alloc(4 * MIB)
     b = alloc(1 * MIB)
@@ -125,6 +126,8 @@ def test_traced(launcher: str, env: Dict[str, str], tmp: str) -> None:
         tagged = {a["size"] for a in doc["allocations"]
                   for s in doc["stacks"] if s["id"] == a["stack"] and s["tags"] == ["forward"]}
         check(doc["reason"] == "api" and tagged == {1 * mib}, "traced: the tag in the snapshot", tagged)
+        steps = [e.get("step") for e in doc["history"]["events"] if e["op"] == "step"]
+        check(steps == [7], "traced: the step in the history", steps)
 
 
 def test_untraced(source: str, env: Dict[str, str], tmp: str) -> None:

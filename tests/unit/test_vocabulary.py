@@ -46,6 +46,7 @@ LISTS = {
     "GMT_LEAK_CLASSES": lambda: x_list("src/tracer/options.h", "GMT_LEAK_CLASSES"),
     "GMT_REASONS": lambda: x_list("src/analyze/capture.h", "GMT_REASONS"),
     "GMT_FRAME_ROLES": lambda: x_list("src/analyze/sites.h", "GMT_FRAME_ROLES"),
+    "GMT_HIST_OPS": lambda: x_list("src/state/history.h", "GMT_HIST_OPS"),
 }
 
 
@@ -101,6 +102,10 @@ class Vocabulary(unittest.TestCase):
     def test_frame_roles(self) -> None:
         self.assertEqual(self.vocab.FRAME_ROLES, words("GMT_FRAME_ROLES"))
         self.assertEqual(schema_enum("$defs", "frame", "properties", "role"), words("GMT_FRAME_ROLES"))
+
+    def test_history_ops(self) -> None:
+        self.assertEqual(self.vocab.HIST_OPS, words("GMT_HIST_OPS"))
+        self.assertEqual(schema_enum("$defs", "event", "properties", "op"), words("GMT_HIST_OPS"))
 
     def test_byte_formatter(self) -> None:
         from gmtview.model import fmt_bytes

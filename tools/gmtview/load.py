@@ -18,7 +18,7 @@ import math
 from typing import Any, Callable, Dict, List, Optional
 
 from . import model
-from .vocab import FRAME_ROLES, KINDS, LEAK_CLASSES, REASONS
+from .vocab import FRAME_ROLES, HIST_OPS, KINDS, LEAK_CLASSES, REASONS
 
 U64 = 1 << 64
 # What one document may hold: a snapshot of 10 million allocations is ~3 GB of
@@ -489,13 +489,20 @@ def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int
         if c.opt(h, k, p, c.int_) is None:
             h[k] = 0
     events = c.opt(h, "events", p, c.arr) or []
-    h["events"] = events
+    # The steps the program marked (gmt_step) go aside, in "steps": "events"
+    # holds what happened to memory.
+    h["events"] = [e for e in events if not (isinstance(e, dict) and e.get("op") == "step")]
+    h["steps"] = []
     for i, e in enumerate(events):
         q = f"{p}/events/{i}"
         c.obj(e, q)
         op = c.req(e, "op", q, c.str_)
-        if op not in ("alloc", "free", "oom"):
+        if op not in HIST_OPS:
             c.fail(f"{q}/op", f"unknown op {_short(op)}")
+        if op == "step":
+            h["steps"].append({"step": c.req(e, "step", q, c.int_), "seq": c.opt(e, "seq", q, c.int_),
+                               "time_ns": c.req(e, "time_ns", q, c.int_), "thread": c.opt(e, "thread", q, c.int_)})
+            continue
         c.opt(e, "seq", q, c.int_)
         c.req(e, "time_ns", q, c.int_)
         c.opt(e, "address", q, c.hex_)

@@ -2,7 +2,7 @@
 tracer's lists (GMT_KINDS in src/record/event.h, GMT_VERDICTS in
 src/analyze/diagnose.h, GMT_TRIGGERS and GMT_LEAK_CLASSES in
 src/tracer/options.h, GMT_REASONS in src/analyze/capture.h, GMT_FRAME_ROLES in
-src/analyze/sites.h). tests/unit/test_vocabulary.py holds these, and the
+src/analyze/sites.h, GMT_HIST_OPS in src/state/history.h). tests/unit/test_vocabulary.py holds these, and the
 enums of docs/snapshot.schema.json, equal to the C lists."""
 
 KINDS = ("device", "async", "managed", "host", "registered", "vmm", "array")
@@ -12,6 +12,8 @@ HOST_KINDS = ("host", "registered")
 TRIGGERS = ("oom", "exit", "peak", "signal")
 REASONS = TRIGGERS + ("api",)
 LEAK_CLASSES = ("leaked", "referenced", "cached")
+# What a history event is (GMT_HIST_OPS in src/state/history.h).
+HIST_OPS = ("alloc", "free", "oom", "step")
 # What a frame is to the site rule (docs/tracing.md, "Allocation sites").
 FRAME_ROLES = ("cuda", "library", "user")
 VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked")

@@ -25,7 +25,7 @@ import warnings
 from typing import Iterator, Optional, Tuple
 
 __all__ = ["HOST", "ALL_DEVICES", "available", "dump", "tag", "live_bytes", "peak_bytes", "peak_reset",
-           "mark", "live_since", "parse_bytes"]
+           "mark", "live_since", "step", "parse_bytes"]
 
 HOST = -1         # pinned and registered host memory
 ALL_DEVICES = -2  # everything the process holds
@@ -47,6 +47,7 @@ class _ApiV1(ctypes.Structure):
         ("peak_reset", ctypes.CFUNCTYPE(ctypes.c_int)),
         ("mark", ctypes.CFUNCTYPE(ctypes.c_int, _P(_ull))),
         ("live_since", ctypes.CFUNCTYPE(ctypes.c_int, _ull, ctypes.c_int, _P(_ull), _P(_ull))),
+        ("step", ctypes.CFUNCTYPE(ctypes.c_int, _ull)),
     ]
 
 
@@ -163,6 +164,14 @@ def live_since(since: int, device: int = ALL_DEVICES) -> Optional[Tuple[int, int
     if not _check(api.live_since(since, device, ctypes.byref(b), ctypes.byref(n)), "live_since"):
         return None
     return b.value, n.value
+
+
+def step(number: int) -> None:
+    """Marks step `number` of the program's loop (a training step): the
+    history notes it, and growth is judged on these steps too."""
+    api = _has("step")
+    if api is not None:
+        _check(api.step(number), "step")
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.I)

@@ -15,19 +15,16 @@
 #define _GNU_SOURCE
 #include "analyze/diagnose.h"
 #include "util/parse.h"
+#include "util/xlist.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char *const names[GMT_VERDICT_COUNT] = {
-#define GMT_X(id, word) [GMT_VERDICT_##id] = word,
-	GMT_VERDICTS(GMT_X)
-#undef GMT_X
-};
+static const char *const names[GMT_VERDICT_COUNT] = { GMT_VERDICTS(GMT_X_WORD) };
 
 const char *gmt__verdict_name(enum gmt__verdict v)
 {
-	return (unsigned)v < GMT_VERDICT_COUNT ? names[v] : "unknown";
+	return GMT_X_NAME(names, GMT_VERDICT_COUNT, v, "unknown");
 }
 
 static void rests(struct gmt__diag_verdict *v, const char *a, const char *b, const char *c, const char *d)

@@ -4,6 +4,7 @@
 #include "analyze/model.h"
 
 #include "record/stacks.h"
+#include "util/xlist.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -11,13 +12,9 @@
 
 const char *gmt__reason_name(enum gmt__reason reason)
 {
-	static const char *const names[GMT_REASON_COUNT] = {
-#define GMT_X(id, word) [GMT_REASON_##id] = word,
-		GMT_REASONS(GMT_X)
-#undef GMT_X
-	};
+	static const char *const names[GMT_REASON_COUNT] = { GMT_REASONS(GMT_X_WORD) };
 
-	return (unsigned)reason < GMT_REASON_COUNT ? names[reason] : NULL;
+	return GMT_X_NAME(names, GMT_REASON_COUNT, reason, NULL);
 }
 
 /* ---- collecting and sorting the live set -------------------------------------- */

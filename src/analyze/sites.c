@@ -20,6 +20,7 @@
 
 #include "record/pystack.h"
 #include "record/stacks.h"
+#include "util/xlist.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -29,13 +30,9 @@
 
 const char *gmt__frame_role_name(enum gmt__frame_role role)
 {
-	static const char *const names[GMT_ROLE_COUNT] = {
-#define GMT_X(id, word) [GMT_ROLE_##id] = word,
-		GMT_FRAME_ROLES(GMT_X)
-#undef GMT_X
-	};
+	static const char *const names[GMT_ROLE_COUNT] = { GMT_FRAME_ROLES(GMT_X_WORD) };
 
-	return (unsigned)role < GMT_ROLE_COUNT ? names[role] : "user";
+	return GMT_X_NAME(names, GMT_ROLE_COUNT, role, "user");
 }
 
 /* NOTE: the built-in list names what is nobody's own code in a CUDA program:

@@ -1,14 +1,13 @@
 /* Names and key spaces of the allocation kinds (event.h). */
 #include "record/event.h"
 
+#include "util/xlist.h"
+
 const char *gmt__kind_name(enum gmt__kind kind)
 {
-	static const char *const names[GMT_KIND_COUNT] = {
-#define GMT_X(id, word) [GMT_KIND_##id] = word,
-		GMT_KINDS(GMT_X)
-#undef GMT_X
-	};
-	return (unsigned)kind < GMT_KIND_COUNT ? names[kind] : "unknown";
+	static const char *const names[GMT_KIND_COUNT] = { GMT_KINDS(GMT_X_WORD) };
+
+	return GMT_X_NAME(names, GMT_KIND_COUNT, kind, "unknown");
 }
 
 enum gmt__space gmt__kind_space(enum gmt__kind kind)

@@ -5,6 +5,7 @@
 
 #include "record/event.h"
 #include "util/map.h"
+#include "util/xlist.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -380,13 +381,9 @@ void gmt__history_step(struct gmt__history *h, const struct gmt__hist_cause *cau
 
 const char *gmt__hist_op_name(enum gmt__hist_op op)
 {
-	static const char *const names[GMT_HIST_OP_COUNT] = {
-#define GMT_X(id, word) [GMT_HIST_##id] = word,
-		GMT_HIST_OPS(GMT_X)
-#undef GMT_X
-	};
+	static const char *const names[GMT_HIST_OP_COUNT] = { GMT_HIST_OPS(GMT_X_WORD) };
 
-	return (unsigned)op < GMT_HIST_OP_COUNT ? names[op] : "alloc";
+	return GMT_X_NAME(names, GMT_HIST_OP_COUNT, op, "alloc");
 }
 
 void gmt__history_regions(const struct gmt__history *h, gmt__region_fn *fn, void *ctx)

@@ -6,6 +6,7 @@
 
 #include "util/log.h"
 #include "util/parse.h"
+#include "util/xlist.h"
 #include "record/stacks.h"
 
 #include <errno.h>
@@ -67,17 +68,8 @@ static const struct opt_desc descs[] = { GMT_OPTIONS(OPT_X_DESC) };
 
 #define NDESCS (sizeof(descs) / sizeof(descs[0]))
 
-const char *const gmt__trigger_names[GMT_TRIGGER_COUNT] = {
-#define GMT_X(id, word) [GMT_TRIGGER_INDEX_##id] = word,
-	GMT_TRIGGERS(GMT_X)
-#undef GMT_X
-};
-
-const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT] = {
-#define GMT_X(id, word) [GMT_LEAK_##id] = word,
-	GMT_LEAK_CLASSES(GMT_X)
-#undef GMT_X
-};
+const char *const gmt__trigger_names[GMT_TRIGGER_COUNT] = { GMT_TRIGGERS(GMT_X_WORD) };
+const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT] = { GMT_LEAK_CLASSES(GMT_X_WORD) };
 
 /* Where a value came from, for the verbose listing. */
 enum opt_source { FROM_DEFAULT, FROM_ENVIRONMENT, FROM_DEFAULT_INVALID };

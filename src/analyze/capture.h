@@ -50,7 +50,7 @@ struct gmt__snapshot_stat {
 
 /* The leak check of an exit snapshot: what it is given, and what it found.
  * Every live allocation gets a class (leaked, referenced, cached) and may be
- * suppressed by a rule; docs/tracing.md "Leak check" says what they mean. */
+ * suppressed by a rule; docs/guide.md "Leak check" says what they mean. */
 struct gmt__snapshot_leaks {
 	/* In. */
 	const struct gmt__supp *supp;   /* rules, first match wins; may be NULL */

@@ -39,7 +39,7 @@ const char *gmt__frame_role_name(enum gmt__frame_role role)
  * NVIDIA's libraries (cuBLAS, cuDNN, NCCL, NVRTC...), the frameworks' native
  * libraries, ffi and the Python interpreter, the C and C++ runtimes, and
  * whatever pip or the system installed for Python (packages, the standard
- * library and its extension modules). docs/tracing.md lists it. */
+ * library and its extension modules). docs/guide.md lists it. */
 static const char *const builtin_libraries[] = {
 	"libcu*", "libnv*", "libnccl*",
 	"libtorch*", "libc10*", "libcaffe2*", "libshm.so*", "libtensorflow*", "libxla*", "xla_extension*",

@@ -3,7 +3,7 @@
  * program's own code) and which stacks are one site. The snapshot writes
  * what it concludes (stacks[].site, frames[].role) and every view — the
  * stderr reports, the gate, the viewer — reads that instead of deciding
- * again. docs/tracing.md, "Allocation sites", states the rule for users. */
+ * again. docs/guide.md, "Allocation sites", states the rule for users. */
 #ifndef GMT_SITES_H
 #define GMT_SITES_H
 

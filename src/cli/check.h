@@ -19,7 +19,7 @@ enum {
 	GMT_EXIT_NO_SNAPSHOT = 125, /* none written, or one unreadable */
 };
 
-/* The leak classes of a snapshot's leaks.sites (docs/tracing.md, "Leak
+/* The leak classes of a snapshot's leaks.sites (docs/guide.md, "Leak
  * check") are the GMT_CLASS_* bits of options.h; their names: */
 const char *cli_class_name(unsigned cls);
 

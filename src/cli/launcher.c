@@ -175,8 +175,9 @@ void cli_help(void)
 	       "Messages are one line each on stderr, prefixed 'gpumemtrace:'.\n"
 	       "\n"
 	       "Documentation: " GMT_DOCDIR " (docs/ of the source tree):\n"
-	       "tracing.md (what is traced, the options, snapshots, allocation sites, the\n"
-	       "leak check), ci.md (check), viewer.md (view), snapshot-format.md; and\n"
+	       "guide.md (the user's guide: the options, snapshots, allocation sites, the\n"
+	       "leak check, the API), ci.md (check), viewer.md (view), snapshot-format.md,\n"
+	       "tracing.md (how every allocation is seen); and\n"
 	       "man gpumemtrace.\n",
 	       GMT_LIBDIR[0] != '\0' ? ", and in " : "", GMT_LIBDIR);
 }

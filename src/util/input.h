@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Caps (docs/tracing.md, docs/ci.md). */
+/* Caps (docs/guide.md, docs/ci.md). */
 #define GMT_SUPPRESSIONS_MAX_BYTES ((uint64_t)64 << 20)
 #define GMT_SNAPSHOT_MAX_BYTES ((uint64_t)16 << 30)
 

@@ -111,7 +111,7 @@ static bool ref_glob(const char *p, size_t pn, const char *t)
 	return *t != '\0' && *t == *p && ref_glob(p + 1, pn - 1, t + 1);
 }
 
-/* docs/tracing.md "Rules": a leading `^` anchors at the start, a trailing `$`
+/* docs/guide.md "Rules": a leading `^` anchors at the start, a trailing `$`
  * at the end, otherwise the pattern may match anywhere. */
 static bool ref_match(const char *pattern, const char *text)
 {

@@ -14,6 +14,6 @@ REASONS = TRIGGERS + ("api",)
 LEAK_CLASSES = ("leaked", "referenced", "cached")
 # What a history event is (GMT_HIST_OPS in src/state/history.h).
 HIST_OPS = ("alloc", "free", "oom", "step")
-# What a frame is to the site rule (docs/tracing.md, "Allocation sites").
+# What a frame is to the site rule (docs/guide.md, "Allocation sites").
 FRAME_ROLES = ("cuda", "library", "user")
 VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked")

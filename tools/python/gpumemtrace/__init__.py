@@ -1,5 +1,5 @@
 """gpumemtrace's run-time API for Python: the C API of gpumemtrace.h
-(docs/tracing.md, "The public API") through ctypes, standard library only.
+(docs/guide.md, "The public API") through ctypes, standard library only.
 
     import gpumemtrace
     path = gpumemtrace.dump()                 # an "api" snapshot now

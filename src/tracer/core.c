@@ -390,10 +390,12 @@ __attribute__((destructor)) static void core_exit(void)
 	int saved = errno, exit_with = -1;
 	bool write, check;
 
-	/* A process that never reached a hook still owes its exit snapshot and
-	 * leak check (nothing live: a clean result, which a gate must see). */
+	/* A process that never reached a hook (a shell, a launcher script that
+	 * only runs the real program) writes no exit snapshot, but under the
+	 * gate: there it owes one (nothing live: a clean result, which the gate
+	 * must see), and its leak check. */
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_UNINIT &&
-	    ((gmt__options()->snapshot_on & GMT_TRIGGER_EXIT) || gmt__options()->leak_check))
+	    (gmt__options()->gate || gmt__options()->leak_check))
 		(void)gmt__ready();
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) != GMT_READY)
 		return;

@@ -235,7 +235,7 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 		const struct gmt__leak_suspect *x = &lw->suspects[i];
 		const struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, x->id);
 
-		text_add(&t, "Leak suspect: %s grew in %u windows (fell in %u) to %s at its peak; %s live at exit\n",
+		text_add(&t, "Leak suspect: %s grew in %u rounds (fell in %u) to %s at its peak; %s live at exit\n",
 			 ls != NULL ? ls->where : "an unknown place", x->rises, x->falls,
 			 gmt__human_bytes(a, sizeof(a), x->peak), gmt__human_bytes(b, sizeof(b), x->live));
 	}

@@ -735,7 +735,7 @@ def _suspects(t: _Text, doc: Doc, sus: List[Dict[str, Any]], top: int) -> None:
         t.add("  ", (f"+{fmt_bytes(x['growth_bytes'])}", "yellow bold"), "  ",
               site_title(doc, x["stack"], t.width - 4 - text_width(fmt_bytes(x["growth_bytes"])) - 3))
         now = "still growing; " if x["growing"] else ""
-        t.add(f"      {now}rose in {x['rising']} windows, fell in {x['falling']}; "
+        t.add(f"      {now}rose in {x['rising']} rounds, fell in {x['falling']}; "
               f"peak {fmt_bytes(x['peak_bytes'])}, {fmt_bytes(x['live_bytes'])} live", style="dim")
     if len(sus) > top:
         t.add(f"  … {len(sus) - top} more", style="dim")

@@ -547,6 +547,23 @@ class TestHostileReport(BrowserTest):
         b.screenshot(os.path.join(OUT, "hostile.png"))
 
 
+class TestStepsReport(BrowserTest):
+    def test_steps_on_the_timeline(self) -> None:
+        """The program's steps (gmt_step) are drawn on the timeline, labelled."""
+        raw, _ = fixtures.synthetic(n=300, sites=4)
+        t0 = raw["history"]["events"][0]["time_ns"]
+        raw["history"]["events"][:0] = [
+            {"op": "step", "seq": k, "time_ns": t0 + k * 1000, "address": None, "size": 0, "step": k + 1,
+             "kind": None, "device": -1, "api": None, "thread": 1, "stack": 0} for k in range(5)]
+        doc = load.parse(json.dumps(raw), "steps")
+        path = write_report([doc], "single", ["steps.json"], "steps.html")
+        self.show(path)
+        ticks = self.browser.eval("document.querySelectorAll('#timeline-body g.step').length")
+        self.assertEqual(ticks % 5, 0)
+        self.assertGreater(ticks, 0)
+        self.assertIn("step 5", self.browser.eval("document.getElementById('timeline-body').textContent"))
+
+
 class TestLargeReport(BrowserTest):
     def test_100k_allocations(self) -> None:
         raw, truth = fixtures.synthetic(n=100_000, sites=200, devices=2, seed=5)

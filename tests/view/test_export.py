@@ -724,7 +724,29 @@ def bench(n: int = 100_000) -> None:
         print(f"{name}: {time.perf_counter() - t:.2f} s, {len(data) / 1e6:.1f} MB")
 
 
+def test_trace_steps() -> None:
+    """The program's steps (gmt_step) are process-wide instants, at their
+    times, and the other exports leave them out."""
+    raw, _ = fixtures.synthetic(n=200, sites=4, seed=3)
+    hist = raw["history"]["events"]
+    t0 = hist[0]["time_ns"]
+    for k in range(3):
+        hist.insert(2 * k, {"op": "step", "seq": k + 1, "time_ns": t0 + k, "address": None, "size": 0,
+                            "step": 10 + k, "kind": None, "device": -1, "api": None, "thread": 1,
+                            "stack": 0})
+    doc = checked(raw)
+    eq([s["step"] for s in doc["history"]["steps"]], [10, 11, 12], "steps kept aside")
+    ok(all(e["op"] != "step" for e in doc["history"]["events"]), "events hold memory only")
+    trace = roundtrip_json(export.chrome_trace([doc]))
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]
+    eq([e["name"] for e in steps], ["step 10", "step 11", "step 12"], "step instants")
+    ok(all(e["ph"] == "i" and e["s"] == "p" for e in steps), "process-wide instants")
+    pickle.loads(pickle.dumps(export.pytorch_snapshot([doc]), protocol=2))
+    roundtrip_json(export.speedscope([doc]))
+
+
 TESTS: List[Callable[[], None]] = [
+    test_trace_steps,
     test_trace_single, test_trace_ranks_align, test_trace_same_process, test_trace_hostile,
     test_speedscope, test_speedscope_several,
     test_pytorch_single, test_pytorch_inconsistent_history, test_pytorch_oom_unknown_free,

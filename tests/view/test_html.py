@@ -411,6 +411,20 @@ class TestEdges(unittest.TestCase):
                 self.assertEqual(s["fine"], span_ns < 64 * 10_000_000)
                 self.assertEqual(s["t"], sorted(s["t"]))
 
+    def test_steps_marked(self) -> None:
+        """The program's steps are marks of the timeline (at most 200, evenly)."""
+        raw, _ = fixtures.synthetic(n=50, sites=2)
+        t0 = raw["history"]["events"][0]["time_ns"]
+        raw["history"]["events"][:0] = [
+            {"op": "step", "seq": k, "time_ns": t0 + k, "address": None, "size": 0, "step": k,
+             "kind": None, "device": -1, "api": None, "thread": 1, "stack": 0} for k in range(1000)]
+        d = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]
+        steps = d["marks"]["steps"]
+        self.assertEqual(len(steps), 200)
+        self.assertEqual([s[1] for s in steps[:3]], [0, 5, 10])
+        base = int(d["base_ns"])
+        self.assertEqual(steps[1][0], t0 + 5 - base)
+
     def test_parent_pid_is_a_pid(self) -> None:
         """A process id is a name, not a quantity: no thousands separator."""
         raw, _ = fixtures.synthetic(n=20)

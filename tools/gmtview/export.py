@@ -192,6 +192,7 @@ class _Process:
     def emit(self) -> None:
         self.counters()
         self.history()
+        self.steps()
         self.ooms()
         self.tags()
         d = self.doc
@@ -246,6 +247,13 @@ class _Process:
             for j, t in enumerate(times):
                 self.out.append({"name": name, "ph": "C", "ts": self.ts(t), "pid": self.pid,
                                  "tid": self.pid, "args": {c["kind"]: c["live_bytes"][j] for c in cols}})
+
+    def steps(self) -> None:
+        """The program's steps (gmt_step): process-wide instants."""
+        for s in self.doc["history"]["steps"]:
+            self.out.append({"name": f"step {s['step']}", "cat": "step", "ph": "i", "s": "p",
+                             "ts": self.ts(s["time_ns"]), "pid": self.pid, "tid": self.pid,
+                             "args": _args(step=s["step"], seq=s.get("seq"))})
 
     def history(self) -> None:
         """Allocations and frees as instants on the thread that made them."""

@@ -564,6 +564,9 @@ def _series_data(doc: Doc, base: int) -> Dict[str, Any]:
             "cols": cols}
 
 
+_STEP_MARKS = 200
+
+
 def _marks(doc: Doc, base: int) -> Dict[str, Any]:
     """What the timeline marks: out-of-memory results and region tag spans."""
     events = doc["history"]["events"]
@@ -573,7 +576,11 @@ def _marks(doc: Doc, base: int) -> Dict[str, Any]:
     if fr is not None and not any(o[5] == fr.get("failure") and o[1] == fr["device"] for o in ooms):
         ooms.append([doc["time_ns"] - base, fr["device"], fr["size"], fr["api"], fr["stack"],
                      fr.get("failure")])
-    return {"oom": [o[:5] for o in ooms], "tags": _tag_spans(doc, base)}
+    # The program's steps (gmt_step), at most _STEP_MARKS of them, evenly.
+    steps = doc["history"]["steps"]
+    every = max(1, -(-len(steps) // _STEP_MARKS))
+    return {"oom": [o[:5] for o in ooms], "tags": _tag_spans(doc, base),
+            "steps": [[s["time_ns"] - base, s["step"]] for s in steps[::every]]}
 
 
 def _tag_spans(doc: Doc, base: int) -> List[List[Any]]:

@@ -355,6 +355,24 @@
       root.appendChild(g);
     });
 
+    // The program's steps (gmt_step): a tick at the top of the chart each.
+    (d.marks.steps || []).forEach(function (st, i, all) {
+      var x = X(st[0]);
+      var g = svg('g', {}, 'step');
+      g.appendChild(svg('line', { x1: x, x2: x, y1: MT, y2: MT + 6 }));
+      if (i === 0 || i === all.length - 1 || all.length <= 12) {
+        g.appendChild(svgText(x + 2, MT + 14, 'step ' + st[1], 'tick', 'start'));
+      }
+      var r = svg('rect', { x: x - 2, y: MT, width: 4, height: 8 }, 'hit');
+      r.addEventListener('mousemove', function (ev) {
+        showTip(ev, ['step ' + st[1] + ' (gmt_step)', fmtTime(st[0])]);
+        ev.stopPropagation();
+      });
+      r.addEventListener('mouseleave', hideTip);
+      g.appendChild(r);
+      root.appendChild(g);
+    });
+
     // Region tags: one lane each, spans where the allocating thread had it open.
     var laneTop = MT + TH + MB + 4;
     tags.forEach(function (tag, li) {

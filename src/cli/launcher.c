@@ -472,8 +472,6 @@ void cli_set_pythonpath(void)
  * tree this launcher was built from. */
 static int view(int argc, char **argv)
 {
-	const char *rel[] = { "../" GMT_DATADIR_REL "/gpumemtrace/gpumemtrace-view", GMT_VIEWER_SRC,
-			      GMT_VIEWER_INSTALLED };
 	char exe[PATH_MAX], path[PATH_MAX + 64];
 	char **args;
 	size_t i;
@@ -483,7 +481,8 @@ static int view(int argc, char **argv)
 		  false);
 	if (path[0] == '\0')
 		cli_die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
-			exe, rel[0], GMT_VIEWER_SRC[0] != '\0' ? ", " : "", GMT_VIEWER_SRC,
+			exe, "../" GMT_DATADIR_REL "/gpumemtrace/gpumemtrace-view", GMT_VIEWER_SRC[0] != '\0' ? ", " : "",
+			GMT_VIEWER_SRC,
 			GMT_VIEWER_INSTALLED[0] != '\0' ? " and " : "", GMT_VIEWER_INSTALLED);
 
 	args = calloc((size_t)argc + 2, sizeof(*args));

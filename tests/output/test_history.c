@@ -227,9 +227,9 @@ static void test_rhythm(void)
 	CHECK(s != NULL && !gmt__site_growing(&h, s, &rises, &falls, &growth));
 	CHECK(!gmt__site_suspect(&h, s, &rises, &falls, &growth));
 	/* The weights came in a burst without frees at start-up: one round of
-	 * changes, no rises... */
+	 * changes, one rise at most (the round they rose in)... */
 	s = gmt__history_site(&h, 10);
-	CHECK(s != NULL && !gmt__site_growing(&h, s, &rises, &falls, &growth) && rises == 0);
+	CHECK(s != NULL && !gmt__site_growing(&h, s, &rises, &falls, &growth) && rises <= 1);
 	/* ...then a long steady loop: neither growing nor a leak suspect. */
 	for (int i = 0; i < 400; i++) {
 		change(&h, t++, &tmp, true);

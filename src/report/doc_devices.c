@@ -6,25 +6,37 @@
 #include "analyze/diagnose.h"
 #include "record/event.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
-#include <link.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 static char *put_u64_or_null(char *p, bool have, uint64_t v)
 {
 	return have ? gmt__put_u64(p, v) : gmt__put_lit(p, "null");
+}
+
+_Static_assert(GMT_KIND_COUNT <= 32, "a kind is a bit of an unsigned");
+
+char *gmt__put_kinds(char *p, const uint64_t *v, unsigned shown)
+{
+	*p++ = '{';
+	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
+		if (!(shown & 1u << k))
+			continue;
+		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
+		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
+		p = gmt__put_lit(p, "\": ");
+		p = gmt__put_u64(p, v[k]);
+	}
+	*p++ = '}';
+	return p;
+}
+
+unsigned gmt__kinds_nonzero(const uint64_t *v)
+{
+	unsigned shown = 0;
+
+	for (int k = 0; k < GMT_KIND_COUNT; k++)
+		shown |= (v[k] != 0 ? 1u : 0u) << k;
+	return shown;
 }
 
 void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s)
@@ -109,16 +121,9 @@ void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, 
 	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
 	p = gmt__put_lit(p, ", \"live_bytes\": ");
 	p = gmt__put_u64(p, d->live_bytes);
-	p = gmt__put_lit(p, ", \"kinds\": {");
-	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
-		if (kinds[k] == 0)
-			continue;
-		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
-		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
-		p = gmt__put_lit(p, "\": ");
-		p = gmt__put_u64(p, kinds[k]);
-	}
-	p = gmt__put_lit(p, "}, \"pools\": ");
+	p = gmt__put_lit(p, ", \"kinds\": ");
+	p = gmt__put_kinds(p, kinds, gmt__kinds_nonzero(kinds));
+	p = gmt__put_lit(p, ", \"pools\": ");
 	if (st != NULL && st->have_pools) {
 		p = gmt__put_lit(p, "{\"count\": ");
 		p = gmt__put_i64(p, st->npools);
@@ -226,16 +231,10 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = put_u64_or_null(p, mem, d->used);
 	p = gmt__put_lit(p, ", \"shortfall_bytes\": ");
 	p = put_u64_or_null(p, mem, d->shortfall);
-	p = gmt__put_lit(p, ",\n   \"tracked_bytes\": {");
-	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
-		if (k == GMT_KIND_HOST || k == GMT_KIND_REGISTERED)
-			continue;
-		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
-		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
-		p = gmt__put_lit(p, "\": ");
-		p = gmt__put_u64(p, in->tracked[k]);
-	}
-	p = gmt__put_lit(p, "}, \"tracked_total_bytes\": ");
+	p = gmt__put_lit(p, ",\n   \"tracked_bytes\": ");
+	/* every kind of device memory, 0 or not */
+	p = gmt__put_kinds(p, in->tracked, ((1u << GMT_KIND_COUNT) - 1) & ~(1u << GMT_KIND_HOST | 1u << GMT_KIND_REGISTERED));
+	p = gmt__put_lit(p, ", \"tracked_total_bytes\": ");
 	p = gmt__put_u64(p, d->tracked_total);
 	p = gmt__put_lit(p, ", \"footprint_bytes\": ");
 	p = gmt__put_u64(p, d->footprint);

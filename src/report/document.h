@@ -26,6 +26,12 @@ struct gmt__api_table {
  * writer's own error is in o->err). */
 int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s);
 
+/* A record's object of values by kind, {"device": 1, ...}, in the kinds'
+ * order: the kinds of `shown` (bit k: kind k). Returns the end. */
+char *gmt__put_kinds(char *p, const uint64_t *v, unsigned shown);
+/* The kinds whose value is not 0, as `shown`. */
+unsigned gmt__kinds_nonzero(const uint64_t *v);
+
 void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, const struct gmt__pages *pg,
 		     const uint64_t *kinds, const uint64_t *class_count, const uint64_t *class_bytes, bool first);
 

@@ -567,16 +567,9 @@ static void out_leak_group(struct gmt__json *o, struct gmt__frame_cache *cache, 
 	p = gmt__put_u64(p, g->count);
 	p = gmt__put_lit(p, ", \"bytes\": ");
 	p = gmt__put_u64(p, g->bytes);
-	p = gmt__put_lit(p, ", \"kinds\": {");
-	for (int k = 0, any = 0; k < GMT_KIND_COUNT; k++) {
-		if (g->kinds[k] == 0)
-			continue;
-		p = gmt__put_lit(p, any++ ? ", \"" : "\"");
-		p = gmt__put_lit(p, gmt__kind_name((enum gmt__kind)k));
-		p = gmt__put_lit(p, "\": ");
-		p = gmt__put_u64(p, g->kinds[k]);
-	}
-	p = gmt__put_lit(p, "}, \"devices\": [");
+	p = gmt__put_lit(p, ", \"kinds\": ");
+	p = gmt__put_kinds(p, g->kinds, gmt__kinds_nonzero(g->kinds));
+	p = gmt__put_lit(p, ", \"devices\": [");
 	for (uint64_t i = 0; i < g->count; i++) {
 		int16_t d = lw->items[lw->order[g->first + i]].device;
 		int k;

@@ -8,21 +8,12 @@
 #include "record/pystack.h"
 #include "record/stacks.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
 #include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 void gmt__leakcheck_free(struct gmt__leak_work *lw)
 {

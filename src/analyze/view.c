@@ -7,21 +7,8 @@
 #include "analyze/diagnose.h"
 #include "record/event.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
-#include <link.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 /* Page occupancy of one device, built from its allocations in address order. */
 struct page_walk {

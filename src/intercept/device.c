@@ -7,7 +7,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 

@@ -13,11 +13,7 @@
 #include "util/log.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -11,9 +11,7 @@
 #include <libunwind.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* Memory ordering at a glance (each pair is named at both of its halves):
  *   R1 insert's release of a set slot    -> A1 lookup's acquire:  the record and

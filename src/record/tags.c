@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* R1 (release of `count`, after the name is written) pairs with A1 (acquire
  * in gmt__tag_name): a reader of an id below the count sees its name. */

@@ -7,15 +7,9 @@
 #include "util/fdwrite.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
-#include <link.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,21 +10,10 @@
 #include "record/stacks.h"
 #include "util/parse.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
-#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 struct text {
 	char *s;

@@ -8,15 +8,9 @@
 #include "record/unwind.h"
 #include "util/log.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 
 uint64_t gmt__drain_until(uint64_t target)
 {

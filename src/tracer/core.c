@@ -18,8 +18,6 @@
 #include <libunwind.h>
 #include <errno.h>
 #include <link.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <time.h>
 #include <unistd.h>
 

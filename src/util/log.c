@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #define GMT_LOG_PREFIX "gpumemtrace: "
 #define GMT_LOG_MAX_WARNINGS 20u

@@ -104,7 +104,7 @@ int gmt__site_rules_init(struct gmt__site_rules *r, const char *user)
 
 void gmt__site_rules_free(struct gmt__site_rules *r)
 {
-	free(r->memo);
+	gmt__addrmap_free(&r->memo);
 	free(r->text);
 	free(r->mine);
 	free(r->lib);
@@ -146,47 +146,16 @@ static bool path_is_library(const struct gmt__site_rules *r, const char *path)
 	return r->builtins && matches_any(builtin_libraries, GMT_ARRAY_SIZE(builtin_libraries), path);
 }
 
-struct gmt__path_role {
-	const char *path; /* NULL: empty slot */
-	bool library;
-};
-
-static size_t memo_slot(const struct gmt__site_rules *r, const char *path)
-{
-	size_t i = ((uintptr_t)path >> 3) * 0x9e3779b97f4a7c15ull & (r->capmemo - 1);
-
-	while (r->memo[i].path != NULL && r->memo[i].path != path)
-		i = (i + 1) & (r->capmemo - 1);
-	return i;
-}
-
-/* path_is_library through the memo, grown at half full. */
+/* path_is_library through the memo. */
 static bool path_is_library_memo(struct gmt__site_rules *r, const char *path)
 {
-	size_t i;
-	bool library;
+	size_t library;
 
-	if (r->capmemo > 0 && r->memo[i = memo_slot(r, path)].path == path)
-		return r->memo[i].library;
-	library = path_is_library(r, path);
-	if (2 * (r->nmemo + 1) > r->capmemo) {
-		size_t cap = r->capmemo ? 2 * r->capmemo : 256;
-		struct gmt__path_role *old = r->memo, *v = calloc(cap, sizeof(*v));
-		size_t oldcap = r->capmemo;
-
-		if (v == NULL)
-			return library;
-		r->memo = v;
-		r->capmemo = cap;
-		for (size_t k = 0; k < oldcap; k++) {
-			if (old[k].path != NULL)
-				r->memo[memo_slot(r, old[k].path)] = old[k];
-		}
-		free(old);
+	if (!gmt__addrmap_get(&r->memo, path, &library)) {
+		library = path_is_library(r, path);
+		gmt__addrmap_put(&r->memo, path, library);
 	}
-	r->memo[memo_slot(r, path)] = (struct gmt__path_role){ path, library };
-	r->nmemo++;
-	return library;
+	return library != 0;
 }
 
 enum gmt__frame_role gmt__site_frame_role(struct gmt__site_rules *r, const struct gmt__site_frame *f)

@@ -8,6 +8,7 @@
 #define GMT_SITES_H
 
 #include "analyze/frames.h"
+#include "util/addrmap.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,10 +44,10 @@ struct gmt__site_rules {
 	const char **mine, **lib;
 	size_t nmine, nlib;
 	bool builtins;           /* the built-in list applies */
-	/* What each path matched, by the path's address: a snapshot's frames
-	 * name few modules and files, each through one string. */
-	struct gmt__path_role *memo;
-	size_t nmemo, capmemo;
+	/* Whether each path is library code (1) or not (0), by the path's
+	 * address: a snapshot's frames name few modules and files, each
+	 * through one string. */
+	struct gmt__addrmap memo;
 };
 
 /* Compiles `user` (may be NULL or ""). 0, or -ENOMEM (then the rules are the

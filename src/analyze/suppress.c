@@ -485,44 +485,6 @@ void gmt__supp_frame(const struct gmt__supp *s, const char *function, const char
 
 /* ---- the memo ------------------------------------------------------------------ */
 
-struct gmt__supp_memo_slot {
-	const char *name; /* NULL: an empty slot */
-	size_t first;
-};
-
-static size_t name_hash(const char *name)
-{
-	return (size_t)((uint64_t)(uintptr_t)name * 0x9e3779b97f4a7c15ull >> 29);
-}
-
-/* The slot of name: its entry, or the empty slot where it would go (the memo
- * is never more than half full). */
-static struct gmt__supp_memo_slot *memo_slot(struct gmt__supp_memo_slot *v, size_t cap, const char *name)
-{
-	size_t mask = cap - 1, i;
-
-	for (i = name_hash(name) & mask; v[i].name != NULL && v[i].name != name; i = (i + 1) & mask)
-		;
-	return &v[i];
-}
-
-/* Doubles the memo; without memory it stays as it is. */
-static void memo_grow(struct gmt__supp_memo *m)
-{
-	size_t cap = m->cap ? 2 * m->cap : 256;
-	struct gmt__supp_memo_slot *v = calloc(cap, sizeof(*v));
-
-	if (v == NULL)
-		return;
-	for (size_t j = 0; j < m->cap; j++) {
-		if (m->v[j].name != NULL)
-			*memo_slot(v, cap, m->v[j].name) = m->v[j];
-	}
-	free(m->v);
-	m->v = v;
-	m->cap = cap;
-}
-
 void gmt__supp_memo_init(struct gmt__supp_memo *m, const struct gmt__supp *s)
 {
 	*m = (struct gmt__supp_memo){ .s = s };
@@ -530,29 +492,21 @@ void gmt__supp_memo_init(struct gmt__supp_memo *m, const struct gmt__supp *s)
 
 void gmt__supp_memo_free(struct gmt__supp_memo *m)
 {
-	free(m->v);
-	*m = (struct gmt__supp_memo){ 0 };
+	gmt__addrmap_free(&m->map);
+	m->s = NULL;
 }
 
 size_t gmt__supp_memo_first(struct gmt__supp_memo *m, const char *text)
 {
-	struct gmt__supp_memo_slot *slot;
+	size_t first;
 
 	if (text == NULL || m->s == NULL || m->s->n == 0)
 		return SIZE_MAX;
-	if (m->cap != 0) {
-		slot = memo_slot(m->v, m->cap, text);
-		if (slot->name == text)
-			return slot->first;
+	if (!gmt__addrmap_get(&m->map, text, &first)) {
+		first = gmt__supp_first(m->s, text);
+		gmt__addrmap_put(&m->map, text, first);
 	}
-	if (2 * (m->n + 1) > m->cap)
-		memo_grow(m);
-	if (2 * (m->n + 1) > m->cap)
-		return gmt__supp_first(m->s, text); /* no memory: unremembered */
-	slot = memo_slot(m->v, m->cap, text);
-	*slot = (struct gmt__supp_memo_slot){ .name = text, .first = gmt__supp_first(m->s, text) };
-	m->n++;
-	return slot->first;
+	return first;
 }
 
 void gmt__supp_memo_frame(struct gmt__supp_memo *m, const char *function, const char *module,

@@ -10,6 +10,8 @@
 #ifndef GMT_SUPPRESS_H
 #define GMT_SUPPRESS_H
 
+#include "util/addrmap.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -82,17 +84,15 @@ size_t gmt__supp_first(const struct gmt__supp *s, const char *text);
 void gmt__supp_frame(const struct gmt__supp *s, const char *function, const char *module,
 		     const char *file, size_t *best);
 
-/* gmt__supp_first of each name seen, remembered by the name's address: the
- * stacks of a snapshot repeat the same few thousand names (the frame cache's,
- * libdw's, the Python frames') on every stack, so each is matched once.
- * NOTE: keyed by address, not contents: every name passed must stay where it
- * is, unchanged, until gmt__supp_memo_free — one memo per snapshot, never one
- * that outlives the names' owners (a later string at a freed name's address
- * would get its answer). */
+/* gmt__supp_first of each name seen, remembered by the name's address
+ * (util/addrmap.h): the stacks of a snapshot repeat the same few thousand
+ * names (the frame cache's, libdw's, the Python frames') on every stack, so
+ * each is matched once. NOTE: every name passed must stay where it is,
+ * unchanged, until gmt__supp_memo_free — one memo per snapshot, never one
+ * that outlives the names' owners. */
 struct gmt__supp_memo {
 	const struct gmt__supp *s; /* may be NULL: no rules */
-	struct gmt__supp_memo_slot *v;
-	size_t n, cap;
+	struct gmt__addrmap map;   /* name -> its first rule */
 };
 
 /* Starts an empty memo of the rules s (which must not change while it is

@@ -313,8 +313,8 @@ static void test_memo(const struct gmt__supp *s)
 		if (got != want && wrong++ < 10)
 			fprintf(stderr, "stack %d: memo's rule %zu, direct %zu\n", st, got, want);
 	}
-	CHECK(memo.n <= nnames);
-	CHECK(memo.cap >= 2 * memo.n);
+	CHECK(memo.map.n <= nnames);
+	CHECK(memo.map.cap >= 2 * memo.map.n);
 	CHECK_INT(wrong, 0);
 	gmt__supp_memo_free(&memo);
 	for (size_t i = 0; i < nnames; i++)
@@ -334,7 +334,7 @@ static void test_memo_empty(void)
 	gmt__supp_memo_init(&memo, &none);
 	gmt__supp_memo_frame(&memo, "libcublas", "libcudnn", NULL, &best);
 	CHECK_U64(best, SIZE_MAX);
-	CHECK(memo.v == NULL);
+	CHECK(memo.map.v == NULL);
 	gmt__supp_memo_free(&memo);
 }
 

@@ -24,6 +24,7 @@ lines are ignored):
     POOL <label> <device> <reserved>    devices[].pools.reserved_bytes
     BYTES <label> <device> <kinds> <bytes>    live bytes of those kinds
     HAS <label> <addr> <kinds> <device> <min-size>   an allocation there
+                                        (kind "mapped": a VMM mapping there)
     PYFRAME <label> <addr> <function> <file> <line>   the allocation there has
                                         this as its innermost Python frame
                                         (file: a base name)
@@ -252,6 +253,14 @@ def snapshot_entries(snap: dict[str, Any]) -> list[Entry]:
     return [(int(a["address"], 16), a["size"], a["kind"], a["device"]) for a in snap["allocations"]]
 
 
+def mapped_entries(snap: dict[str, Any]) -> list[Entry]:
+    """The VMM mappings (vmm.mappings), as entries of kind "mapped": where a
+    framework maps a handle of its own for each buffer (JAX 0.11's platform
+    allocator on CUDA 13), the buffer's address is the mapping's."""
+    rows = (snap.get("vmm") or {}).get("mappings") or []
+    return [(int(m["address"], 16), m["size"], "mapped", m["device"]) for m in rows]
+
+
 def device_of(snap: dict[str, Any], device: int) -> dict[str, Any] | None:
     return next((d for d in snap.get("devices") or [] if d.get("index") == device), None)
 
@@ -450,7 +459,7 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
         snap = snaps.get(label)
         if snap is None:
             continue
-        at = [e for e in snapshot_entries(snap) if e[0] == addr]
+        at = [e for e in snapshot_entries(snap) + mapped_entries(snap) if e[0] == addr]
         if not any(k in kinds and d == device and s >= least for _, s, k, d in at):
             problems.append(f"{label}: no allocation of {'/'.join(sorted(kinds))} at {hex(addr)} on "
                             f"device {device} of at least {least} bytes (there: {[fmt_entry(e) for e in at]})")
@@ -468,7 +477,7 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
                             f"{got if at else 'missing: no allocation there'}, {(function, file, line)} expected")
     for label, addr in exp.gone:
         snap = snaps.get(label)
-        if snap is not None and any(e[0] == addr for e in snapshot_entries(snap)):
+        if snap is not None and any(e[0] == addr for e in snapshot_entries(snap) + mapped_entries(snap)):
             problems.append(f"{label}: {hex(addr)} is still live in the snapshot")
     for label, least in exp.reservations:
         snap = snaps.get(label)

@@ -49,7 +49,11 @@ def checks(doc: dict[str, Any], data: dict[str, Any], mv: Any) -> list[tuple[boo
     want = [len(t) for t in data["device_traces"] if t]
     out.append((counts == want, f"trace: entries per device {counts}, the export has {want}"))
     if doc["reason"] == "oom":
-        out.append(("raise OutOfMemoryError()" in trace, "trace: the out-of-memory is shown"))
+        # older PyTorch writes "raise OutOfMemoryError() # …", 2.11 "raise OutOfMemoryError # …"
+        shown = re.search(r"^raise OutOfMemoryError(\(\))? # .* requested", trace, re.M)
+        other = [line for line in trace.splitlines() if "OutOfMemory" in line or "oom" in line]
+        out.append((shown is not None, "trace: the out-of-memory is shown"
+                    + ("" if shown else f" (its lines naming it: {other[:3]})")))
     return out
 
 

@@ -196,6 +196,34 @@ def case_reservation_missing(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
+def mapped_base(sc: Scenario) -> None:
+    """A buffer that is a VMM mapping of its own (JAX's platform allocator on
+    CUDA 13): handle 0x1000 of 4 MiB mapped at A."""
+    sc.checkpoint("start", snapshot("api", [], [device()]), meminfo=(1000 * MIB, 1024 * MIB))
+    doc = snapshot("api", [alloc(0x1000, 4 * MIB, "vmm")], [device(free=996 * MIB)])
+    doc["vmm"]["reservations"] = [{"address": hex(A), "size": 4 * MIB, "device": -1}]
+    doc["vmm"]["mappings"] = [{"address": hex(A), "size": 4 * MIB, "device": 0, "handle": "0x1000", "offset": 0}]
+    sc.checkpoint("m", doc, live=[(0x1000, 4 * MIB, "vmm", 0)], meminfo=(996 * MIB, 1024 * MIB))
+
+
+def case_has_mapped(sc: Scenario) -> dict[str, Any]:
+    mapped_base(sc)
+    sc.lines.append(f"HAS m {hex(A)} device,mapped 0 {3 * MIB}")
+    return {}
+
+
+def case_has_mapped_small(sc: Scenario) -> dict[str, Any]:
+    mapped_base(sc)
+    sc.lines.append(f"HAS m {hex(A)} device,mapped 0 {5 * MIB}")
+    return {}
+
+
+def case_gone_mapped(sc: Scenario) -> dict[str, Any]:
+    mapped_base(sc)
+    sc.lines.append(f"GONE m {hex(A)}")
+    return {}
+
+
 def case_bytes(sc: Scenario) -> dict[str, Any]:
     base(sc)
     sc.lines.append(f"BYTES allocated 0 device {9 * MIB}")
@@ -399,6 +427,9 @@ CASES: list[Case] = [
     ("fail", case_bytes_wrong, "device bytes on device 0"),
     ("fail", case_has_wrong, "no allocation of device"),
     ("fail", case_gone_wrong, "still live"),
+    ("pass", case_has_mapped, None),
+    ("fail", case_has_mapped_small, "no allocation of device/mapped"),
+    ("fail", case_gone_mapped, "still live"),
     ("pass", case_pyframe, None),
     ("fail", case_pyframe_line, "innermost Python frame"),
     ("fail", case_pyframe_none, "innermost Python frame"),

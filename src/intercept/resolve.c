@@ -159,10 +159,27 @@ static const struct gmt__variant *variant_for(const char *symbol, int version, c
 	return best;
 }
 
+/* With GPUMEMTRACE_VERBOSE=1, one line per lookup of a memory function
+ * (cuMem…, cuArray…) and its outcome: how a program whose allocations are not
+ * seen can be told apart from one that never allocates. */
+static void *lookup_done(const char *how, const char *symbol, int version, cuuint64_t flags,
+			 void *answer, const char *outcome)
+{
+	if (strncmp(symbol, "cuMem", 5) != 0 && strncmp(symbol, "cuArray", 7) != 0)
+		return answer;
+	if (version == 0)
+		gmt__info("%s %s: %s", how, symbol, outcome);
+	else
+		gmt__info("%s %s (version %d, flags %llu): %s", how, symbol, version,
+			  (unsigned long long)flags, outcome);
+	return answer;
+}
+
 void *gmt__wrap_lookup(const char *symbol, void *p, int version, cuuint64_t flags,
 		       PFN_cuGetProcAddress_v12000 v2, PFN_cuGetProcAddress_v11030 v1)
 {
 	const struct gmt__variant *v;
+	int asked = version;
 
 	if (p == NULL || symbol == NULL)
 		return p;
@@ -173,13 +190,16 @@ void *gmt__wrap_lookup(const char *symbol, void *p, int version, cuuint64_t flag
 		CUresult r = v2 != NULL ? v2(symbol, &same, CUDA_VERSION, flags, NULL)
 					: v1(symbol, &same, CUDA_VERSION, flags);
 		if (r != CUDA_SUCCESS || same != p)
-			return p;
+			return lookup_done("cuGetProcAddress", symbol, asked, flags, p,
+					   "newer than the tracer's headers and another function: not traced");
 		version = CUDA_VERSION;
 	}
 	v = variant_for(symbol, version, flags);
-	if (v == NULL || p == v->hook || !real_set(v->api, p))
-		return p;
-	return v->hook;
+	if (v == NULL)
+		return lookup_done("cuGetProcAddress", symbol, asked, flags, p, "not a function the tracer hooks");
+	if (p == v->hook || !real_set(v->api, p))
+		return lookup_done("cuGetProcAddress", symbol, asked, flags, p, "already the hook, or a second driver");
+	return lookup_done("cuGetProcAddress", symbol, asked, flags, v->hook, "hooked");
 }
 
 /* Only names of the driver API can be hooks; everything else is answered by
@@ -200,8 +220,8 @@ GMT_NO_SANITIZE void *gmt__dlsym_hook(void *handle, const char *symbol)
 		 * recording it as the real function would make the hook call
 		 * itself forever. */
 		if (real == NULL || real == variants[i].hook || !real_set(variants[i].api, real))
-			return NULL;
-		return variants[i].hook;
+			return lookup_done("dlsym", symbol, 0, 0, NULL, "passed through");
+		return lookup_done("dlsym", symbol, 0, 0, variants[i].hook, "hooked");
 	}
 	return NULL;
 }

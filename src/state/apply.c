@@ -1,6 +1,7 @@
 /* The consumer's first half: one event applied to the live table, the
  * totals and the history, in global order (tracer/tracer.h: the state). */
 #define _GNU_SOURCE
+#include "intercept/hooks.h"
 #include "tracer/tracer.h"
 
 #include "util/log.h"
@@ -417,6 +418,9 @@ void gmt__apply(const struct gmt__event *ev)
 		if (!remove_key(space, ev->addr, NULL)) {
 			STAT_ADD(unknown_frees, 1);
 			unknown_free(space, ev->addr, ev->seq);
+			gmt__info("%s of %#llx: nothing the tracer saw allocated there (counted in unknown_frees)",
+				  ev->api < GMT_API_COUNT ? gmt__api_names[ev->api] : "a free",
+				  (unsigned long long)ev->addr);
 		}
 		break;
 	case GMT_OP_FREE_FAILED:

@@ -74,43 +74,6 @@ const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT] = { GMT_LEAK_CLASS
 /* Where a value came from, for the verbose listing. */
 enum opt_source { FROM_DEFAULT, FROM_ENVIRONMENT, FROM_DEFAULT_INVALID };
 
-static int ascii_lower(int c)
-{
-	return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
-}
-
-/* s[0..n) equals word, ignoring ASCII case (no locale: this may run before
- * main, inside any program). */
-static bool word_is(const char *s, size_t n, const char *word)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		if (word[i] == '\0' || ascii_lower((unsigned char)s[i]) != word[i])
-			return false;
-	}
-	return word[n] == '\0';
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-	static const char *const yes[] = { "1", "true", "yes", "on" };
-	static const char *const no[] = { "0", "false", "no", "off" };
-	size_t n = strlen(s), i;
-
-	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-		if (word_is(s, n, yes[i])) {
-			*out = true;
-			return 0;
-		}
-		if (word_is(s, n, no[i])) {
-			*out = false;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
 /* The words of a TRIGGERS or CLASSES option: word i is bit i. A list of
  * triggers always has oom (keep) unless it says no-oom (off): adding a
  * trigger never takes away the out-of-memory snapshot. */
@@ -150,7 +113,7 @@ static int parse_words(const char *s, struct words w, unsigned *out)
 			n--;
 		if (n == 0)
 			return -EINVAL;
-		if (word_is(p, n, "none")) {
+		if (gmt__word_is(p, n, "none")) {
 			/* only on its own: "none,oom" is a contradiction */
 			if (p != s + strspn(s, " \t") || end != NULL)
 				return -EINVAL;
@@ -158,12 +121,12 @@ static int parse_words(const char *s, struct words w, unsigned *out)
 			return 0;
 		}
 		for (i = 0; i < w.n; i++) {
-			if (word_is(p, n, w.names[i]))
+			if (gmt__word_is(p, n, w.names[i]))
 				break;
 		}
 		if (i < w.n)
 			bits |= 1u << i;
-		else if (w.off != NULL && word_is(p, n, w.off))
+		else if (w.off != NULL && gmt__word_is(p, n, w.off))
 			off = true;
 		else
 			return -EINVAL;
@@ -212,7 +175,7 @@ static int parse_value(struct gmt__options *o, const struct opt_desc *d, const c
 
 	switch (d->type) {
 	case OPT_BOOL:
-		r = parse_bool(value, &b);
+		r = gmt__parse_bool(value, &b);
 		if (r == 0)
 			*(bool *)field = b;
 		return r;

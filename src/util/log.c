@@ -4,6 +4,7 @@
 #include "util/log.h"
 
 #include "util/fdwrite.h"
+#include "util/parse.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GMT_LOG_PREFIX "gpumemtrace: "
@@ -22,7 +24,9 @@
 /* None of these publishes other data; each is read and written on its own, so
  * relaxed order is enough everywhere in this file. */
 static atomic_int log_fd = 2;
-static atomic_bool log_verbose;
+/* -1 until the options set it: progress logged before the tracer has read
+ * its options (a driver lookup inside dlopen) asks the environment. */
+static atomic_int log_verbose = -1;
 static atomic_uint log_warnings;
 
 size_t gmt__utf8_printable(const char *text)
@@ -168,12 +172,24 @@ void gmt__report(const char *fmt, ...)
 	errno = saved;
 }
 
+static bool verbose(void)
+{
+	int on = atomic_load_explicit(&log_verbose, memory_order_relaxed);
+	const char *env;
+	bool b = false;
+
+	if (on >= 0)
+		return on;
+	env = getenv("GPUMEMTRACE_VERBOSE");
+	return env != NULL && gmt__parse_bool(env, &b) == 0 && b;
+}
+
 void gmt__info(const char *fmt, ...)
 {
 	int saved = errno;
 	va_list ap;
 
-	if (!atomic_load_explicit(&log_verbose, memory_order_relaxed))
+	if (!verbose())
 		return;
 	va_start(ap, fmt);
 	emit(fmt, ap);
@@ -183,7 +199,7 @@ void gmt__info(const char *fmt, ...)
 
 void gmt__log_set_verbose(bool on)
 {
-	atomic_store_explicit(&log_verbose, on, memory_order_relaxed);
+	atomic_store_explicit(&log_verbose, on ? 1 : 0, memory_order_relaxed);
 }
 
 int gmt__log_set_fd(int fd)

@@ -25,6 +25,39 @@ static int parse_digits(const char *s, uint64_t *out, const char **end)
 	return 0;
 }
 
+static int ascii_lower(int c)
+{
+	return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
+}
+
+bool gmt__word_is(const char *s, size_t n, const char *word)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (word[i] == '\0' || ascii_lower((unsigned char)s[i]) != word[i])
+			return false;
+	}
+	return word[n] == '\0';
+}
+
+int gmt__parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (gmt__word_is(s, n, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (gmt__word_is(s, n, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 int gmt__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
 	uint64_t v;

@@ -5,8 +5,18 @@
 #ifndef GMT_PARSE_H
 #define GMT_PARSE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* s[0..n) equals word (lower case), ignoring ASCII case: no locale, since
+ * this may run before main, inside any program. */
+bool gmt__word_is(const char *s, size_t n, const char *word);
+
+/* A yes/no value: 1, true, yes, on or 0, false, no, off (any case). Returns 0
+ * or -EINVAL; *out is written only on success. Allocates nothing: usable from
+ * a hook before the options are read. */
+int gmt__parse_bool(const char *s, bool *out);
 
 /* Parse a decimal unsigned integer in [min, max] into *out.
  * Returns 0, -EINVAL (empty, not a number, trailing junk) or -ERANGE. *out is

@@ -119,10 +119,13 @@ def main() -> int:
         if proc.returncode != 2:
             print(f"FAIL: train_loop exited {proc.returncode}, expected 2 (out of memory)")
             return 1
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        # The program's own message, then (at exit, when the out-of-memory
+        # episode ends) the tracer's report: the last line of the program's.
+        own = [line for line in stderr.strip().splitlines() if not line.startswith("gpumemtrace:")]
+        last = own[-1] if own else ""
         m = OOM_LINE.fullmatch(last)
         if not m:
-            print(f"FAIL: last stderr line {last!r} is not the out-of-memory message")
+            print(f"FAIL: the program's last stderr line {last!r} is not the out-of-memory message")
             return 1
         step, tried_mib = int(m.group(1)), float(m.group(2))
         free_mib, total_mib = int(m.group(3)), int(m.group(4))

@@ -43,6 +43,67 @@ struct gmt__snapshot_request {
 	uint64_t failure;      /* its ordinal among the process's out-of-memory results, from 1 */
 };
 
+/* An out-of-memory episode (docs/snapshot-format.md "episode"): the
+ * failures a program saw for one need of memory — a caching allocator's
+ * first failure, its release of cache, its retries — from the first to the
+ * one the program was told of. Failures belong to one episode while no
+ * allocation of device memory succeeded on that device since the last of
+ * them and each comes within GMT_EPISODE_GAP_NS of the one before
+ * (tracer/episode.c). */
+#define GMT_EPISODE_LISTED 32  /* failures listed: the first 31 and the latest */
+#define GMT_EPISODE_SITES 64   /* sites of freed memory kept; the rest add to "other" */
+
+/* How an episode ended, when it has. */
+#define GMT_EPISODE_ENDS(X)                                                          \
+	X(OPEN, "open")       /* still going on when the snapshot was taken */        \
+	X(SUCCESS, "success") /* an allocation of device memory succeeded there */    \
+	X(GAP, "gap")         /* no further failure within GMT_EPISODE_GAP_NS */      \
+	X(OTHER_DEVICE, "other_device") /* a failure on another device began one */   \
+	X(EXIT, "exit")       /* the process exited */
+
+enum gmt__episode_end {
+#define GMT_X(id, word) GMT_EPISODE_##id,
+	GMT_EPISODE_ENDS(GMT_X)
+#undef GMT_X
+	GMT_EPISODE_END_COUNT
+};
+
+const char *gmt__episode_end_name(enum gmt__episode_end end);
+
+struct gmt__episode_failure {
+	uint64_t failure;       /* the process's ordinal of out-of-memory results */
+	uint64_t time_ns;       /* CLOCK_REALTIME */
+	uint64_t size;
+	uint64_t live_bytes;    /* the process's tracked live bytes then */
+	uint64_t freed_bytes, freed_count; /* freed since the episode's failure before it */
+	uint32_t stack;
+	uint16_t api;           /* index into the snapshot's api_names */
+	uint8_t kind;
+};
+
+/* Memory freed during the episode, by the stack that had allocated it. */
+struct gmt__episode_site {
+	uint32_t stack;
+	uint8_t kind;
+	uint64_t bytes, count;
+};
+
+struct gmt__episode {
+	uint64_t id;            /* this process's episodes, from 1 */
+	int device;
+	uint64_t failures;      /* so far */
+	uint64_t described;     /* the failure (1..failures) this snapshot was taken at; 0: at the episode's end */
+	enum gmt__episode_end end;
+	uint64_t first_ns, last_ns; /* CLOCK_REALTIME of the first and the latest failure */
+	uint64_t not_written;   /* failures whose moment no snapshot was taken at (a storm) */
+	int nlisted;
+	struct gmt__episode_failure listed[GMT_EPISODE_LISTED];
+	uint64_t freed_bytes, freed_count; /* since the first failure */
+	int nsites;
+	struct gmt__episode_site sites[GMT_EPISODE_SITES];
+	uint64_t other_bytes, other_count; /* freed memory of sites past the list */
+};
+
 struct gmt__snapshot_stat {
 	const char *name;
 	uint64_t value;
@@ -94,6 +155,7 @@ struct gmt__snapshot {
 	const struct gmt__snapshot_device *devices;
 	int ndevices;
 	const struct gmt__snapshot_request *failed; /* GMT_REASON_OOM only, else NULL */
+	const struct gmt__episode *episode;         /* GMT_REASON_OOM: its episode; else NULL */
 	/* The live entries (any order), and the history (events, series,
 	 * sites; may be NULL): the snapshot's own, nothing else changes them
 	 * while it is written (gmt__table_copy, gmt__history_copy). */
@@ -110,6 +172,9 @@ struct gmt__snapshot {
 	/* Out, may be NULL: the number the snapshot got (seq, or a later one
 	 * when names were taken). */
 	uint64_t *seq_out;
+	/* Write over this process's own file of number seq (an episode's file,
+	 * rewritten at a later failure) instead of taking a free name. */
+	bool replace;
 	/* Out: for an "oom" snapshot, a few lines for a human (requested, free,
 	 * verdict, top sites; no path), NUL-terminated, whether or not the file
 	 * could be written ("" when the diagnosis could not be made); may be

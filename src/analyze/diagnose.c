@@ -1,6 +1,9 @@
 /* The out-of-memory diagnosis (diagnose.h). The rules, in order:
  *
- * 1. A request larger than the device: exhaustion, whatever else holds memory.
+ * 1. A request larger than all this process could ever have of the device —
+ *    what is free plus its own footprint, i.e. the device less other
+ *    processes' memory and the untracked (the context) — never_fits: nothing
+ *    the process frees makes room.
  * 2. A request no larger than what the driver reports free: fragmentation (the
  *    free bytes are not usable in one piece).
  * 3. Otherwise the request fell `shortfall` bytes short. Each candidate names
@@ -11,7 +14,12 @@
  *    tracer did not see). A candidate applies when it alone covers the
  *    shortfall; it is primary when it also holds at least a quarter as much
  *    as this process's other live memory, the largest such one winning.
- * 4. Otherwise exhaustion: this process's own live memory fills the device. */
+ * 4. Otherwise exhaustion: this process's own live memory fills the device.
+ *
+ * Beside any of them, cache_released: in an episode of several failures the
+ * program freed memory on the device between the first and this one (a
+ * caching allocator releasing its cache) and the request still did not fit —
+ * what is left is live, and releasing more cache will not help. */
 #define _GNU_SOURCE
 #include "analyze/diagnose.h"
 #include "util/parse.h"
@@ -27,13 +35,15 @@ const char *gmt__verdict_name(enum gmt__verdict v)
 	return GMT_X_NAME(names, GMT_VERDICT_COUNT, v, "unknown");
 }
 
-static void rests(struct gmt__diag_verdict *v, const char *a, const char *b, const char *c, const char *d)
+static void rests(struct gmt__diag_verdict *v, const char *a, const char *b, const char *c, const char *d,
+		  const char *e)
 {
 	v->rests_on[0] = a;
 	v->rests_on[1] = b;
 	v->rests_on[2] = c;
 	v->rests_on[3] = d;
-	v->rests_on[4] = NULL;
+	v->rests_on[4] = e;
+	v->rests_on[5] = NULL;
 }
 
 /* Fills the verdict's detail and the numbers it rests on. */
@@ -43,33 +53,51 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 	char a[32], b[32], c[32];
 
 	switch (v->verdict) {
-	case GMT_VERDICT_EXHAUSTION:
-		if (d->have_mem && d->needed > in->state->total_bytes) {
-			rests(v, "requested_bytes", "total_bytes", NULL, NULL);
+	case GMT_VERDICT_NEVER_FITS:
+		rests(v, "requested_bytes", "capacity_bytes", "total_bytes", "other_processes_bytes", "untracked_bytes");
+		if (d->needed > in->state->total_bytes)
 			snprintf(v->detail, sizeof(v->detail), "the request alone (%s) is larger than the device (%s)",
-				 gmt__human_bytes(a, sizeof(a), in->requested), gmt__human_bytes(b, sizeof(b), in->state->total_bytes));
-		} else if (d->have_mem && v != &d->v[0] && v->bytes < d->tracked_total) {
+				 gmt__human_bytes(a, sizeof(a), in->requested),
+				 gmt__human_bytes(b, sizeof(b), in->state->total_bytes));
+		else
+			snprintf(v->detail, sizeof(v->detail),
+				 "the request (%s) is larger than all this process could have of the device (%s: "
+				 "its %s less what other processes and untracked use hold), even with nothing of its own live",
+				 gmt__human_bytes(a, sizeof(a), in->requested), gmt__human_bytes(b, sizeof(b), d->capacity),
+				 gmt__human_bytes(c, sizeof(c), in->state->total_bytes));
+		break;
+	case GMT_VERDICT_CACHE_RELEASED:
+		rests(v, "released_bytes", "released_count", "episode_failures", "tracked_total_bytes", NULL);
+		snprintf(v->detail, sizeof(v->detail),
+			 "over the episode's %llu failures the program freed %s in %llu allocation%s and the request "
+			 "still did not fit: the %s left is live (freeing cache will not help)",
+			 (unsigned long long)in->episode_failures, gmt__human_bytes(a, sizeof(a), in->released_bytes),
+			 (unsigned long long)in->released_count, in->released_count == 1 ? "" : "s",
+			 gmt__human_bytes(b, sizeof(b), d->tracked_total));
+		break;
+	case GMT_VERDICT_EXHAUSTION:
+		if (d->have_mem && v != &d->v[0] && v->bytes < d->tracked_total) {
 			/* Beside another verdict: the rest of this process's memory,
 			 * which alone would have made room too. */
-			rests(v, "tracked_total_bytes", "growth_bytes", "shortfall_bytes", NULL);
+			rests(v, "tracked_total_bytes", "growth_bytes", "shortfall_bytes", NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
 				 "this process's live memory besides what growing sites gained (%s of %s) is more than "
 				 "the %s the request fell short",
 				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->tracked_total),
 				 gmt__human_bytes(c, sizeof(c), d->shortfall));
 		} else if (d->have_mem && v != &d->v[0]) {
-			rests(v, "tracked_total_bytes", "shortfall_bytes", NULL, NULL);
+			rests(v, "tracked_total_bytes", "shortfall_bytes", NULL, NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
 				 "this process holds %s live on the device, more than the %s the request fell short",
 				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
 		} else if (d->have_mem) {
-			rests(v, "requested_bytes", "free_bytes", "tracked_total_bytes", NULL);
+			rests(v, "requested_bytes", "free_bytes", "tracked_total_bytes", NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
 				 "this process holds %s live on the device; %s free is less than the %s asked for",
 				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), in->state->free_bytes),
 				 gmt__human_bytes(c, sizeof(c), in->requested));
 		} else {
-			rests(v, "requested_bytes", "tracked_total_bytes", NULL, NULL);
+			rests(v, "requested_bytes", "tracked_total_bytes", NULL, NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
 				 "this process holds %s live on the device (the driver did not say what is free)",
 				 gmt__human_bytes(a, sizeof(a), v->bytes));
@@ -77,12 +105,12 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 		break;
 	case GMT_VERDICT_FRAGMENTATION:
 		if (d->have_mem && d->needed <= in->state->free_bytes) {
-			rests(v, "requested_bytes", "free_bytes", NULL, NULL);
+			rests(v, "requested_bytes", "free_bytes", NULL, NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
 				 "the driver reports %s free, enough for %s, yet the allocation failed: the free memory is not usable in one piece",
 				 gmt__human_bytes(a, sizeof(a), in->state->free_bytes), gmt__human_bytes(b, sizeof(b), in->requested));
 		} else {
-			rests(v, "shortfall_bytes", "stranded_bytes", "pages_partial", NULL);
+			rests(v, "shortfall_bytes", "stranded_bytes", "pages_partial", NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
 				 "%s lie unused in %llu partly used pages of %s, pinned by small live allocations; the request fell %s short",
 				 gmt__human_bytes(a, sizeof(a), in->pages.stranded_bytes), (unsigned long long)in->pages.partial,
@@ -90,25 +118,25 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 		}
 		break;
 	case GMT_VERDICT_POOL:
-		rests(v, "pool_reserved_bytes", "pool_used_bytes", "shortfall_bytes", NULL);
+		rests(v, "pool_reserved_bytes", "pool_used_bytes", "shortfall_bytes", NULL, NULL);
 		snprintf(v->detail, sizeof(v->detail),
 			 "stream-ordered pools hold %s reserved but unused (trim them, or lower their release threshold); the request fell %s short",
 			 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
 		break;
 	case GMT_VERDICT_OTHERS:
-		rests(v, "other_processes_bytes", "shortfall_bytes", NULL, NULL);
+		rests(v, "other_processes_bytes", "shortfall_bytes", NULL, NULL, NULL);
 		snprintf(v->detail, sizeof(v->detail), "other processes hold %s of the device; the request fell %s short",
 			 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
 		break;
 	case GMT_VERDICT_GROWTH:
-		rests(v, "growth_bytes", "growth_sites", "shortfall_bytes", NULL);
+		rests(v, "growth_bytes", "growth_sites", "shortfall_bytes", NULL, NULL);
 		snprintf(v->detail, sizeof(v->detail),
 			 "%d allocation site%s kept growing and added %s (a leak suspect); the request fell %s short",
 			 in->growth_sites, in->growth_sites == 1 ? "" : "s", gmt__human_bytes(a, sizeof(a), v->bytes),
 			 gmt__human_bytes(b, sizeof(b), d->shortfall));
 		break;
 	case GMT_VERDICT_UNTRACKED:
-		rests(v, "used_bytes", "footprint_bytes", "other_processes_bytes", "untracked_bytes");
+		rests(v, "used_bytes", "footprint_bytes", "other_processes_bytes", "untracked_bytes", NULL);
 		snprintf(v->detail, sizeof(v->detail),
 			 "%s of used memory is not this process's tracked memory (the CUDA context, modules, heaps, or allocations not seen)%s; the request fell %s short",
 			 gmt__human_bytes(a, sizeof(a), v->bytes),
@@ -167,8 +195,9 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	d->have_untracked = true;
 	d->untracked = d->used > d->footprint + others ? d->used - d->footprint - others : 0;
 
-	if (d->needed > st->total_bytes) {
-		add(d, GMT_VERDICT_EXHAUSTION, d->tracked_total);
+	d->capacity = st->free_bytes + d->footprint;
+	if (d->needed > d->capacity) {
+		add(d, GMT_VERDICT_NEVER_FITS, d->needed);
 		goto done;
 	}
 	if (d->shortfall == 0) {
@@ -180,7 +209,7 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	cand[GMT_VERDICT_OTHERS] = others;
 	cand[GMT_VERDICT_GROWTH] = in->growth_sites > 0 ? in->growth_bytes : 0;
 	cand[GMT_VERDICT_UNTRACKED] = d->untracked;
-	for (int v = GMT_VERDICT_FRAGMENTATION; v < GMT_VERDICT_COUNT; v++) {
+	for (int v = GMT_VERDICT_FRAGMENTATION; v <= GMT_VERDICT_UNTRACKED; v++) {
 		applies[v] = cand[v] > 0 && cand[v] >= d->shortfall;
 		if (applies[v] && cand[v] >= own / 4 &&
 		    (best < 0 || cand[v] > cand[best]))
@@ -210,6 +239,8 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 		add(d, (enum gmt__verdict)next, cand[next]);
 	}
 done:
+	if (in->episode_failures > 1 && in->released_bytes > 0)
+		add(d, GMT_VERDICT_CACHE_RELEASED, in->released_bytes);
 	d->primary = d->v[0].verdict;
 	for (int i = 0; i < d->nverdicts; i++)
 		describe(in, d, &d->v[i]);

@@ -24,7 +24,9 @@
 	X(POOL, "pool_reservation")       /* stream-ordered pools hold memory they do not use */ \
 	X(OTHERS, "other_processes")      /* other processes hold the memory */              \
 	X(GROWTH, "growth")               /* sites whose live bytes kept rising */           \
-	X(UNTRACKED, "untracked")         /* used memory the tracer did not see */
+	X(UNTRACKED, "untracked")         /* used memory the tracer did not see */          \
+	X(NEVER_FITS, "never_fits")       /* more than this process could ever have */      \
+	X(CACHE_RELEASED, "cache_released") /* memory freed during the episode did not help */
 
 enum gmt__verdict {
 #define GMT_X(id, word) GMT_VERDICT_##id,
@@ -52,6 +54,10 @@ struct gmt__diag_input {
 	struct gmt__pages pages;
 	uint64_t growth_bytes;                 /* growing sites with memory there */
 	int growth_sites;
+	/* The out-of-memory episode: its failures so far, and what the
+	 * program freed on the device since the first (capture.h). */
+	uint64_t episode_failures;
+	uint64_t released_bytes, released_count;
 };
 
 struct gmt__diag_verdict {
@@ -76,6 +82,7 @@ struct gmt__diagnosis {
 	uint64_t pool_unused;
 	bool have_untracked;
 	uint64_t untracked;
+	uint64_t capacity;       /* free + footprint: all this process could have of the device */
 };
 
 const char *gmt__verdict_name(enum gmt__verdict v);

@@ -17,6 +17,13 @@ const char *gmt__reason_name(enum gmt__reason reason)
 	return GMT_X_NAME(names, GMT_REASON_COUNT, reason, NULL);
 }
 
+const char *gmt__episode_end_name(enum gmt__episode_end end)
+{
+	static const char *const names[GMT_EPISODE_END_COUNT] = { GMT_EPISODE_ENDS(GMT_X_WORD) };
+
+	return GMT_X_NAME(names, GMT_EPISODE_END_COUNT, end, NULL);
+}
+
 /* ---- collecting and sorting the live set -------------------------------------- */
 
 /* Where an entry goes: 0 "allocations", 1 "vmm.reservations", 2 "vmm.mappings". */
@@ -162,7 +169,65 @@ static void top_sites(struct gmt__top_sites *rep, const struct gmt__history *h, 
 	free(count);
 }
 
+/* The sites of the memory an episode freed, summed by site, largest first. */
+static void freed_sites(struct gmt__top_sites *rep, const struct gmt__episode *ep, const struct gmt__sites *sites,
+			const uint32_t *ids)
+{
+	uint64_t bytes[GMT_EPISODE_SITES], count[GMT_EPISODE_SITES];
+	uint32_t slot[GMT_EPISODE_SITES];
+	int n = 0;
+
+	memset(rep, 0, sizeof(*rep));
+	for (int i = 0; i < ep->nsites; i++) {
+		const struct gmt__stack_site *ss = gmt__sites_of(sites, ids, ep->sites[i].stack);
+		uint32_t site = ss != NULL ? ss->site : 0;
+		int k;
+
+		for (k = 0; k < n && slot[k] != site; k++)
+			;
+		if (k == n) {
+			slot[n] = site;
+			bytes[n] = count[n] = 0;
+			n++;
+		}
+		bytes[k] += ep->sites[i].bytes;
+		count[k] += ep->sites[i].count;
+	}
+	while (rep->n < GMT_TOP_SITES) {
+		int best = -1;
+
+		for (int k = 0; k < n; k++) {
+			if (bytes[k] > 0 && (best < 0 || bytes[k] > bytes[best]))
+				best = k;
+		}
+		if (best < 0)
+			break;
+		rep->bytes[rep->n] = bytes[best];
+		rep->count[rep->n] = count[best];
+		rep->where[rep->n] = slot[best] > 0 ? sites->labels[slot[best] - 1] : "(no stack recorded)";
+		rep->n++;
+		bytes[best] = 0;
+	}
+}
+
 /* ---- the model ------------------------------------------------------------------ */
+
+/* The stacks an episode names: its failures' and those of the memory freed
+ * during it. */
+static int episode_stacks(struct gmt__idset *ids, const struct gmt__episode *ep)
+{
+	int r;
+
+	for (int i = 0; i < ep->nlisted; i++) {
+		if ((r = gmt__idset_add(ids, ep->listed[i].stack)) < 0)
+			return r;
+	}
+	for (int i = 0; i < ep->nsites; i++) {
+		if ((r = gmt__idset_add(ids, ep->sites[i].stack)) < 0)
+			return r;
+	}
+	return 0;
+}
 
 int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 {
@@ -198,6 +263,8 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 	}
 	if (s->failed != NULL && (r = gmt__idset_add(&d->ids, s->failed->stack)) < 0)
 		return r;
+	if (s->episode != NULL && (r = episode_stacks(&d->ids, s->episode)) < 0)
+		return r;
 	if (h != NULL) {
 		if ((r = sites_sorted(h, &d->sites, &d->nsites)) < 0)
 			return r;
@@ -219,6 +286,8 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 		       s->leaks != NULL ? &d->lw : NULL);
 	if (h != NULL)
 		top_sites(&d->top, h, d->sites, d->nsites, &d->stack_sites, d->ids.v);
+	if (s->episode != NULL)
+		freed_sites(&d->freed, s->episode, &d->stack_sites, d->ids.v);
 	if (s->leaks != NULL) {
 		if ((r = gmt__leakcheck_classify(&d->lw)) < 0)
 			return r;

@@ -47,6 +47,7 @@ struct gmt__model {
 	bool cache_open;
 	struct gmt__sites stack_sites; /* each stack's site, by index in ids (empty without memory) */
 	struct gmt__top_sites top;
+	struct gmt__top_sites freed;  /* an episode's freed memory by site (s->episode) */
 	struct gmt__leak_work lw;     /* exit snapshots (s->leaks): the leak check */
 };
 

@@ -173,6 +173,11 @@ void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *con
 		memcpy(view->diag_in.tracked, view->kinds[d], sizeof(view->diag_in.tracked));
 		view->diag_in.pages = view->pages[d];
 		growth_on_device(s, v, n, s->failed->device, view);
+		if (s->episode != NULL) {
+			view->diag_in.episode_failures = s->episode->failures;
+			view->diag_in.released_bytes = s->episode->freed_bytes;
+			view->diag_in.released_count = s->episode->freed_count;
+		}
 		gmt__diagnose(&view->diag_in, &view->diag);
 		view->have_diagnosis = true;
 	}

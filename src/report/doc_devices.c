@@ -248,6 +248,14 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = put_u64_or_null(p, others, others ? st->others_bytes : 0);
 	p = gmt__put_lit(p, ", \"untracked_bytes\": ");
 	p = put_u64_or_null(p, d->have_untracked, d->untracked);
+	p = gmt__put_lit(p, ", \"capacity_bytes\": ");
+	p = put_u64_or_null(p, mem, d->capacity);
+	p = gmt__put_lit(p, ",\n   \"episode_failures\": ");
+	p = gmt__put_u64(p, in->episode_failures);
+	p = gmt__put_lit(p, ", \"released_bytes\": ");
+	p = gmt__put_u64(p, in->released_bytes);
+	p = gmt__put_lit(p, ", \"released_count\": ");
+	p = gmt__put_u64(p, in->released_count);
 	p = gmt__put_lit(p, ",\n   \"pages\": ");
 	p = gmt__put_u64(p, in->pages.pages);
 	p = gmt__put_lit(p, ", \"pages_partial\": ");

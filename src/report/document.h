@@ -39,10 +39,12 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view);
 
 void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s);
 
+/* The "episode" section of an out-of-memory snapshot (s->episode). */
+void gmt__doc_episode(struct gmt__json *o, const struct gmt__snapshot *s);
+
 void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache);
 
 /* The oom report: a few lines for the program's stderr. */
-void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view *view,
-			  const struct gmt__top_sites *top);
+void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model *m);
 
 #endif /* GMT_DOCUMENT_H */

@@ -1,6 +1,8 @@
 /* The snapshot as a file (snapshot.h): a temporary file beside the target,
  * written through json.h, renamed into place without ever replacing a file
- * or following a symlink; stale temporary files of dead processes swept. */
+ * or following a symlink — but the process's own out-of-memory episode file,
+ * which a later failure of the episode rewrites in place; stale temporary
+ * files of dead processes swept. */
 #define _GNU_SOURCE
 #include "report/document.h"
 
@@ -169,6 +171,8 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	 * document says the number its name has. */
 	for (;;) {
 		snapshot_name(s, numbered.seq, name, sizeof(name));
+		if (s->replace)
+			break;
 		r = name_taken(dirfd, name);
 		if (r < 0)
 			goto no_file;
@@ -212,7 +216,13 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	fd = -1;
 	if (r < 0)
 		goto out;
-	r = publish(dirfd, tmp, name);
+	/* An episode's file is this process's own, written at an earlier
+	 * failure: the new document takes its place in one rename (a reader
+	 * sees the old file or the new, whole). */
+	if (s->replace)
+		r = renameat(dirfd, tmp, dirfd, name) == 0 ? 0 : -errno;
+	else
+		r = publish(dirfd, tmp, name);
 	if (r == 0)
 		have_tmp = false;
 	goto out;

@@ -513,6 +513,8 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 		gmt__json_commit(o, p);
 		if (view->have_diagnosis)
 			gmt__doc_diagnosis(o, view);
+		if (s->episode != NULL)
+			gmt__doc_episode(o, s);
 	}
 
 	gmt__json_str(o, " \"stats\": {");
@@ -748,7 +750,7 @@ int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
 	/* The report is the program's, the file the tracer's: it is made
 	 * whether or not the file can be written. */
 	if (r == 0 && s->report != NULL && s->report_len > 0 && d.view->have_diagnosis)
-		gmt__text_oom_report(s, d.view, &d.top);
+		gmt__text_oom_report(s, &d);
 	if (r == 0 && o != NULL) {
 		r = api_table_init(&apis, s);
 		if (r == 0) {

@@ -10,8 +10,9 @@
 #include <stddef.h>
 
 /* The format's additions to version 1 (docs/snapshot-format.md): 1, the
- * site rule's stacks[].site and frames[].role. */
-#define GMT_SNAPSHOT_MINOR "1"
+ * site rule's stacks[].site and frames[].role; 2, the episode of an oom
+ * snapshot, and the verdicts never_fits and cache_released. */
+#define GMT_SNAPSHOT_MINOR "2"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

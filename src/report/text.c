@@ -247,10 +247,12 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 }
 
 /* The oom report: a few lines for the program's stderr. */
-void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view *view,
-			  const struct gmt__top_sites *rep)
+void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model *m)
 {
+	const struct gmt__view *view = m->view;
+	const struct gmt__top_sites *rep = &m->top;
 	const struct gmt__device_state *st = view->diag_in.state;
+	const struct gmt__episode *ep = s->episode;
 	char a[32], b[32], c[32];
 	size_t at;
 	int n;
@@ -263,6 +265,16 @@ void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__view 
 		at += (size_t)snprintf(s->report + at, s->report_len - at, " with %s free of %s",
 				       gmt__human_bytes(b, sizeof(b), st->free_bytes),
 				       gmt__human_bytes(c, sizeof(c), st->total_bytes));
+	if (at < s->report_len && ep != NULL && ep->failures > 1) {
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nepisode: %llu failures over %s",
+				       (unsigned long long)ep->failures, gmt__human_duration(b, sizeof(b), ep->last_ns - ep->first_ns));
+		if (at < s->report_len && ep->freed_bytes > 0)
+			at += (size_t)snprintf(s->report + at, s->report_len - at,
+					       "; between them the program freed %s in %llu allocation%s%s%s and still failed",
+					       gmt__human_bytes(a, sizeof(a), ep->freed_bytes),
+					       (unsigned long long)ep->freed_count, ep->freed_count == 1 ? "" : "s",
+					       m->freed.n > 0 ? " made at " : "", m->freed.n > 0 ? m->freed.where[0] : "");
+	}
 	if (at < s->report_len)
 		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nverdict: %s: %s",
 				       gmt__verdict_name(view->diag.primary), view->diag.v[0].detail);

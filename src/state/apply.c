@@ -32,6 +32,10 @@ static void account(const struct gmt__entry *e, bool add)
 	slot = device_slot(e->device);
 	if (gmt__core.have_hist)
 		gmt__history_change(&gmt__core.hist, e, add, &gmt__core.cause);
+	if (add)
+		gmt__episode_allocated(e);
+	else
+		gmt__episode_freed(e);
 	if (add) {
 		gmt__core.live_bytes += e->size;
 		gmt__core.live_count++;

@@ -132,6 +132,9 @@ static void *consumer_main(void *arg)
 		n = drain_visible();
 		gmt__core.stop_at_peak = false;
 		gmt__rings_reap();
+		/* An out-of-memory episode that an allocation or the gap ended:
+		 * its report (and a snapshot at its end after a storm). */
+		gmt__episode_settle(false);
 		if (gmt__core.peak_due) {
 			gmt__core.peak_due = gmt__core.peak_armed = false;
 			gmt__core.peak_next_bytes = gmt__core.peak_bytes + gmt__core.peak_bytes / 100 * (uint64_t)gmt__core.opt->peak_step;

@@ -47,14 +47,18 @@ static void ring_exit(void *ring)
 
 static void fork_prepare(void)
 {
-	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY)
+	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY) {
+		gmt__episode_fork_prepare();
 		gmt__core_lock();
+	}
 }
 
 static void fork_parent(void)
 {
-	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY)
+	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY) {
 		gmt__core_unlock();
+		gmt__episode_fork_parent();
+	}
 }
 
 /* The child keeps tracing under its own pid, from an empty table: the parent's
@@ -76,7 +80,8 @@ static void fork_child(void)
 		gmt__history_clear(&gmt__core.hist);
 	gmt__core.live_bytes = gmt__core.live_count = gmt__core.peak_bytes = 0;
 	gmt__core.total_allocs = gmt__core.total_frees = gmt__core.snapshot_seq = 0;
-	gmt__core.oom_written = gmt__core.peak_armed = gmt__core.peak_due = false;
+	gmt__episode_fork_child();
+	gmt__core.peak_armed = gmt__core.peak_due = false;
 	gmt__core.oom_failures = gmt__core.peak_next_bytes = gmt__core.peak_next_ns = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);
 	memset(gmt__core.device_live, 0, sizeof(gmt__core.device_live));
@@ -406,6 +411,8 @@ __attribute__((destructor)) static void core_exit(void)
 		  (unsigned long long)gmt__core.live_count, (unsigned long long)gmt__core.live_bytes,
 		  (unsigned long long)gmt__core.peak_bytes,
 		  (unsigned long long)(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq));
+	/* An out-of-memory episode still open ends here: its report. */
+	gmt__episode_settle(true);
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
 	if (write || check) {
 		struct own_regions own = { 0 };

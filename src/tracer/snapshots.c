@@ -63,21 +63,36 @@ static void warn_write_error(int r)
 /* The oom report, a line at a time, and where the snapshot is — or that it
  * could not be written (r: the writer's error). A report, not a warning: one
  * per episode, never capped. */
-static void oom_report(char *report, const char *path, int r)
+void gmt__oom_report(const char *report, const char *path, int r)
 {
-	char *line = report, *next;
+	const char *line = report, *next;
 
 	for (; line != NULL && *line != '\0'; line = next) {
 		next = strchr(line, '\n');
+		gmt__report("%s%.*s", line == report ? "" : "  ",
+			    (int)(next != NULL ? (size_t)(next - line) : strlen(line)), line);
 		if (next != NULL)
-			*next++ = '\0';
-		gmt__report("%s%s", line == report ? "" : "  ", line);
+			next++;
 	}
 	if (r < 0)
 		gmt__report("  snapshot: not written (%s)", strerror(-r));
 	else
 		gmt__report("  snapshot: %s", path);
 }
+
+/* What one snapshot is taken with (gmt__snapshot_take and friends). */
+struct take {
+	enum gmt__reason reason;
+	const struct gmt__snapshot_request *failed;
+	const struct gmt__device_state *state;
+	char *out;
+	size_t outlen;
+	struct gmt__snapshot_leaks *leaks;
+	bool no_file;
+	const struct gmt__episode *episode;
+	uint64_t replace_seq;        /* rewrite this number's file (an episode's) */
+	struct gmt__oom_write *oom;  /* keep the oom report here instead of printing it */
+};
 
 /* Writes one snapshot. Called with the lock held and everything before it
  * applied; returns with the lock RELEASED: it copies what the document needs
@@ -86,10 +101,14 @@ static void oom_report(char *report, const char *path, int r)
  * loader's lock, and a document of a million allocations takes a while. `state`: what the driver said of the device the caller could
  * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
  * NULL), or a negative errno. */
-int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
-			     const struct gmt__device_state *state, char *out, size_t outlen,
-			     struct gmt__snapshot_leaks *leaks, bool no_file)
+static int take(const struct take *t)
 {
+	enum gmt__reason reason = t->reason;
+	const struct gmt__snapshot_request *failed = t->failed;
+	const struct gmt__device_state *state = t->state;
+	char *out = t->out;
+	size_t outlen = t->outlen;
+	bool no_file = t->no_file;
 	char path[PATH_MAX], host[256], report[1024];
 	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];
 	struct gmt__snapshot_stat stats[] = {
@@ -110,6 +129,7 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 		.total_frees = gmt__core.total_frees,
 		.devices = devs,
 		.failed = failed,
+		.episode = t->episode,
 		.api_names = gmt__api_names,
 		.napi = GMT_API_COUNT,
 		.stats = stats,
@@ -117,7 +137,7 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 		.process = &process,
 		.report = failed != NULL ? report : NULL,
 		.report_len = sizeof(report),
-		.leaks = leaks,
+		.leaks = t->leaks,
 		.site_libraries = gmt__core.opt->site_libraries,
 		.no_file = no_file,
 	};
@@ -152,7 +172,12 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 	/* A name already taken (a file of another run with a recycled pid, or
 	 * one planted there) is never replaced: the writer takes the next
 	 * number, and says which (used). This one's number is claimed now. */
-	s.seq = ++gmt__core.snapshot_seq;
+	if (t->replace_seq != 0) {
+		s.seq = t->replace_seq;
+		s.replace = true;
+	} else {
+		s.seq = ++gmt__core.snapshot_seq;
+	}
 	s.seq_out = &used;
 	report[0] = '\0';
 	/* The capture: the snapshot's own copy of the live entries and of the
@@ -178,9 +203,16 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 		gmt__core_unlock();
 	}
 	/* The report first, the file second: what the program ran into does
-	 * not depend on whether the file could be written. */
-	if (failed != NULL && report[0] != '\0')
-		oom_report(report, path, r);
+	 * not depend on whether the file could be written. An episode's report
+	 * waits for its end (episode.c). */
+	if (t->oom != NULL) {
+		snprintf(t->oom->report, sizeof(t->oom->report), "%s", report);
+		snprintf(t->oom->path, sizeof(t->oom->path), "%s", r == 0 ? path : "");
+		t->oom->result = r;
+		t->oom->seq = used;
+	} else if (failed != NULL && report[0] != '\0') {
+		gmt__oom_report(report, path, r);
+	}
 	if (r < 0) {
 		STAT_ADD(snapshot_errors, 1);
 		warn_write_error(r);
@@ -188,7 +220,8 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 	}
 	if (no_file)
 		return 0;
-	STAT_ADD(snapshots, 1);
+	if (t->replace_seq == 0)
+		STAT_ADD(snapshots, 1);
 	if (out != NULL && outlen > 0)
 		snprintf(out, outlen, "%s", path);
 	if (failed == NULL)
@@ -196,10 +229,32 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 	return 0;
 }
 
+int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
+			     const struct gmt__device_state *state, char *out, size_t outlen,
+			     struct gmt__snapshot_leaks *leaks, bool no_file)
+{
+	struct take t = { .reason = reason, .failed = failed, .state = state, .out = out, .outlen = outlen,
+			  .leaks = leaks, .no_file = no_file };
+
+	return take(&t);
+}
+
 int gmt__snapshot_take(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
 		       const struct gmt__device_state *state, char *out, size_t outlen)
 {
 	return gmt__snapshot_take_leaks(reason, failed, state, out, outlen, NULL, false);
+}
+
+void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const struct gmt__device_state *state,
+			    const struct gmt__episode *episode, uint64_t replace_seq, struct gmt__oom_write *out)
+{
+	struct take t = { .reason = GMT_REASON_OOM, .failed = failed, .state = state, .episode = episode,
+			  .replace_seq = replace_seq, .oom = out };
+
+	out->report[0] = out->path[0] = '\0';
+	out->result = 0;
+	out->seq = 0;
+	(void)take(&t);
 }
 
 /* Under the gate (GPUMEMTRACE_GATE, set by gpumemtrace check): an empty
@@ -224,40 +279,4 @@ void gmt__gate_mark(bool on)
 	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
 	if (fd >= 0)
 		close(fd);
-}
-
-void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
-		       uint32_t tid)
-{
-	uint64_t now;
-
-	/* Everything this thread or any other completed before the failing call
-	 * has its number already: apply up to the current one, then write. */
-	gmt__core_lock();
-	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
-	req->failure = ++gmt__core.oom_failures;
-	if (gmt__core.have_hist) {
-		struct gmt__hist_cause cause = {
-			.seq = req->failure, .time_ns = gmt__now_ns(CLOCK_REALTIME), .tid = tid, .api = api,
-		};
-
-		gmt__history_oom(&gmt__core.hist, &cause, req->size, (uint8_t)req->kind, req->device, req->stack);
-	}
-	/* NOTE: frameworks retry after an out-of-memory result (PyTorch frees
-	 * its cache and asks again, cuDNN tries smaller workspaces): a failure
-	 * with no successful allocation since the last snapshot, or within
-	 * GMT_OOM_EPISODE_NS of it, belongs to the same episode. */
-	now = gmt__now_ns(CLOCK_MONOTONIC);
-	if (!(gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM) ||
-	    (gmt__core.oom_written &&
-	     (gmt__core.total_allocs == gmt__core.oom_last_allocs || now - gmt__core.oom_last_ns < GMT_OOM_EPISODE_NS))) {
-		gmt__core_unlock();
-		if (gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM)
-			STAT_ADD(oom_suppressed, 1);
-		return;
-	}
-	gmt__core.oom_written = true;
-	gmt__core.oom_last_ns = now;
-	gmt__core.oom_last_allocs = gmt__core.total_allocs;
-	gmt__snapshot_take(GMT_REASON_OOM, req, state, NULL, 0); /* releases the lock */
 }

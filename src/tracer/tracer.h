@@ -8,6 +8,7 @@
 #ifndef GMT_TRACER_H
 #define GMT_TRACER_H
 
+#include "analyze/capture.h"
 #include "analyze/suppress.h"
 #include "intercept/device.h"
 #include "record/event.h"
@@ -33,10 +34,14 @@
  * which is not in its ring yet (a thread preempted between the two, or killed
  * there) before it gives up on the order of that one event. */
 #define GMT_GAP_TIMEOUT_NS (2 * 1000000000ull)
-/* Snapshot rate limits: an out-of-memory result starts a new episode (a new
- * snapshot) only after an allocation succeeded since the last one and this
- * long has passed; peak snapshots are at least this far apart. */
-#define GMT_OOM_EPISODE_NS 1000000000ull
+/* Out-of-memory episodes (tracer/episode.c): a failure more than this long
+ * after the one before starts a new episode; the first GMT_EPISODE_WRITES
+ * failures of an episode each rewrite its snapshot, later ones at most once
+ * per GMT_EPISODE_REWRITE_NS (a retry storm). Peak snapshots are at least
+ * GMT_PEAK_INTERVAL_NS apart. */
+#define GMT_EPISODE_GAP_NS (2 * 1000000000ull)
+#define GMT_EPISODE_WRITES 8
+#define GMT_EPISODE_REWRITE_NS 1000000000ull
 #define GMT_PEAK_INTERVAL_NS 1000000000ull
 #define GMT_UNDO_SLOTS 1024
 #define GMT_UNDO_ENTRIES 4
@@ -73,7 +78,7 @@
 	X(python_stacks, "allocations recorded with Python frames")                           \
 	X(python_stacks_nogil, "of those, read from memory on a thread without the GIL")      \
 	X(python_frames_dropped, "Python frames left out: not readable consistently without the GIL") \
-	X(oom_suppressed, "out-of-memory results in an episode already written")             \
+	X(oom_suppressed, "out-of-memory results no snapshot was taken at (a storm in an episode)") \
 	X(snapshots, "snapshots written")                                                     \
 	X(snapshot_errors, "snapshots that could not be written")
 
@@ -95,6 +100,25 @@ struct gmt__undo {
 	struct gmt__entry removed[GMT_UNDO_ENTRIES];
 	uint64_t dec_handle[GMT_UNDO_ENTRIES]; /* handles whose refs (RELEASE) or maps (UNMAP) dropped */
 	uint8_t dec_op[GMT_UNDO_ENTRIES];
+};
+
+/* The out-of-memory episode going on, or the last one (capture.h: struct
+ * gmt__episode is what its snapshots copy; tracer/episode.c decides). */
+struct gmt__oom_episode {
+	bool open;
+	enum gmt__episode_end ended;       /* OPEN while it goes on; SUCCESS once an allocation ended it */
+	struct gmt__episode doc;
+	uint64_t last_mono, written_mono;  /* the latest failure, the latest write (CLOCK_MONOTONIC) */
+	uint64_t mark_bytes, mark_count;   /* doc.freed_* at the latest failure */
+	struct gmt__snapshot_request last; /* the latest failure, for a snapshot at the end */
+	struct gmt__device_state last_state;
+	bool have_state;
+	/* The latest write: the file's number (0: none yet), its report (printed
+	 * when the episode ends), path and result. */
+	uint64_t file_seq;
+	int result;
+	char report[1024];
+	char path[4096];
 };
 
 struct gmt__core {
@@ -142,10 +166,9 @@ struct gmt__core {
 	 * reset: [0] all, [1] host, [d + 2] device d. */
 	uint64_t api_peak[GMT_MAX_DEVICES + 2];
 	uint64_t snapshot_seq;
-	/* Out-of-memory episodes: when the last oom snapshot was written, and
-	 * total_allocs then. */
-	bool oom_written;
-	uint64_t oom_failures, oom_last_ns, oom_last_allocs;
+	/* Out-of-memory results so far, and the episode (tracer/episode.c). */
+	uint64_t oom_failures;
+	struct gmt__oom_episode episode;
 	/* Peak snapshots: armed (by the consumer, once the interval has passed)
 	 * means a new high-water mark past peak_next_bytes is due; the consumer
 	 * stops applying events there (stop_at_peak) and writes it. */
@@ -264,11 +287,43 @@ int gmt__snapshot_take(enum gmt__reason reason, const struct gmt__snapshot_reque
 int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
 			     const struct gmt__device_state *state, char *out, size_t outlen,
 			     struct gmt__snapshot_leaks *leaks, bool no_file);
-/* An out-of-memory result (req) seen by the record path on thread `tid`
- * in call `api`: in the history, and a snapshot when it starts an episode.
- * `state` as above. Takes the lock; returns without it. */
+/* An out-of-memory snapshot of an episode: as gmt__snapshot_take, with the
+ * episode's copy; rewrites file number `replace_seq` when not 0 (the
+ * episode's file). The report is not printed: it is left in ep->report (and
+ * the path in ep->path, the result in ep->result, the number in
+ * ep->file_seq) for the episode's end — the caller stores them, under the
+ * lock, from the `out` it passes. */
+struct gmt__oom_write {
+	char report[1024];
+	char path[4096];
+	uint64_t seq;
+	int result;
+};
+void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const struct gmt__device_state *state,
+			    const struct gmt__episode *episode, uint64_t replace_seq, struct gmt__oom_write *out);
+/* Prints an out-of-memory report and where its snapshot is (or why not). */
+void gmt__oom_report(const char *report, const char *path, int r);
+
+/* tracer/episode.c. An out-of-memory result (req) seen by the record path on
+ * thread `tid` in call `api`: in the history and its episode, and the
+ * episode's snapshot (re)written. `state` as above. Takes the lock; returns
+ * without it. */
 void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
 		       uint32_t tid);
+/* Lock held: memory left the table (e) or came into it; the episode counts
+ * the first, and ends at an allocation of device memory on its device. */
+void gmt__episode_freed(const struct gmt__entry *e);
+void gmt__episode_allocated(const struct gmt__entry *e);
+/* Ends the episode when it is over (ended by an allocation, or the gap has
+ * passed; `exiting`: whatever it is): its report printed, and a snapshot at
+ * its end when failures came after the last one written. Lock held on entry
+ * and on return (released in between when it writes). */
+void gmt__episode_settle(bool exiting);
+/* Around fork (before the core's lock is taken): no write in flight; the
+ * child starts with no episode. */
+void gmt__episode_fork_prepare(void);
+void gmt__episode_fork_parent(void);
+void gmt__episode_fork_child(void);
 /* Under the gate: the process's pending mark made (on) or removed. */
 void gmt__gate_mark(bool on);
 

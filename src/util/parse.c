@@ -149,3 +149,32 @@ const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes)
 		snprintf(buf, len, v < 10.0 ? "%.2f %s" : v < 100.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
 	return buf;
 }
+
+const char *gmt__human_duration(char *buf, size_t len, uint64_t ns)
+{
+	double sec = (double)ns / 1e9;
+	uint64_t m, h, d;
+
+	if (sec < 1.0) {
+		snprintf(buf, len, "%.3g ms", sec * 1000.0);
+		return buf;
+	}
+	if (sec < 60.0) {
+		snprintf(buf, len, sec < 10.0 ? "%.2f s" : "%.1f s", sec);
+		return buf;
+	}
+	m = ns / 1000000000ull / 60;
+	if (m < 60) {
+		snprintf(buf, len, "%llu min %llu s", (unsigned long long)m,
+			 (unsigned long long)(ns / 1000000000ull % 60));
+		return buf;
+	}
+	h = m / 60;
+	if (h < 48) {
+		snprintf(buf, len, "%llu h %llu min", (unsigned long long)h, (unsigned long long)(m % 60));
+		return buf;
+	}
+	d = h / 24;
+	snprintf(buf, len, "%llu d %llu h", (unsigned long long)d, (unsigned long long)(h % 24));
+	return buf;
+}

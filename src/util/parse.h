@@ -33,4 +33,8 @@ int gmt__parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  * code; the viewer's fmt_bytes writes the same. */
 const char *gmt__human_bytes(char *buf, size_t len, uint64_t bytes);
 
+/* A duration for a human, into buf: "0.25 ms", "2.10 s", "3 min 4 s",
+ * "5 h 6 min", "2 d 3 h"; the viewer's fmt_duration writes the same. */
+const char *gmt__human_duration(char *buf, size_t len, uint64_t ns);
+
 #endif /* GMT_PARSE_H */

@@ -19,7 +19,9 @@ The live allocations are compared in the order of their kind, then address
 (the order of two kinds' addresses is the mappings'). Keys the library under
 test adds (--new-key PATH, e.g. "stacks[*].site": the key and everything under
 it) are ignored, and so are stderr lines that a change under test rewrites on
-purpose (--changed-line REGEX: a line matching it in both runs).
+purpose (--changed-line REGEX: a line matching it in both runs) or moves
+(--moved-line REGEX: lines matching it are left out of both runs' stderr
+before the rest is compared line by line).
 
 The reference library is a file (--ref LIB), or built here from a commit of
 this repository (--ref-commit COMMIT --ref-build DIR: `git archive` of the
@@ -29,7 +31,7 @@ the test is skipped (exit status 77), saying why.
 
 Usage: same_output.py (--ref LIB | --ref-commit COMMIT --ref-build DIR)
                       --lib LIB --build BUILD_DIR [--new-key PATH]...
-                      [--changed-line REGEX]... [--skip-case NAME]...
+                      [--changed-line REGEX]... [--moved-line REGEX]... [--skip-case NAME]...
                       [--case NAME]... [--keep DIR]
 Exit status 0 when every case matches, 1 when one differs (each difference
 printed with its path), 2 on a usage or set-up error, 77 when skipped.
@@ -179,11 +181,13 @@ def fixed_key(key: str, new_keys: list[str]) -> bool:
                                            for p in new_keys)
 
 
-def leaves(r: dict[str, Any], new_keys: list[str]) -> dict[str, Any]:
-    """The run as path -> value, the keys never compared left out, and the
-    addresses numbered by rank over what is left of each document."""
+def leaves(r: dict[str, Any], new_keys: list[str], moved: list[re.Pattern[str]]) -> dict[str, Any]:
+    """The run as path -> value, the keys never compared left out (and the
+    stderr lines `moved` matches), and the addresses numbered by rank over
+    what is left of each document."""
     out: dict[str, Any] = {"status": r["status"]}
-    lines = Numbering(r["stderr"]).sub(r["stderr"]).splitlines()
+    lines = [line for line in Numbering(r["stderr"]).sub(r["stderr"]).splitlines()
+             if not any(x.search(line) for x in moved)]
     # The process id in snapshot file names.
     for i, line in enumerate(lines):
         out[f"stderr[{i}]"] = re.sub(r"gpumemtrace\.\d+\.", "gpumemtrace.PID.", line)
@@ -201,9 +205,10 @@ def leaves(r: dict[str, Any], new_keys: list[str]) -> dict[str, Any]:
 
 
 def compare(refs: list[dict[str, Any]], new: dict[str, Any], new_keys: list[str],
-            changed: list[str] | None = None) -> list[str]:
-    ref = [leaves(r, new_keys) for r in refs]
-    a, c = ref[0], leaves(new, new_keys)
+            changed: list[str] | None = None, moved: list[str] | None = None) -> list[str]:
+    gone = [re.compile(x) for x in moved or []]
+    ref = [leaves(r, new_keys, gone) for r in refs]
+    a, c = ref[0], leaves(new, new_keys, gone)
     unstable = {k for b in ref[1:] for k in a.keys() | b.keys() if a.get(k, KeyError) != b.get(k, KeyError)}
     unstable_shapes = {shape(k) for k in unstable}
     rewritten = [re.compile(x) for x in changed or []]
@@ -280,6 +285,8 @@ def main() -> int:
     ap.add_argument("--changed-line", action="append", default=[],
                     help="a stderr line the change under test rewrites on purpose (regex)")
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases")
+    ap.add_argument("--moved-line", action="append", default=[],
+                    help="stderr lines a change under test moves (left out of both runs)")
     ap.add_argument("--skip-case", action="append", default=[], choices=sorted(CASES),
                     help="not this case (a program that needs what the reference lacks)")
     ap.add_argument("--keep", help="keep every run's files in this directory")
@@ -305,7 +312,7 @@ def main() -> int:
             runs = [run(a.build, a.ref, case, os.path.join(top, f"{case}-ref{i}"), a.source)
                     for i in range(REFERENCE_RUNS)]
             new = run(a.build, a.lib, case, os.path.join(top, f"{case}-new"), a.source)
-            problems = compare(runs, new, a.new_key, a.changed_line)
+            problems = compare(runs, new, a.new_key, a.changed_line, a.moved_line)
             nsnap = len(runs[0]["snapshots"])
             if problems:
                 failed += 1

@@ -68,13 +68,71 @@ static void test_exhaustion(void)
 	CHECK(rests_on(&d.v[0], "free_bytes"));
 	CHECK(strstr(d.summary, "exhaustion: 2.00 GiB requested with 1.00 GiB free of 16.0 GiB") == d.summary);
 
-	/* Larger than the device: exhaustion whatever else holds memory. */
-	st = device(16 * GIB);
-	in = input(&st, 17 * GIB, 0);
+}
+
+static void test_never_fits(void)
+{
+	struct gmt__device_state st = device(16 * GIB);
+	struct gmt__diag_input in = input(&st, 17 * GIB, 0);
+	struct gmt__diagnosis d;
+
+	/* Larger than the device: nothing else to say. */
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "never_fits");
+	CHECK_U64(d.capacity, 16 * GIB);
+	CHECK(rests_on(&d.v[0], "capacity_bytes"));
+	CHECK(strstr(d.v[0].detail, "larger than the device") != NULL);
+
+	/* Other processes hold 12 GiB: 3 GiB free and 1 GiB of this process's
+	 * own make 4 GiB it could ever have; 5 GiB never fits. */
+	st = device(3 * GIB);
+	st.have_others = true;
+	st.others_bytes = 12 * GIB;
+	st.nothers = 1;
+	in = input(&st, 5 * GIB, 1 * GIB);
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "never_fits");
+	CHECK_U64(d.capacity, 4 * GIB);
+	CHECK(strstr(d.v[0].detail, "all this process could have of the device (4.00 GiB") != NULL);
+
+	/* 4 GiB would fit once this process's own 1 GiB were freed: not never_fits. */
+	in = input(&st, 4 * GIB, 1 * GIB);
+	gmt__diagnose(&in, &d);
+	CHECK(strcmp(names(&d), "never_fits") != 0);
+}
+
+static void test_cache_released(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 2 * GIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	/* The third failure of an episode, 768 MiB freed since the first:
+	 * beside exhaustion, the cache released. */
+	in.episode_failures = 3;
+	in.released_bytes = 768 * MIB;
+	in.released_count = 3;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion,cache_released");
+	CHECK_U64(d.v[1].bytes, 768 * MIB);
+	CHECK(rests_on(&d.v[1], "released_bytes"));
+	CHECK(strstr(d.v[1].detail, "freed 768 MiB in 3 allocations and the request still did not fit") != NULL);
+	CHECK(strstr(d.v[1].detail, "3 failures") != NULL);
+
+	/* Beside never_fits too. */
+	in.requested = 17 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "never_fits,cache_released");
+
+	/* Nothing freed, or one failure only: not listed. */
+	in.requested = 2 * GIB;
+	in.released_bytes = in.released_count = 0;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(names(&d), "exhaustion");
-	CHECK(rests_on(&d.v[0], "total_bytes"));
-	CHECK(strstr(d.v[0].detail, "larger than the device") != NULL);
+	in.released_bytes = 768 * MIB;
+	in.episode_failures = 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion");
 }
 
 static void test_fragmentation(void)
@@ -271,6 +329,8 @@ static void test_human(void)
 int main(void)
 {
 	test_exhaustion();
+	test_never_fits();
+	test_cache_released();
 	test_fragmentation();
 	test_pool();
 	test_others();

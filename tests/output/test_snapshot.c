@@ -429,11 +429,10 @@ static void test_document(void)
 	CHECK_INT(jint(v, "device"), 0);
 	CHECK_INT(jint(v, "result"), 2);
 
-	/* 16 GiB asked of a 16 GiB device with 1 MiB free: this process's own
-	 * memory is all the tracer knows of; the rest is untracked but does not
-	 * cover the shortfall. */
+	/* 16 GiB asked of a 16 GiB device with 1 MiB free: the rest is
+	 * untracked, and freeing all this process holds would not make room. */
 	v = json_object_get(doc, "diagnosis");
-	CHECK_STR(jstr(v, "verdict"), "exhaustion");
+	CHECK_STR(jstr(v, "verdict"), "never_fits");
 	CHECK_INT(json_array_size(json_object_get(v, "verdicts")), 1);
 	CHECK_U64(jint(json_object_get(v, "numbers"), "shortfall_bytes"), (1ull << 34) - (1 << 20));
 	CHECK_U64(jint(json_object_get(v, "numbers"), "footprint_bytes"), (2 << 20) + (2 << 20) + 65536);
@@ -668,6 +667,69 @@ static void test_symlink(void)
 	empty_dir(tmpdir);
 }
 
+/* An oom snapshot of an episode: the "episode" section as captured, the
+ * cache released beside the verdict, and a rewrite over the same name. */
+static void test_episode(void)
+{
+	struct gmt__snapshot s = base_snapshot(NULL);
+	struct gmt__episode ep = {
+		.id = 2, .device = 0, .failures = 3, .described = 3, .end = GMT_EPISODE_OPEN,
+		.first_ns = 1700000000000000000ull, .last_ns = 1700000000105000000ull,
+		.nlisted = 3, .freed_bytes = 768ull << 20, .freed_count = 3, .nsites = 2,
+		.sites = { { .stack = 0, .kind = GMT_KIND_ASYNC, .bytes = 256ull << 20, .count = 1 },
+			   { .stack = 0, .kind = GMT_KIND_DEVICE, .bytes = 512ull << 20, .count = 2 } },
+		.listed = { { .failure = 4, .size = 1ull << 34, .api = 1, .kind = GMT_KIND_DEVICE },
+			    { .failure = 5, .size = 1ull << 34, .api = 1, .freed_bytes = 256ull << 20, .freed_count = 1 },
+			    { .failure = 6, .size = 1ull << 34, .api = 1, .freed_bytes = 512ull << 20, .freed_count = 2,
+			      .live_bytes = 111 } },
+	};
+	char path[512], again[512], names[4096];
+	json_error_t err;
+	json_t *doc, *e, *v;
+
+	s.episode = &ep;
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	doc = json_load_file(path, 0, &err);
+	CHECK(doc != NULL);
+	if (doc == NULL)
+		return;
+	CHECK_INT(jint(doc, "minor"), 2);
+	e = json_object_get(doc, "episode");
+	CHECK_INT(jint(e, "id"), 2);
+	CHECK_INT(jint(e, "failures"), 3);
+	CHECK_INT(jint(e, "described"), 3);
+	CHECK_STR(jstr(e, "end"), "open");
+	CHECK_U64(jint(json_object_get(e, "freed"), "bytes"), 768ull << 20);
+	/* the freed sites largest first */
+	v = json_object_get(json_object_get(e, "freed"), "sites");
+	CHECK_INT(json_array_size(v), 2);
+	CHECK_STR(jstr(json_array_get(v, 0), "kind"), "device");
+	CHECK_U64(jint(json_array_get(v, 0), "bytes"), 512ull << 20);
+	v = json_object_get(e, "listed");
+	CHECK_INT(json_array_size(v), 3);
+	CHECK_INT(jint(json_array_get(v, 2), "failure"), 6);
+	CHECK_STR(jstr(json_array_get(v, 2), "api"), api_names[1]);
+	CHECK_U64(jint(json_array_get(v, 2), "freed_bytes"), 512ull << 20);
+	CHECK_INT(jint(json_array_get(v, 2), "live_bytes"), 111);
+	v = json_object_get(json_object_get(doc, "diagnosis"), "verdicts");
+	CHECK_STR(jstr(json_array_get(v, json_array_size(v) - 1), "name"), "cache_released");
+	CHECK_U64(jint(json_object_get(json_object_get(doc, "diagnosis"), "numbers"), "released_bytes"), 768ull << 20);
+	json_decref(doc);
+
+	/* A later failure rewrites the episode's file in place. */
+	ep.failures = ep.described = 4;
+	s.replace = true;
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, again, sizeof(again)), 0);
+	CHECK_STR(again, path);
+	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 1);
+	doc = json_load_file(path, 0, &err);
+	CHECK(doc != NULL);
+	if (doc != NULL)
+		CHECK_INT(jint(json_object_get(doc, "episode"), "failures"), 4);
+	json_decref(doc);
+	empty_dir(tmpdir);
+}
+
 /* Failures: a negative errno and nothing left behind. */
 static void test_failures(void)
 {
@@ -858,6 +920,7 @@ int main(int argc, char **argv)
 	test_document();
 	test_many_stacks();
 	test_symlink();
+	test_episode();
 	test_failures();
 
 	chmod(tmpdir, 0555);

@@ -492,9 +492,9 @@ def planted_case(setup: Setup, plant: Callable[[str, str], tuple[str, Callable[[
         return problems + [f"{first} is no JSON document: {e}"]
     if doc.get("reason") != "oom" or doc.get("seq") != 2 or doc.get("pid") != traced.pid:
         problems.append(f"{first} says reason {doc.get('reason')!r}, seq {doc.get('seq')}, pid {doc.get('pid')}")
-    failures = [load(p).get("failed_request", {}).get("failure") for _, p in sorted(ooms.items())]
-    if failures != sorted(failures) or failures[0] != 1:
-        problems.append(f"the oom snapshots name failures {failures}: the first episode (failure 1) "
+    episodes = [(load(p).get("episode") or {}).get("id") for _, p in sorted(ooms.items())]
+    if episodes != sorted(episodes) or episodes[0] != 1:
+        problems.append(f"the oom snapshots are of episodes {episodes}: the first episode "
                         "must be under seq 2")
     if len(exits) != 1:
         problems.append(f"{len(exits)} exit snapshots, 1 expected")

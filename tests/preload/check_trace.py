@@ -6,9 +6,14 @@ moments (ground truth, docs/simulator.md):
 - for every process, its exit snapshot holds exactly the exit ledger's live set
   (address, size, kind, device), and its totals of allocations and frees;
 - for every out-of-memory episode, its oom snapshot holds exactly the live set
-  of the ledger of the failure it names (failed_request.failure), and the
-  failed request (api, size, device); the failures that started no episode are
-  those the exit snapshot counts as stats.oom_suppressed;
+  of the ledger of the failure it names (failed_request.failure: the
+  episode's last written one), and the failed request (api, size, device);
+  every failure of the run is in exactly one episode (the episodes' failure
+  counts add up to the ledgers'), each failure an episode lists has the
+  request of its ledger, and the bytes and allocations it says were freed
+  since the failure before are those that left the ledger's live set
+  between the two (on the episode's device), all of them summed in
+  episode.freed;
 - a ledger the program wrote with gmtsim_ledger_write (reason "api") right
   after gmt_dump (or once its signal snapshot exists) holds exactly the live
   set of the api (or signal) snapshot;
@@ -171,6 +176,51 @@ def compare(ledger: dict[str, Any], snap: dict[str, Any], name: str,
     return problems
 
 
+def episode_problems(snap: dict[str, Any], name: str, workdir: str, pid: str) -> list[str]:
+    """An oom snapshot's episode against the ledgers of its failures."""
+    ep = snap.get("episode")
+    if ep is None:
+        return [f"{name}: no episode"]
+    problems = []
+    listed = ep["listed"]
+    if len(listed) != min(ep["failures"], 32):
+        problems.append(f"{name}: episode lists {len(listed)} of {ep['failures']} failures")
+    if ep["described"] and snap["failed_request"]["failure"] != listed[-1]["failure"]:
+        problems.append(f"{name}: the snapshot describes failure {snap['failed_request']['failure']}, "
+                        f"the episode's latest is {listed[-1]['failure']}")
+    ledgers = {}
+    for f in listed:
+        path = os.path.join(workdir, "ledgers", f"ledger.{pid}.oom.{f['failure']}.json")
+        if not os.path.exists(path):
+            problems.append(f"{name}: the episode lists failure {f['failure']}, which has no ledger")
+            continue
+        ledgers[f["failure"]] = led = load(path)
+        want = led["failed_request"]
+        if (f["api"], f["size"]) != (want["api"], want["size"]):
+            problems.append(f"{name}: failure {f['failure']} is {f['api']} of {f['size']}, the ledger says "
+                            f"{want['api']} of {want['size']}")
+    for prev, f in zip(listed, listed[1:]):
+        if f["failure"] != prev["failure"] + 1 or prev["failure"] not in ledgers or f["failure"] not in ledgers:
+            continue  # not consecutive in the process (a failure of another episode's thread between)
+        before = [t for t in ledger_live(ledgers[prev["failure"]]) if t[3] == ep["device"]]
+        after = set(ledger_live(ledgers[f["failure"]]))
+        gone = [t for t in before if t not in after]
+        if (f["freed_bytes"], f["freed_count"]) != (sum(t[1] for t in gone), len(gone)):
+            problems.append(f"{name}: failure {f['failure']} says {f['freed_bytes']} bytes in "
+                            f"{f['freed_count']} freed since failure {prev['failure']}; the ledgers say "
+                            f"{sum(t[1] for t in gone)} in {len(gone)}")
+    if len(listed) == ep["failures"]:
+        total = (sum(f["freed_bytes"] for f in listed[1:]), sum(f["freed_count"] for f in listed[1:]))
+        if (ep["freed"]["bytes"], ep["freed"]["count"]) != total:
+            problems.append(f"{name}: episode.freed is {ep['freed']['bytes']} bytes in {ep['freed']['count']}, "
+                            f"its failures add up to {total[0]} in {total[1]}")
+        by_sites = (sum(x["bytes"] for x in ep["freed"]["sites"]) + ep["freed"]["other_bytes"],
+                    sum(x["count"] for x in ep["freed"]["sites"]) + ep["freed"]["other_count"])
+        if by_sites != total:
+            problems.append(f"{name}: episode.freed.sites add up to {by_sites}, not {total}")
+    return problems
+
+
 def largest_hole(allocs: list[tuple[int, int]], g: int) -> int:
     """The largest free run inside a partly used page of size g, from the
     allocations (address, size) of one device: each page's covered pieces,
@@ -281,13 +331,17 @@ def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], in
                       key=lambda p: int(p.rsplit(".", 2)[1]))
         exits = snapshots_of(workdir, pid, "exit")
         pairs = [(os.path.join(workdir, "ledgers", f"ledger.{pid}.exit.json"), exits)]
-        # One oom snapshot per episode: each names the failure it was taken
-        # at, and the exit snapshot counts the failures that started none.
-        by_failure = {load(p)["failed_request"]["failure"]: p for p in snapshots_of(workdir, pid, "oom")}
-        suppressed = load(exits[0])["stats"].get("oom_suppressed", 0) if len(exits) == 1 else 0
-        if len(by_failure) + suppressed != len(ooms):
+        # One oom snapshot per episode, naming the failure it was taken at;
+        # every failure is in one episode.
+        episodes = [(p, load(p)) for p in snapshots_of(workdir, pid, "oom")]
+        by_failure = {d["failed_request"]["failure"]: p for p, d in episodes
+                      if (d.get("episode") or {}).get("described", 1) != 0}
+        counted = sum((d.get("episode") or {}).get("failures", 1) for _, d in episodes)
+        if counted != len(ooms):
             problems.append(f"pid {pid}: {len(ooms)} out-of-memory results in the ledgers, "
-                            f"{len(by_failure)} oom snapshots and {suppressed} suppressed")
+                            f"{counted} in the {len(episodes)} episodes' snapshots")
+        for p, d in episodes:
+            problems += episode_problems(d, os.path.basename(p), workdir, pid)
         api_ledger = os.path.join(workdir, "ledgers", f"ledger.{pid}.api.json")
         if os.path.exists(api_ledger):
             pairs.append((api_ledger, snapshots_of(workdir, pid, "api") or snapshots_of(workdir, pid, "signal")))
@@ -512,8 +566,9 @@ def main() -> int:
                     help="the allocation of SIZE bytes carries exactly these tags")
     ap.add_argument("--live", action="append", default=[], metavar="REASON=SIZES;...",
                     help="the snapshots of REASON hold exactly these sizes")
-    ap.add_argument("--verdict", metavar="NAME[,NAME...]",
-                    help="every oom snapshot's verdicts, the primary first, are exactly these")
+    ap.add_argument("--verdict", metavar="NAME[,NAME...][;...]",
+                    help="every oom snapshot's verdicts, the primary first, are exactly these; "
+                         "with ';', one list per episode in order")
     ap.add_argument("--others-known", choices=["yes", "no"],
                     help="whether the oom snapshots know other processes' memory (NVML)")
     ap.add_argument("--rank", type=int, metavar="R",
@@ -629,11 +684,17 @@ def main() -> int:
     ooms = [load(p) for p in snapshots_of(workdir, pid, "oom")]
     if (args.verdict or args.others_known) and not ooms:
         problems.append("no oom snapshot to read a verdict from")
-    for snap in ooms:
+    # One list for every episode, or one per episode (in order) split by ';'.
+    wanted = args.verdict.split(";") if args.verdict else []
+    if len(wanted) > 1 and len(wanted) != len(ooms):
+        problems.append(f"--verdict {args.verdict}: {len(ooms)} episodes' oom snapshots")
+    for i, snap in enumerate(ooms):
         diagnosis = snap.get("diagnosis") or {}
         got = [v["name"] for v in diagnosis.get("verdicts", [])]
-        if args.verdict and got != args.verdict.split(","):
-            problems.append(f"--verdict {args.verdict}: the oom snapshot says {got} ({diagnosis.get('summary')})")
+        want = wanted[0] if len(wanted) == 1 else wanted[i] if i < len(wanted) else None
+        if want is not None and got != want.split(","):
+            problems.append(f"--verdict {want}: the oom snapshot of episode {i + 1} says {got} "
+                            f"({diagnosis.get('summary')})")
         if got and diagnosis.get("verdict") != got[0]:
             problems.append(f"diagnosis.verdict {diagnosis.get('verdict')!r} is not the first of {got}")
         known = (diagnosis.get("numbers") or {}).get("other_processes_bytes") is not None

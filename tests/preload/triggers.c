@@ -9,9 +9,10 @@
  *           after the rate limit 32 MiB (no new high) then 64 MiB (96 MiB,
  *           past the step): a second peak snapshot of exactly those two.
  *   storm   out of memory, then 50 retries that fail with nothing allocated
- *           in between, then a success and an immediate failure: one episode,
- *           one oom snapshot; after a success and 1.2 s, a failure starts a
- *           second episode.
+ *           in between: one episode, one oom snapshot (rewritten at its first
+ *           8 failures and once more at its end); a success ends it, and an
+ *           immediate failure starts a second episode; after a success and
+ *           1.2 s, a failure starts a third.
  *
  * Run with GMTSIM_MEMORY=256M. Prints the PID/LIVE report (run_program.py). */
 #define _GNU_SOURCE

@@ -42,6 +42,7 @@ def x_list(header: str, name: str) -> List[Tuple[str, str]]:
 LISTS = {
     "GMT_KINDS": lambda: x_list("src/record/event.h", "GMT_KINDS"),
     "GMT_VERDICTS": lambda: x_list("src/analyze/diagnose.h", "GMT_VERDICTS"),
+    "GMT_EPISODE_ENDS": lambda: x_list("src/analyze/capture.h", "GMT_EPISODE_ENDS"),
     "GMT_TRIGGERS": lambda: x_list("src/tracer/options.h", "GMT_TRIGGERS"),
     "GMT_LEAK_CLASSES": lambda: x_list("src/tracer/options.h", "GMT_LEAK_CLASSES"),
     "GMT_REASONS": lambda: x_list("src/analyze/capture.h", "GMT_REASONS"),
@@ -102,6 +103,22 @@ class Vocabulary(unittest.TestCase):
     def test_frame_roles(self) -> None:
         self.assertEqual(self.vocab.FRAME_ROLES, words("GMT_FRAME_ROLES"))
         self.assertEqual(schema_enum("$defs", "frame", "properties", "role"), words("GMT_FRAME_ROLES"))
+
+    def test_episode_ends(self) -> None:
+        self.assertEqual(self.vocab.EPISODE_ENDS, words("GMT_EPISODE_ENDS"))
+        self.assertEqual(schema_enum("$defs", "episode", "properties", "end"), words("GMT_EPISODE_ENDS"))
+
+    def test_duration_formatter(self) -> None:
+        from gmtview.summary import fmt_duration
+        values = [0, 1, 999, 1000, 123456, 999_499, 999_999_999, 1_000_000_000, 9_999_000_000,
+                  10_000_000_000, 59_990_000_000, 60_000_000_000, 3_599_000_000_000, 3_600_000_000_000,
+                  47 * 3600 * 10**9, 48 * 3600 * 10**9, 1000 * 3600 * 10**9]
+        values += [k * 7919 * 10 ** e for k in range(1, 20) for e in range(0, 12, 2)]
+        out = subprocess.run([HUMAN_BYTES, "--duration", *map(str, values)], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout.splitlines()
+        self.assertEqual(len(out), len(values))
+        for n, c in zip(values, out):
+            self.assertEqual(fmt_duration(n), c, f"{n} ns")
 
     def test_history_ops(self) -> None:
         self.assertEqual(self.vocab.HIST_OPS, words("GMT_HIST_OPS"))

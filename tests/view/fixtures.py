@@ -65,7 +65,7 @@ def _site(sid: int, frames: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, depth: int = 6,
-              oom: bool = True, leaks: bool = False, evil: str = "", pid: int = 4242,
+              oom: bool = True, leaks: bool = False, evil: str = "", pid: int = 4242, episode: bool = False,
               rank: Optional[int] = None, points: int = 200) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(document, truth). truth: {"live_bytes", "live_count", "sites": {stack id:
     (bytes, count)}, "devices": {index: {kind: bytes}}, "titles": {stack id: the
@@ -197,6 +197,23 @@ def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, d
                         "untracked_bytes": 0, "pages": 10, "pages_partial": 3, "stranded_bytes": 3 * MiB,
                         "growth_bytes": site_rows[0]["growth_bytes"], "growth_sites": 1,
                         "growth_stacks": [1]}}
+    if oom and episode:
+        # Three failures of the same request, the cache freed between them
+        # by sites 3 and 4 (which hold nothing live any more).
+        t1 = end - 3_000_000
+        doc["episode"] = {
+            "id": 1, "device": 0, "failures": 3, "described": 3, "end": "open",
+            "first_ns": t1, "last_ns": end, "not_written": 0,
+            "freed": {"bytes": 768 * MiB, "count": 3, "other_bytes": 0, "other_count": 0,
+                      "sites": [{"stack": 3, "kind": "device", "bytes": 512 * MiB, "count": 2},
+                                {"stack": 4, "kind": "device", "bytes": 256 * MiB, "count": 1}]},
+            "listed": [{"failure": i + 1, "time_ns": t1 + i * 1_500_000, "api": "cuMemAlloc_v2", "size": 96 * MiB,
+                        "kind": "device", "stack": 2, "live_bytes": live + freed_after, "freed_bytes": freed,
+                        "freed_count": n}
+                       for i, (freed, n, freed_after) in enumerate([(0, 0, 768 * MiB), (256 * MiB, 1, 512 * MiB),
+                                                                   (512 * MiB, 2, 0)])],
+        }
+        doc["failed_request"]["failure"] = 3
     if leaks:
         lsites = []
         for s in site_rows[:3]:
@@ -246,9 +263,11 @@ def write(doc: Dict[str, Any], path: str) -> str:
     return path
 
 
-def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """Run build/demo/train_loop on the simulated GPU (4 GiB) under the tracer;
-    {"oom": path, "exit": path} of the snapshots it wrote into out_dir."""
+def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, str]] = None,
+                        program: str = os.path.join("demo", "train_loop"), status: int = 2) -> Dict[str, str]:
+    """Run build/demo/train_loop (or another program of the build) on the
+    simulated GPU (4 GiB) under the tracer; {"oom": path, "exit": path} of the
+    first snapshots it wrote into out_dir. It must exit with `status`."""
     e = dict(os.environ)
     for k in list(e):
         if k.startswith(("GMTSIM_", "GPUMEMTRACE_")):
@@ -263,13 +282,13 @@ def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, st
         e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     e.update(env or {})
     launcher = os.path.join(build_dir, "src", "cli", "gpumemtrace")
-    prog = os.path.join(build_dir, "demo", "train_loop")
+    prog = os.path.join(build_dir, program)
     os.makedirs(out_dir, exist_ok=True)
     r = subprocess.run([launcher, "run", "--dir", out_dir, "--snapshot-on", "oom,exit", "--", prog],
                        env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=120)
-    if r.returncode != 2:
-        raise RuntimeError(f"{prog} ended with {r.returncode}, not the out-of-memory (2): {r.stderr[-2000:]}")
+    if r.returncode != status:
+        raise RuntimeError(f"{prog} ended with {r.returncode}, not {status}: {r.stderr[-2000:]}")
     out = {}
     for reason in ("oom", "exit"):
         found = sorted(glob.glob(os.path.join(out_dir, f"gpumemtrace.*.{reason}.*.json")))

@@ -433,6 +433,21 @@ class TestEdges(unittest.TestCase):
         self.assertIn("pid 21275", page)
         self.assertNotIn("21,275", page)
 
+    def test_episode(self) -> None:
+        """The out-of-memory box holds the episode: each failure with what was
+        freed before it, and the freed memory by site, largest first."""
+        raw, _ = fixtures.synthetic(n=100, sites=6, episode=True)
+        d = doc_of(raw)
+        page = html.report([d], "single", ["x"])
+        text = " ".join(" ".join(parse_page(page).text).split())
+        self.assertIn("Out-of-memory episode #1: 3 failures over 3 ms", text)
+        self.assertIn("This snapshot is of failure 3 of 3, the last the program was told of.", text)
+        self.assertIn("+1.5 ms 96.0 MiB cuMemAlloc_v2", text)
+        self.assertIn("256 MiB in 1", text)
+        self.assertIn("The program freed 768 MiB in 3 allocations during the episode", text)
+        self.assertLess(text.index("512 MiB 2 device"), text.index("256 MiB 1 device"))
+        self.assertNotIn("Out-of-memory episode", html.report([doc_of(fixtures.synthetic(n=100)[0])], "single", ["x"]))
+
     def test_no_sites_section(self) -> None:
         raw, truth = fixtures.synthetic(n=200)
         del raw["sites"]

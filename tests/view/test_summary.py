@@ -543,6 +543,50 @@ def merge_of_many_ranks() -> None:
         raise AssertionError(f"the out-of-memory rank 0 left out:\n{procs}")
 
 
+@test
+def episode_section() -> None:
+    doc, _ = synthetic(episode=True, sites=6)
+    text = summary.summary(doc, width=80)
+    check_width(text, 80, "episode")
+    ep = section(text, "Out-of-memory episode")
+    has(ep, "#1: 3 failures over 3 ms", "heading")
+    has(ep, "this snapshot is of failure 3 of 3, the last the program was told of", "which failure")
+    has(ep, "#2      +1.5 ms  96.0 MiB  by cuMemAlloc_v2", "second failure")
+    has(" ".join(ep.split()), "after 512 MiB in 2 allocations freed", "freed before the third")
+    has(" ".join(ep.split()), "the program freed 768 MiB in 3 allocations during the episode", "freed in all")
+    has(ep, "512 MiB  2 allocs  device\n      " + summary.site_title(doc, 3, 74), "largest freed site first")
+    f = summary.facts(doc)
+    eq([x["since_ns"] for x in f["episode"]["listed"]], [0, 1_500_000, 3_000_000], "times since the first")
+    # A snapshot taken when a storm's episode ended says so.
+    raw, _ = fixtures.synthetic(episode=True, sites=6)
+    raw["episode"].update(described=0, end="success", not_written=2, failures=12)
+    text = summary.summary(checked(raw), width=80)
+    has(" ".join(section(text, "Out-of-memory episode").split()),
+        "taken when the episode ended (success), after 2 failures no snapshot was taken at", "end snapshot")
+    has(section(text, "Out-of-memory episode"), "9 failures more, then", "failures past the list")
+    # A snapshot without an episode (older than format minor 2) has no section.
+    plain, _ = synthetic(sites=6)
+    if "Out-of-memory episode" in summary.summary(plain, width=80):
+        raise AssertionError("an episode section without an episode")
+
+
+@test
+def episode_bad_input() -> None:
+    for change, part in [(lambda e: e.update(end="later"), "/episode/end: 'later' is none of"),
+                         (lambda e: e["listed"][0].update(stack=999), "/episode/listed/0/stack: stack 999"),
+                         (lambda e: e.update(listed=[]), "/episode/listed: no failure listed"),
+                         (lambda e: e["freed"].update(bytes=-1), "/episode/freed/bytes"),
+                         (lambda e: e.update(last_ns=e["first_ns"] - 1), "/episode/last_ns: before first_ns")]:
+        raw, _ = fixtures.synthetic(episode=True, sites=6)
+        change(raw["episode"])
+        try:
+            checked(raw, "bad.json")
+        except load.ViewError as err:
+            has(str(err), part, "the error names the key")
+        else:
+            raise AssertionError(f"accepted a broken episode ({part})")
+
+
 # --------------------------------------------------------------------------
 # The demo program on the simulated GPU
 
@@ -575,6 +619,30 @@ def simulator_snapshots() -> None:
     has(section(etext, "Leak check"), "global 'layers' (train_loop)", "referenced from")
     dtext = summary.diff_text(oom, ext, width=80)
     has(dtext, "no site changed", "oom to exit")
+
+
+@test
+def simulator_episode() -> None:
+    """tests/programs/oom_retry (a caching allocator's release and two
+    retries) on the simulated GPU: the summary of its first episode."""
+    if not BUILD_DIR:
+        print("  (no BUILD_DIR given: the simulator's episode is not tested)")
+        return
+    with tempfile.TemporaryDirectory(prefix="gmt-view-test.") as out:
+        paths = fixtures.simulator_snapshots(BUILD_DIR, out, program=os.path.join("tests", "programs", "oom_retry"),
+                                             env={"GMTSIM_MEMORY": "1G", "GMTSIM_CONTEXT_BYTES": "0"}, status=0)
+        doc = load.load(paths["oom"])
+    text = summary.summary(doc, width=80)
+    check_width(text, 80, "simulator episode")
+    print(text, end="")
+    flat = " ".join(section(text, "Out-of-memory episode").split())
+    has(flat, "#1: 3 failures over", "three failures")
+    has(flat, "this snapshot is of failure 3 of 3", "the last one")
+    has(flat, "the program freed 768 MiB in 3 allocations during the episode", "the cache freed")
+    has(flat, "768 MiB 3 allocs device segment (oom_retry.c:", "by the allocator's segment function")
+    has(" ".join(section(text, "Why it failed").split()), "cache released: over the episode's 3 failures",
+        "the verdict beside")
+    has(text, "live:    100 MiB in 1 allocation", "the live set of the last failure")
 
 
 def main(argv: List[str]) -> int:

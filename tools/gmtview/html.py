@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import model
+from . import model, summary
 from .load import ViewError
 from .vocab import KINDS
 
@@ -221,7 +221,44 @@ def _oom_html(doc: Doc) -> str:
                     val = esc(json.dumps(v) if not isinstance(v, str) else v)
                 cells.append((esc(k), val))
             out.append(f"<details><summary>the numbers the verdicts read</summary>{_dl(cells)}</details>")
+    out.append(_episode_html(doc))
     out.append("</div>")
+    return "".join(out)
+
+
+def _episode_html(doc: Doc) -> str:
+    """The out-of-memory episode: its failures, what was freed between them
+    and by which sites (docs/viewer.md)."""
+    ep = doc.get("episode")
+    if ep is None:
+        return ""
+    f = summary.episode_facts(ep)
+    n = f["failures"]
+    if f["described"] == 0:
+        which = (f"taken when the episode ended ({esc(f['end'])}), after {n} failures of which "
+                 f"{f['not_written']} had no snapshot of their own")
+    else:
+        which = f"of failure {f['described']} of {n}" + (", the last the program was told of"
+                                                         if f["described"] == n and n > 1 else "")
+    out = [f'<h4>Out-of-memory episode #{f["id"]}: {n} failure{"s" if n != 1 else ""} over '
+           f'{esc(summary.fmt_duration(f["span_ns"]))}</h4><p>This snapshot is {which}.</p>']
+    rows = []
+    for fl in f["listed"]:
+        rows.append([str(fl["failure"]), esc("first" if fl["since_ns"] == 0 and fl is f["listed"][0]
+                                             else "+" + summary.fmt_duration(fl["since_ns"])),
+                     _b(fl["size"]), esc(fl["api"]), _b(fl["live_bytes"]),
+                     f"{_b(fl['freed_bytes'])} in {_n(fl['freed_count'])}" if fl["freed_bytes"] else "",
+                     _site_cell(doc, fl["stack"])])
+    out.append(_table(["failure", "when", "asked", "by", "live then", "freed before it", "asked from"],
+                      rows, "static episode", num=(0, 2, 4)))
+    fd = f["freed"]
+    if fd["bytes"]:
+        out.append(f"<p>The program freed <strong>{_b(fd['bytes'])}</strong> in {_n(fd['count'])} allocations "
+                   "during the episode and still failed: what is left is live.</p>")
+        rows = [[_b(x["bytes"]), _n(x["count"]), esc(x["kind"]), _site_cell(doc, x["stack"])] for x in fd["sites"]]
+        if fd["other_bytes"]:
+            rows.append([_b(fd["other_bytes"]), _n(fd["other_count"]), "", "other sites"])
+        out.append(_table(["freed", "allocations", "kind", "allocated at"], rows, "static", num=(0, 1)))
     return "".join(out)
 
 

@@ -18,7 +18,7 @@ import math
 from typing import Any, Callable, Dict, List, Optional
 
 from . import model
-from .vocab import FRAME_ROLES, HIST_OPS, KINDS, LEAK_CLASSES, REASONS
+from .vocab import EPISODE_ENDS, FRAME_ROLES, HIST_OPS, KINDS, LEAK_CLASSES, REASONS
 
 U64 = 1 << 64
 # What one document may hold: a snapshot of 10 million allocations is ~3 GB of
@@ -195,6 +195,7 @@ def check(doc: Any, name: str) -> Dict[str, Any]:
     _devices(c, d)
     _failed_request(c, d, stack_ref)
     _diagnosis(c, d, stack_ref)
+    _episode(c, d, stack_ref)
     st = c.opt(d, "stats", "", c.obj) or {}
     d["stats"] = {k: c.int_(v, f"/stats/{k}") for k, v in st.items()}
     _allocations(c, d, stack_ref)
@@ -358,6 +359,45 @@ def _failed_request(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, st
     c.opt(fr, "result", p, c.int_)
     c.opt(fr, "failure", p, c.int_)
     fr["stack"] = c.opt(fr, "stack", p, stack_ref) or 0
+
+
+def _episode(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    """An oom snapshot's out-of-memory episode (format minor 2)."""
+    ep = c.opt(d, "episode", "", c.obj)
+    if ep is None:
+        return
+    p = "/episode"
+    for k in ("id", "failures", "described", "first_ns", "last_ns", "not_written"):
+        c.req(ep, k, p, c.int_)
+    c.req(ep, "device", p, lambda v, q: c.int_(v, q, -1))
+    end = c.req(ep, "end", p, c.str_)
+    if end not in EPISODE_ENDS:
+        c.fail(f"{p}/end", f"{end!r} is none of {', '.join(EPISODE_ENDS)}")
+    if ep["last_ns"] < ep["first_ns"]:
+        c.fail(f"{p}/last_ns", "before first_ns")
+    fd = c.req(ep, "freed", p, c.obj)
+    for k in ("bytes", "count", "other_bytes", "other_count"):
+        c.req(fd, k, f"{p}/freed", c.int_)
+    for i, x in enumerate(c.req(fd, "sites", f"{p}/freed", c.arr)):
+        q = f"{p}/freed/sites/{i}"
+        c.obj(x, q)
+        x["stack"] = c.req(x, "stack", q, stack_ref)
+        c.req(x, "kind", q, c.str_)
+        c.req(x, "bytes", q, c.int_)
+        c.req(x, "count", q, c.int_)
+    listed = c.req(ep, "listed", p, c.arr)
+    if not listed:
+        c.fail(f"{p}/listed", "no failure listed")
+    for i, f in enumerate(listed):
+        q = f"{p}/listed/{i}"
+        c.obj(f, q)
+        for k in ("failure", "time_ns", "size", "live_bytes", "freed_bytes", "freed_count"):
+            c.req(f, k, q, c.int_)
+        c.req(f, "api", q, c.str_)
+        c.req(f, "kind", q, c.str_)
+        f["stack"] = c.req(f, "stack", q, stack_ref)
+        if f["time_ns"] < ep["first_ns"]:
+            c.fail(f"{q}/time_ns", "before the episode's first failure")
 
 
 def _diagnosis(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:

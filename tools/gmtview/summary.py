@@ -217,6 +217,8 @@ _REMEDIES = {
     "other_processes": "move the other processes, or pick another device (CUDA_VISIBLE_DEVICES)",
     "growth": "the growing sites (leak suspects) below",
     "untracked": "a smaller cudaLimitMallocHeapSize, fewer modules loaded",
+    "never_fits": "a smaller request (a smaller batch, the model split across devices), or fewer other processes on the device",
+    "cache_released": "freeing cache will not help: reduce what stays live",
 }
 # Tracer counters that mean the record may be incomplete or wrong
 # (src/tracer/tracer.h, GMT_STATS, says what each counts).
@@ -413,12 +415,19 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
         out["diagnosis"] = {
             "verdict": primary, "summary": dg["summary"], "remedy": _REMEDIES.get(primary),
             "others": [{"name": v["name"], "bytes": v.get("bytes"), "detail": v.get("detail") or ""}
-                       for v in dg["verdicts"] if v["name"] != primary and not v.get("primary")],
+                       for v in dg["verdicts"]
+                       if v["name"] not in (primary, "cache_released") and not v.get("primary")],
+            # Beside the verdict: the episode's release of memory did not help.
+            "released": next((v.get("detail") or "" for v in dg["verdicts"]
+                              if v["name"] == "cache_released" and not v.get("primary")), None),
             "growth_stacks": list(dg["numbers"].get("growth_stacks") or [])[:3],
         }
     fr = doc.get("failed_request")
     if fr:
         out["failed"] = dict(fr)
+    ep = doc.get("episode")
+    if ep:
+        out["episode"] = episode_facts(ep)
 
     devs = []
     for d in sorted(doc["devices"], key=lambda d: d["index"]):
@@ -499,6 +508,21 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
     return out
 
 
+def episode_facts(ep: Dict[str, Any]) -> Dict[str, Any]:
+    """An oom snapshot's episode (docs/snapshot-format.md, "episode"): its
+    failures with the time since the first and what was freed before each,
+    and the memory freed during it by stack, largest first."""
+    first = ep["first_ns"]
+    return {
+        "id": ep["id"], "device": ep["device"], "failures": ep["failures"], "described": ep["described"],
+        "end": ep["end"], "span_ns": ep["last_ns"] - first, "not_written": ep["not_written"],
+        "listed": [dict(f, since_ns=f["time_ns"] - first) for f in ep["listed"]],
+        "freed": {"bytes": ep["freed"]["bytes"], "count": ep["freed"]["count"],
+                  "other_bytes": ep["freed"]["other_bytes"], "other_count": ep["freed"]["other_count"],
+                  "sites": [dict(x) for x in ep["freed"]["sites"]]},
+    }
+
+
 def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frames: int = 3) -> str:
     """The terminal summary of one snapshot."""
     f = facts(doc, top, frames)
@@ -507,6 +531,8 @@ def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frame
     _header(t, doc, f)
     if "diagnosis" in f or "failed" in f:
         _diagnosis(t, doc, f)
+    if "episode" in f:
+        _episode(t, doc, f["episode"], top)
     _devices(t, f)
     _sites(t, doc, f)
     if "leaks" in f:
@@ -545,6 +571,8 @@ def _diagnosis(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
             t.wrap(dg["remedy"], indent=2, hang=4, style="green", first=[("try: ", "green")])
         for sid in dg["growth_stacks"]:
             t.add("  growing: ", site_title(doc, sid, t.width - 11))
+        if dg.get("released"):
+            t.wrap(dg["released"], indent=2, hang=4, first=[("cache released: ", "yellow")])
         if dg["others"]:
             t.wrap("other causes that alone would have made room:", indent=2, hang=4)
             for v in dg["others"]:
@@ -569,6 +597,37 @@ def _diagnosis(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
         shown = site_frames(doc, fr["stack"], f.get("frames_shown", 3))
         for i, ft in enumerate(shown):
             t.add("    " + ("at " if i == 0 else "\u2190  " if ft != "…" else "   "), ft)
+
+
+def _episode(t: _Text, doc: Doc, ep: Dict[str, Any], top: int) -> None:
+    n = ep["failures"]
+    t.heading("Out-of-memory episode",
+              f"#{ep['id']}: {_plural(n, 'failure')} over {fmt_duration(ep['span_ns'])}")
+    if ep["described"] == 0:
+        t.wrap(f"this snapshot was taken when the episode ended ({ep['end']}), after "
+               f"{_plural(ep['not_written'], 'failure')} no snapshot was taken at", indent=2, hang=4)
+    elif n > 1:
+        t.wrap(f"this snapshot is of failure {ep['described']} of {n}, the last the program was told of"
+               if ep["described"] == n else f"this snapshot is of failure {ep['described']} of {n}",
+               indent=2, hang=4)
+    for i, fl in enumerate(ep["listed"]):
+        if i == len(ep["listed"]) - 1 and n > len(ep["listed"]):
+            t.add(f"  … {_plural(n - len(ep['listed']), 'failure')} more, then")
+        when = "first" if i == 0 else f"+{fmt_duration(fl['since_ns'])}"
+        freed = (f"after {fmt_bytes(fl['freed_bytes'])} in {_plural(fl['freed_count'], 'allocation')} freed"
+                 if fl["freed_bytes"] else "nothing freed since" if i else "")
+        t.flow(f"  #{fl['failure']:<4}", [f"{when:>10}", (fmt_bytes(fl["size"]), "bold"), f"by {fl['api']}",
+                                       f"live {fmt_bytes(fl['live_bytes'])}"] + ([freed] if freed else []),
+               hang=8)
+    fd = ep["freed"]
+    if fd["bytes"]:
+        t.wrap(f"the program freed {fmt_bytes(fd['bytes'])} in {_plural(fd['count'], 'allocation')} during "
+               "the episode and still failed: what is left is live", indent=2, hang=4)
+        for x in fd["sites"][:top]:
+            t.add("    ", (fmt_bytes(x["bytes"]), "bold"), f"  {_plural(x['count'], 'alloc')}  {x['kind']}")
+            t.add("      ", site_title(doc, x["stack"], t.width - 6))
+        if fd["other_bytes"]:
+            t.add(f"    {fmt_bytes(fd['other_bytes'])} in {_plural(fd['other_count'], 'allocation')} of other sites")
 
 
 def _devices(t: _Text, f: Dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """The words of the snapshot format, one list each: the viewer's copies of the
 tracer's lists (GMT_KINDS in src/record/event.h, GMT_VERDICTS in
 src/analyze/diagnose.h, GMT_TRIGGERS and GMT_LEAK_CLASSES in
-src/tracer/options.h, GMT_REASONS in src/analyze/capture.h, GMT_FRAME_ROLES in
+src/tracer/options.h, GMT_REASONS and GMT_EPISODE_ENDS in src/analyze/capture.h, GMT_FRAME_ROLES in
 src/analyze/sites.h, GMT_HIST_OPS in src/state/history.h). tests/unit/test_vocabulary.py holds these, and the
 enums of docs/snapshot.schema.json, equal to the C lists."""
 
@@ -16,4 +16,7 @@ LEAK_CLASSES = ("leaked", "referenced", "cached")
 HIST_OPS = ("alloc", "free", "oom", "step")
 # What a frame is to the site rule (docs/guide.md, "Allocation sites").
 FRAME_ROLES = ("cuda", "library", "user")
-VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked")
+VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked",
+            "never_fits", "cache_released")
+# How an out-of-memory episode had ended (GMT_EPISODE_ENDS in src/analyze/capture.h).
+EPISODE_ENDS = ("open", "success", "gap", "other_device", "exit")

@@ -1,0 +1,242 @@
+/* Out-of-memory episodes (analyze/capture.h, docs/snapshot-format.md
+ * "episode"). A caching allocator that fails, frees its cache and asks
+ * again, a library trying smaller workspaces, a retry loop: the program is
+ * told of the last failure only. So the failures of one need of memory are
+ * one episode, and its one snapshot is rewritten at each of them — it
+ * describes the failure the program saw, with the live set and the device of
+ * that moment — and lists the failures and what was freed between them.
+ *
+ * A failure continues the episode while no allocation of device memory
+ * (device, async, array) succeeded on its device since the one before, and
+ * it comes within GMT_EPISODE_GAP_NS of it, on the same device; anything
+ * else starts a new episode. The episode's report goes to stderr when it
+ * ends: at the allocation that ended it (the background thread), once the
+ * gap has passed, at the next failure, or at exit.
+ *
+ * All of it under the core's lock, but the writes. */
+#define _GNU_SOURCE
+#include "tracer/tracer.h"
+
+#include "util/log.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* Serialises the episode's writes and its end: two threads failing at once
+ * must not rename their documents over each other out of order. Taken
+ * before the core's lock, never after. */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The written document of the latest write, kept beside the episode (the
+ * writer fills it without the core's lock; write_lock guards it). */
+static struct gmt__oom_write written;
+
+/* Allocations whose success says the device had room again. */
+static bool ends_episode(uint8_t kind)
+{
+	return kind == GMT_KIND_DEVICE || kind == GMT_KIND_ASYNC || kind == GMT_KIND_ARRAY;
+}
+
+void gmt__episode_allocated(const struct gmt__entry *e)
+{
+	struct gmt__oom_episode *ep = &gmt__core.episode;
+
+	if (ep->open && ep->ended == GMT_EPISODE_OPEN && e->device == ep->doc.device && ends_episode(e->kind))
+		ep->ended = GMT_EPISODE_SUCCESS;
+}
+
+void gmt__episode_freed(const struct gmt__entry *e)
+{
+	struct gmt__oom_episode *ep = &gmt__core.episode;
+	struct gmt__episode *d = &ep->doc;
+	int i;
+
+	if (!ep->open || ep->ended != GMT_EPISODE_OPEN || e->device != d->device)
+		return;
+	d->freed_bytes += e->size;
+	d->freed_count++;
+	for (i = 0; i < d->nsites; i++) {
+		if (d->sites[i].stack == e->stack && d->sites[i].kind == e->kind)
+			break;
+	}
+	if (i == d->nsites) {
+		if (d->nsites == GMT_EPISODE_SITES) {
+			d->other_bytes += e->size;
+			d->other_count++;
+			return;
+		}
+		d->sites[d->nsites++] = (struct gmt__episode_site){ .stack = e->stack, .kind = e->kind };
+	}
+	d->sites[i].bytes += e->size;
+	d->sites[i].count++;
+}
+
+static void open_episode(struct gmt__oom_episode *ep, int device)
+{
+	uint64_t id = ep->doc.id + 1;
+
+	memset(ep, 0, sizeof(*ep));
+	ep->open = true;
+	ep->ended = GMT_EPISODE_OPEN;
+	ep->doc.id = id;
+	ep->doc.device = device;
+	ep->doc.end = GMT_EPISODE_OPEN;
+}
+
+static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_request *req, uint16_t api,
+			const struct gmt__device_state *state, uint64_t now)
+{
+	struct gmt__episode *d = &ep->doc;
+	struct gmt__episode_failure f = {
+		.failure = req->failure,
+		.time_ns = gmt__now_ns(CLOCK_REALTIME),
+		.size = req->size,
+		.live_bytes = gmt__core.live_bytes,
+		.freed_bytes = d->freed_bytes - ep->mark_bytes,
+		.freed_count = d->freed_count - ep->mark_count,
+		.stack = req->stack,
+		.api = api,
+		.kind = (uint8_t)req->kind,
+	};
+
+	if (d->failures++ == 0)
+		d->first_ns = f.time_ns;
+	d->last_ns = f.time_ns;
+	/* The first failures, then the latest in the last place. */
+	d->listed[d->nlisted < GMT_EPISODE_LISTED ? d->nlisted++ : GMT_EPISODE_LISTED - 1] = f;
+	ep->mark_bytes = d->freed_bytes;
+	ep->mark_count = d->freed_count;
+	ep->last = *req;
+	ep->last_mono = now;
+	ep->have_state = state != NULL;
+	if (state != NULL)
+		ep->last_state = *state;
+}
+
+/* The episode's snapshot now, taken at failure `described` (0: at its end).
+ * Lock and write_lock held; the lock is released while the file is written
+ * and taken again. */
+static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
+{
+	struct gmt__episode copy = ep->doc;
+	struct gmt__snapshot_request req = ep->last;
+	struct gmt__device_state state = ep->last_state;
+
+	copy.described = described;
+	gmt__snapshot_take_oom(&req, ep->have_state ? &state : NULL, &copy, ep->file_seq, &written); /* releases the lock */
+	gmt__core_lock();
+	/* The episode's file, once there is one: later writes replace it. */
+	if (written.result == 0 && written.seq != 0)
+		ep->file_seq = written.seq;
+	ep->result = written.result;
+	memcpy(ep->report, written.report, sizeof(ep->report));
+	memcpy(ep->path, written.path, sizeof(ep->path));
+	ep->written_mono = gmt__now_ns(CLOCK_MONOTONIC);
+	ep->doc.described = described == 0 ? ep->doc.failures : described;
+}
+
+/* Ends the episode: a snapshot at its end when failures came after the last
+ * written one, then its report. Lock and write_lock held. */
+static void end_episode(struct gmt__oom_episode *ep, enum gmt__episode_end end)
+{
+	ep->doc.end = end;
+	if (ep->doc.described < ep->doc.failures)
+		write_episode(ep, 0);
+	if (ep->report[0] != '\0')
+		gmt__oom_report(ep->report, ep->path, ep->result);
+	ep->open = false;
+}
+
+void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
+		       uint32_t tid)
+{
+	struct gmt__oom_episode *ep = &gmt__core.episode;
+	bool on = gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM;
+	uint64_t now;
+
+	if (on)
+		pthread_mutex_lock(&write_lock);
+	/* Everything this thread or any other completed before the failing call
+	 * has its number already: apply up to the current one. */
+	gmt__core_lock();
+	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+	req->failure = ++gmt__core.oom_failures;
+	if (gmt__core.have_hist) {
+		struct gmt__hist_cause cause = {
+			.seq = req->failure, .time_ns = gmt__now_ns(CLOCK_REALTIME), .tid = tid, .api = api,
+		};
+
+		gmt__history_oom(&gmt__core.hist, &cause, req->size, (uint8_t)req->kind, req->device, req->stack);
+	}
+	if (!on) {
+		gmt__core_unlock();
+		return;
+	}
+	now = gmt__now_ns(CLOCK_MONOTONIC);
+	if (ep->open) {
+		if (ep->ended != GMT_EPISODE_OPEN)
+			end_episode(ep, ep->ended);
+		else if (req->device != ep->doc.device)
+			end_episode(ep, GMT_EPISODE_OTHER_DEVICE);
+		else if (now - ep->last_mono > GMT_EPISODE_GAP_NS)
+			end_episode(ep, GMT_EPISODE_GAP);
+	}
+	if (!ep->open)
+		open_episode(ep, req->device);
+	add_failure(ep, req, api, state, now);
+	/* A storm: past the first few, at most one write a second; a write at
+	 * the end takes in the rest. */
+	if (ep->doc.failures > GMT_EPISODE_WRITES && now - ep->written_mono < GMT_EPISODE_REWRITE_NS) {
+		ep->doc.not_written++;
+		STAT_ADD(oom_suppressed, 1);
+	} else {
+		write_episode(ep, ep->doc.failures);
+	}
+	gmt__core_unlock();
+	pthread_mutex_unlock(&write_lock);
+}
+
+void gmt__episode_settle(bool exiting)
+{
+	struct gmt__oom_episode *ep = &gmt__core.episode;
+	enum gmt__episode_end end;
+
+	GMT_CHECK(gmt__core_held());
+	if (!ep->open)
+		return;
+	if (ep->ended == GMT_EPISODE_OPEN && !exiting &&
+	    gmt__now_ns(CLOCK_MONOTONIC) - ep->last_mono <= GMT_EPISODE_GAP_NS)
+		return;
+	if (pthread_mutex_trylock(&write_lock) != 0) {
+		/* A failing thread is writing: it ends the episode itself when
+		 * it is over. At exit, wait for it (the order: write_lock first). */
+		if (!exiting)
+			return;
+		gmt__core_unlock();
+		pthread_mutex_lock(&write_lock);
+		gmt__core_lock();
+		if (!ep->open) {
+			pthread_mutex_unlock(&write_lock);
+			return;
+		}
+	}
+	end = ep->ended != GMT_EPISODE_OPEN ? ep->ended : exiting ? GMT_EPISODE_EXIT : GMT_EPISODE_GAP;
+	end_episode(ep, end);
+	pthread_mutex_unlock(&write_lock);
+}
+
+void gmt__episode_fork_prepare(void)
+{
+	pthread_mutex_lock(&write_lock);
+}
+
+void gmt__episode_fork_parent(void)
+{
+	pthread_mutex_unlock(&write_lock);
+}
+
+void gmt__episode_fork_child(void)
+{
+	memset(&gmt__core.episode, 0, sizeof(gmt__core.episode));
+	pthread_mutex_unlock(&write_lock);
+}

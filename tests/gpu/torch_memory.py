@@ -15,9 +15,13 @@
               cudaMallocAsync per tensor, listed as kind async at its
               data_ptr() with its storage's nbytes; memory_reserved() is the
               default pool's reserved bytes, which the snapshot's pools give;
-  oom         an oversized tensor (twice the device): the out-of-memory
-              snapshot names cuMemAlloc_v2 of at least its bytes and the
-              verdict exhaustion, and holds the one segment in use.
+  oom         three 64 MiB tensors freed (their segments cached), then an
+              oversized tensor (twice the device): the caching allocator's
+              cudaMalloc fails, it releases its cache and fails again. The
+              out-of-memory snapshot (its episode's) names cuMemAlloc_v2 of at
+              least its bytes and the verdict never_fits, with cache_released
+              beside it, and holds the one segment in use — not the cached
+              ones: it describes the last failure, after the release.
 
 Every mode also compares torch.cuda.mem_get_info (cudaMemGetInfo) with the
 snapshots' footprint between checkpoints; caching and async also check that
@@ -106,6 +110,9 @@ def run_oom(torch) -> None:
     torch.cuda.synchronize()
     segments = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s["device"] == DEV]
     report(torch, "before", "caching", [])
+    cached = [torch.empty(64 * MIB, dtype=torch.uint8, device="cuda") for _ in range(3)]
+    torch.cuda.synchronize()
+    del cached
     total = torch.cuda.get_device_properties(DEV).total_memory
     want = 2 * total
     try:
@@ -120,7 +127,8 @@ def run_oom(torch) -> None:
     free, total_now = torch.cuda.mem_get_info(DEV)
     gp.meminfo("oom", DEV, free, total_now)
     gp.oom("oom", "cuMemAlloc_v2", want, DEV, exact=False)
-    gp.verdict("oom", "exhaustion", primary=True)
+    gp.verdict("oom", "never_fits", primary=True)
+    gp.verdict("oom", "cache_released")
     del keep
     torch.cuda.empty_cache()
     report(torch, "end", "caching", [])

@@ -55,6 +55,8 @@ CASES: dict[str, tuple[str, list[str], dict[str, str], dict[str, str]]] = {
     "oom_pool": ("tests/programs/oom_pool", [], {}, {}),
     "oom_growth": ("tests/programs/oom_growth", [], {}, {}),
     "oom_elsewhere": ("tests/programs/oom_elsewhere", [], {}, {}),
+    "oom_retry": ("tests/programs/oom_retry", [], {}, {}),
+    "oom_never_fits": ("tests/programs/oom_never_fits", [], {}, {}),
     "exit_no_free": ("tests/programs/exit_no_free", [], {}, {}),
     "vmm_expandable": ("tests/programs/vmm_expandable", [], {}, {}),
     "pools": ("tests/programs/pools", [], {}, {}),

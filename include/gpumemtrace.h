@@ -16,9 +16,9 @@
 #include <stddef.h>
 
 #define GMT_VERSION_MAJOR 0
-#define GMT_VERSION_MINOR 3
+#define GMT_VERSION_MINOR 4
 #define GMT_VERSION_PATCH 0
-#define GMT_VERSION_STRING "0.3.0"
+#define GMT_VERSION_STRING "0.4.0"
 
 /* One number that orders versions: 10000 * major + 100 * minor + patch. */
 #define GMT_VERSION (GMT_VERSION_MAJOR * 10000 + GMT_VERSION_MINOR * 100 + GMT_VERSION_PATCH)
@@ -44,6 +44,8 @@ struct gmt_api_v1 {
 	int (*mark)(unsigned long long *mark);
 	int (*live_since)(unsigned long long mark, int device, unsigned long long *bytes, unsigned long long *count);
 	int (*step)(unsigned long long step);
+	/* 0.4 */
+	int (*framework)(const char *json);
 };
 
 #ifdef __cplusplus
@@ -159,6 +161,19 @@ static inline int gmt_step(unsigned long long step)
 	const struct gmt_api_v1 *api = gmt__api_v1();
 
 	return GMT__HAS(api, step) ? api->step(step) : -ENOSYS;
+}
+
+/* Hands the tracer the state of a framework's allocator: a JSON object as
+ * docs/snapshot-format.md ("framework") describes, with "reason" "oom" (at an
+ * out-of-memory: the open episode's file is rewritten with it) or "exit"
+ * (the exit snapshot takes it). The Python bootstrap calls it for PyTorch;
+ * a program rarely needs to. Returns 0, -EINVAL (not such an object), -E2BIG
+ * (over 256 MiB), -ENOMEM or -ENOSYS. */
+static inline int gmt_framework(const char *json)
+{
+	const struct gmt_api_v1 *api = gmt__api_v1();
+
+	return GMT__HAS(api, framework) ? api->framework(json) : -ENOSYS;
 }
 
 #ifdef __cplusplus

@@ -15,4 +15,5 @@ __attribute__((visibility("default"))) const struct gmt_api_v1 gmt_api_v1 = {
 	.mark = gmt__api_mark,
 	.live_since = gmt__api_live_since,
 	.step = gmt__api_step,
+	.framework = gmt__api_framework,
 };

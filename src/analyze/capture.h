@@ -156,6 +156,9 @@ struct gmt__snapshot {
 	int ndevices;
 	const struct gmt__snapshot_request *failed; /* GMT_REASON_OOM only, else NULL */
 	const struct gmt__episode *episode;         /* GMT_REASON_OOM: its episode; else NULL */
+	/* A framework's allocator state as handed over (gmt_framework): a JSON
+	 * object, checked, compact; or NULL. */
+	const char *framework;
 	/* The live entries (any order), and the history (events, series,
 	 * sites; may be NULL): the snapshot's own, nothing else changes them
 	 * while it is written (gmt__table_copy, gmt__history_copy). */

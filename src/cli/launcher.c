@@ -56,6 +56,12 @@
 #ifndef GMT_PYTHON_INSTALLED
 #define GMT_PYTHON_INSTALLED "/usr/local/share/gpumemtrace/python"
 #endif
+#ifndef GMT_BOOT_SRC
+#define GMT_BOOT_SRC "/usr/local/share/gpumemtrace/boot"
+#endif
+#ifndef GMT_BOOT_INSTALLED
+#define GMT_BOOT_INSTALLED "/usr/local/share/gpumemtrace/boot"
+#endif
 #ifndef GMT_DATADIR_REL
 #define GMT_DATADIR_REL "share"
 #endif
@@ -451,16 +457,19 @@ static void find_data(const char *name, const char *src, const char *installed, 
 	path[0] = '\0';
 }
 
+/* PYTHONPATH: the bootstrap (sitecustomize.py, which chains to the
+ * program's own) first, then the module, then what the program had. */
 void cli_set_pythonpath(void)
 {
-	char exe[PATH_MAX], dir[PATH_MAX + 64], *value;
+	char exe[PATH_MAX], dir[PATH_MAX + 64], boot[PATH_MAX + 64], *value;
 	const char *old = getenv("PYTHONPATH");
 
 	find_data("python", GMT_PYTHON_SRC, GMT_PYTHON_INSTALLED, dir, sizeof(dir), exe, sizeof(exe), true);
+	find_data("boot", GMT_BOOT_SRC, GMT_BOOT_INSTALLED, boot, sizeof(boot), exe, sizeof(exe), true);
 	if (dir[0] == '\0')
 		return;
-	if (asprintf(&value, "%s%s%s", dir, old != NULL && old[0] != '\0' ? ":" : "",
-		     old != NULL ? old : "") < 0)
+	if (asprintf(&value, "%s%s%s%s%s", boot, boot[0] != '\0' ? ":" : "", dir,
+		     old != NULL && old[0] != '\0' ? ":" : "", old != NULL ? old : "") < 0)
 		cli_die(GMT_EXIT_USAGE, "out of memory");
 	if (setenv("PYTHONPATH", value, 1) != 0)
 		cli_die(GMT_EXIT_USAGE, "cannot set PYTHONPATH: %s", strerror(errno));

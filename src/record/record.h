@@ -83,5 +83,6 @@ int gmt__api_peak_reset(void);
 int gmt__api_mark(unsigned long long *mark);
 int gmt__api_live_since(unsigned long long mark, int device, unsigned long long *bytes, unsigned long long *count);
 int gmt__api_step(unsigned long long step);
+int gmt__api_framework(const char *json);
 
 #endif /* GMT_CORE_H */

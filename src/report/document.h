@@ -42,6 +42,10 @@ void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s);
 /* The "episode" section of an out-of-memory snapshot (s->episode). */
 void gmt__doc_episode(struct gmt__json *o, const struct gmt__snapshot *s);
 
+/* The "framework" section (s->framework), its segments joined to m's live
+ * memory by address. */
+void gmt__doc_framework(struct gmt__json *o, const struct gmt__snapshot *s, const struct gmt__model *m);
+
 void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache);
 
 /* The oom report: a few lines for the program's stderr. */

@@ -727,6 +727,8 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct gm
 	gmt__json_str(o, "], \"mappings\": [");
 	out_section(o, d->live + d->hi1, d->nlive - d->hi1, apis);
 	gmt__json_str(o, "]},\n");
+	if (s->framework != NULL)
+		gmt__doc_framework(o, s, d);
 	if (s->history != NULL) {
 		out_sites(o, s->history, d->sites, d->nsites);
 		out_series(o, s->history, s->time_ns);

@@ -14,6 +14,7 @@
 #include "util/log.h"
 
 #include <dlfcn.h>
+#include <jansson.h>
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 #include <errno.h>
@@ -611,6 +612,41 @@ int gmt__api_step(unsigned long long step)
 	if (gmt__core.have_hist)
 		gmt__history_step(&gmt__core.hist, &cause, step);
 	gmt__core_unlock();
+	return 0;
+}
+
+/* The largest framework state taken: a snapshot's worth of blocks and
+ * frames, never a program's memory. */
+#define GMT_FRAMEWORK_MAX (256u << 20)
+
+int gmt__api_framework(const char *json)
+{
+	json_error_t err;
+	json_t *doc, *reason;
+	char *text;
+	bool exit;
+
+	if (!api_ready())
+		return -ENOSYS;
+	if (json == NULL)
+		return -EINVAL;
+	if (strnlen(json, GMT_FRAMEWORK_MAX + 1) > GMT_FRAMEWORK_MAX)
+		return -E2BIG;
+	doc = json_loads(json, JSON_REJECT_DUPLICATES, &err);
+	reason = doc != NULL ? json_object_get(doc, "reason") : NULL;
+	if (!json_is_object(doc) || !json_is_string(reason) ||
+	    (strcmp(json_string_value(reason), "oom") != 0 && strcmp(json_string_value(reason), "exit") != 0)) {
+		json_decref(doc);
+		return -EINVAL;
+	}
+	exit = strcmp(json_string_value(reason), "exit") == 0;
+	/* Written into the document as jansson writes it: valid JSON whatever
+	 * the caller's spacing. */
+	text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(doc);
+	if (text == NULL)
+		return -ENOMEM;
+	gmt__episode_framework(text, exit);
 	return 0;
 }
 

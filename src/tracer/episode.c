@@ -20,6 +20,7 @@
 #include "util/log.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Serialises the episode's writes and its end: two threads failing at once
@@ -75,6 +76,7 @@ static void open_episode(struct gmt__oom_episode *ep, int device)
 {
 	uint64_t id = ep->doc.id + 1;
 
+	free(ep->framework);
 	memset(ep, 0, sizeof(*ep));
 	ep->open = true;
 	ep->ended = GMT_EPISODE_OPEN;
@@ -123,7 +125,8 @@ static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
 	struct gmt__device_state state = ep->last_state;
 
 	copy.described = described;
-	gmt__snapshot_take_oom(&req, ep->have_state ? &state : NULL, &copy, ep->file_seq, &written); /* releases the lock */
+	gmt__snapshot_take_oom(&req, ep->have_state ? &state : NULL, &copy, ep->framework, ep->file_seq,
+			       &written); /* releases the lock */
 	gmt__core_lock();
 	/* The episode's file, once there is one: later writes replace it. */
 	if (written.result == 0 && written.seq != 0)
@@ -225,6 +228,28 @@ void gmt__episode_settle(bool exiting)
 	pthread_mutex_unlock(&write_lock);
 }
 
+void gmt__episode_framework(char *json, bool exit)
+{
+	struct gmt__oom_episode *ep = &gmt__core.episode;
+
+	pthread_mutex_lock(&write_lock);
+	gmt__core_lock();
+	if (exit) {
+		free(gmt__core.framework_exit);
+		gmt__core.framework_exit = json;
+	} else if (ep->file_seq != 0) {
+		/* The latest episode's file (its framework's observer runs right
+		 * after the failure it was told of): rewritten with it. */
+		free(ep->framework);
+		ep->framework = json;
+		write_episode(ep, ep->doc.described);
+	} else {
+		free(json); /* no out-of-memory snapshot to join it to */
+	}
+	gmt__core_unlock();
+	pthread_mutex_unlock(&write_lock);
+}
+
 void gmt__episode_fork_prepare(void)
 {
 	pthread_mutex_lock(&write_lock);
@@ -237,6 +262,9 @@ void gmt__episode_fork_parent(void)
 
 void gmt__episode_fork_child(void)
 {
+	free(gmt__core.episode.framework);
+	free(gmt__core.framework_exit);
+	gmt__core.framework_exit = NULL;
 	memset(&gmt__core.episode, 0, sizeof(gmt__core.episode));
 	pthread_mutex_unlock(&write_lock);
 }

@@ -90,6 +90,8 @@ struct take {
 	struct gmt__snapshot_leaks *leaks;
 	bool no_file;
 	const struct gmt__episode *episode;
+	const char *framework;       /* a framework's state (oom: the episode's; exit: gmt__core's) */
+	bool exit_framework;         /* take a copy of the state handed over for exit */
 	uint64_t replace_seq;        /* rewrite this number's file (an episode's) */
 	struct gmt__oom_write *oom;  /* keep the oom report here instead of printing it */
 };
@@ -130,6 +132,7 @@ static int take(const struct take *t)
 		.devices = devs,
 		.failed = failed,
 		.episode = t->episode,
+		.framework = t->framework,
 		.api_names = gmt__api_names,
 		.napi = GMT_API_COUNT,
 		.stats = stats,
@@ -143,6 +146,7 @@ static int take(const struct take *t)
 	};
 	struct gmt__entry *entries = NULL;
 	struct gmt__history *hist = NULL;
+	char *framework = NULL;
 	char **argv = NULL;
 	uint64_t used = 0;
 	int r, i = 1;
@@ -184,6 +188,12 @@ static int take(const struct take *t)
 	 * history. Then the lock goes, here and only here. */
 	r = gmt__table_copy(gmt__core.table, &entries, &s.nentries);
 	s.entries = entries;
+	/* The exit snapshot's framework state, copied: another thread may hand
+	 * over a newer one while this is written. */
+	if (r == 0 && t->exit_framework && gmt__core.framework_exit != NULL) {
+		framework = strdup(gmt__core.framework_exit);
+		s.framework = framework;
+	}
 	if (r == 0 && gmt__core.have_hist) {
 		hist = gmt__history_copy(&gmt__core.hist);
 		r = hist != NULL ? 0 : -ENOMEM;
@@ -195,6 +205,7 @@ static int take(const struct take *t)
 	else
 		path[0] = '\0';
 	free(entries);
+	free(framework);
 	gmt__history_copy_free(hist);
 	if (used > s.seq) {
 		gmt__core_lock();
@@ -234,7 +245,7 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 			     struct gmt__snapshot_leaks *leaks, bool no_file)
 {
 	struct take t = { .reason = reason, .failed = failed, .state = state, .out = out, .outlen = outlen,
-			  .leaks = leaks, .no_file = no_file };
+			  .leaks = leaks, .no_file = no_file, .exit_framework = reason == GMT_REASON_EXIT };
 
 	return take(&t);
 }
@@ -246,10 +257,11 @@ int gmt__snapshot_take(enum gmt__reason reason, const struct gmt__snapshot_reque
 }
 
 void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const struct gmt__device_state *state,
-			    const struct gmt__episode *episode, uint64_t replace_seq, struct gmt__oom_write *out)
+			    const struct gmt__episode *episode, const char *framework, uint64_t replace_seq,
+			    struct gmt__oom_write *out)
 {
 	struct take t = { .reason = GMT_REASON_OOM, .failed = failed, .state = state, .episode = episode,
-			  .replace_seq = replace_seq, .oom = out };
+			  .framework = framework, .replace_seq = replace_seq, .oom = out };
 
 	out->report[0] = out->path[0] = '\0';
 	out->result = 0;

@@ -113,6 +113,9 @@ struct gmt__oom_episode {
 	struct gmt__snapshot_request last; /* the latest failure, for a snapshot at the end */
 	struct gmt__device_state last_state;
 	bool have_state;
+	/* A framework's allocator state handed over during the episode
+	 * (gmt_framework, malloc'd), or NULL. */
+	char *framework;
 	/* The latest write: the file's number (0: none yet), its report (printed
 	 * when the episode ends), path and result. */
 	uint64_t file_seq;
@@ -169,6 +172,7 @@ struct gmt__core {
 	/* Out-of-memory results so far, and the episode (tracer/episode.c). */
 	uint64_t oom_failures;
 	struct gmt__oom_episode episode;
+	char *framework_exit; /* a framework's state for the exit snapshot (gmt_framework), or NULL */
 	/* Peak snapshots: armed (by the consumer, once the interval has passed)
 	 * means a new high-water mark past peak_next_bytes is due; the consumer
 	 * stops applying events there (stop_at_peak) and writes it. */
@@ -300,7 +304,8 @@ struct gmt__oom_write {
 	int result;
 };
 void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const struct gmt__device_state *state,
-			    const struct gmt__episode *episode, uint64_t replace_seq, struct gmt__oom_write *out);
+			    const struct gmt__episode *episode, const char *framework, uint64_t replace_seq,
+			    struct gmt__oom_write *out);
 /* Prints an out-of-memory report and where its snapshot is (or why not). */
 void gmt__oom_report(const char *report, const char *path, int r);
 
@@ -319,6 +324,11 @@ void gmt__episode_allocated(const struct gmt__entry *e);
  * its end when failures came after the last one written. Lock held on entry
  * and on return (released in between when it writes). */
 void gmt__episode_settle(bool exiting);
+/* A framework's allocator state (gmt_framework; `json` checked, malloc'd,
+ * taken over): an "oom" one goes into the open episode, whose file is
+ * rewritten with it; an "exit" one waits for the exit snapshot. Takes the
+ * locks. */
+void gmt__episode_framework(char *json, bool exit);
 /* Around fork (before the core's lock is taken): no write in flight; the
  * child starts with no episode. */
 void gmt__episode_fork_prepare(void);

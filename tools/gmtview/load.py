@@ -196,6 +196,7 @@ def check(doc: Any, name: str) -> Dict[str, Any]:
     _failed_request(c, d, stack_ref)
     _diagnosis(c, d, stack_ref)
     _episode(c, d, stack_ref)
+    _framework(c, d)
     st = c.opt(d, "stats", "", c.obj) or {}
     d["stats"] = {k: c.int_(v, f"/stats/{k}") for k, v in st.items()}
     _allocations(c, d, stack_ref)
@@ -398,6 +399,33 @@ def _episode(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int
         f["stack"] = c.req(f, "stack", q, stack_ref)
         if f["time_ns"] < ep["first_ns"]:
             c.fail(f"{q}/time_ns", "before the episode's first failure")
+
+
+def _framework(c: _Checker, d: Dict[str, Any]) -> None:
+    """A framework allocator's own state (format minor 2): what the views
+    read of it."""
+    fw = c.opt(d, "framework", "", c.obj)
+    if fw is None:
+        return
+    p = "/framework"
+    c.req(fw, "name", p, c.str_)
+    c.opt(fw, "version", p, c.str_)
+    c.opt(fw, "file", p, lambda v, q: None if v is None else c.str_(v, q))
+    for i, x in enumerate(c.req(fw, "devices", p, c.arr)):
+        q = f"{p}/devices/{i}"
+        c.obj(x, q)
+        for k in ("device", "allocated_bytes", "reserved_bytes", "reserved_unallocated_bytes",
+                  "largest_free_block_bytes"):
+            c.req(x, k, q, c.int_)
+    segs = c.req(fw, "segments", p, c.arr)
+    for i, s in enumerate(segs):
+        q = f"{p}/segments/{i}"
+        c.obj(s, q)
+        c.req(s, "address", q, c.int_)
+        c.req(s, "total_size", q, c.int_)
+        c.req(s, "allocation", q, c.bool_)
+        c.req(s, "blocks", q, c.arr)
+    c.req(fw, "segments_joined", p, c.int_)
 
 
 def _diagnosis(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:

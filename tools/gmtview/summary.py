@@ -428,6 +428,11 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
     ep = doc.get("episode")
     if ep:
         out["episode"] = episode_facts(ep)
+    fw = doc.get("framework")
+    if fw:
+        out["framework"] = {"name": fw["name"], "version": fw.get("version") or "", "file": fw.get("file"),
+                            "devices": [dict(x) for x in fw["devices"]],
+                            "segments": len(fw["segments"]), "joined": fw["segments_joined"]}
 
     devs = []
     for d in sorted(doc["devices"], key=lambda d: d["index"]):
@@ -533,6 +538,8 @@ def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frame
         _diagnosis(t, doc, f)
     if "episode" in f:
         _episode(t, doc, f["episode"], top)
+    if "framework" in f:
+        _framework(t, f["framework"])
     _devices(t, f)
     _sites(t, doc, f)
     if "leaks" in f:
@@ -628,6 +635,21 @@ def _episode(t: _Text, doc: Doc, ep: Dict[str, Any], top: int) -> None:
             t.add("      ", site_title(doc, x["stack"], t.width - 6))
         if fd["other_bytes"]:
             t.add(f"    {fmt_bytes(fd['other_bytes'])} in {_plural(fd['other_count'], 'allocation')} of other sites")
+
+
+def _framework(t: _Text, fw: Dict[str, Any]) -> None:
+    """The framework allocator's own counters (PyTorch: memory_allocated,
+    memory_reserved), and how its segments joined the driver's memory."""
+    t.heading("Framework's allocator", f"{fw['name']} {fw['version']}")
+    t.wrap(f"{fw['joined']} of {_plural(fw['segments'], 'segment')} joined to the driver's allocations",
+           indent=2, hang=4)
+    for d in fw["devices"]:
+        t.flow(f"  {device_name(d['device'])}: ",
+               [f"allocated {fmt_bytes(d['allocated_bytes'])},", f"reserved {fmt_bytes(d['reserved_bytes'])},",
+                ("reserved but unallocated " + fmt_bytes(d["reserved_unallocated_bytes"]), "bold"),
+                f"(largest free block {fmt_bytes(d['largest_free_block_bytes'])})"], hang=4, sep=" ")
+    if fw.get("file"):
+        t.wrap(fw["file"], indent=2, hang=4, first=["its own snapshot: "])
 
 
 def _devices(t: _Text, f: Dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import warnings
 from typing import Iterator, Optional, Tuple
 
 __all__ = ["HOST", "ALL_DEVICES", "available", "dump", "tag", "live_bytes", "peak_bytes", "peak_reset",
-           "mark", "live_since", "step", "parse_bytes"]
+           "mark", "live_since", "step", "framework", "parse_bytes"]
 
 HOST = -1         # pinned and registered host memory
 ALL_DEVICES = -2  # everything the process holds
@@ -48,6 +48,7 @@ class _ApiV1(ctypes.Structure):
         ("mark", ctypes.CFUNCTYPE(ctypes.c_int, _P(_ull))),
         ("live_since", ctypes.CFUNCTYPE(ctypes.c_int, _ull, ctypes.c_int, _P(_ull), _P(_ull))),
         ("step", ctypes.CFUNCTYPE(ctypes.c_int, _ull)),
+        ("framework", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p)),
     ]
 
 
@@ -175,6 +176,16 @@ def step(number: int) -> None:
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.I)
+
+
+def framework(state: str) -> bool:
+    """Hands the tracer a framework allocator's state (a JSON object,
+    docs/snapshot-format.md "framework"); what gpumemtrace.frameworks does for
+    PyTorch. True when taken, False without the tracer."""
+    api = _has("framework")
+    if api is None:
+        return False
+    return _check(api.framework(state.encode("utf-8")), "framework")
 
 
 def parse_bytes(text: "str | int") -> int:

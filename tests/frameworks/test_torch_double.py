@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""The Python bootstrap and PyTorch's own view (docs/guide.md, "PyTorch's own
+view"), on the simulated GPU with a test double of PyTorch (fake_torch/: its
+toy caching allocator over libcuda through ctypes, and the functions the
+bootstrap uses), under `gpumemtrace run`:
+
+- join: a program keeps three tensors, caches three 64 MiB segments and asks
+  for 1 TiB: the out-of-memory snapshot holds a "framework" section whose
+  segments are exactly the snapshot's live driver allocations (address and
+  size, each joined), whose allocated and reserved bytes are what the
+  program's torch.cuda.memory_allocated() and memory_reserved() said after
+  the failure, and whose reserved-but-unallocated bytes are the toy
+  allocator's free bytes inside its segments; the episode has the two
+  failures (before and after the cache was released); the pickle beside it
+  is PyTorch's snapshot; the exit snapshot has the state handed over at exit;
+- chain: a program with its own sitecustomize on PYTHONPATH still runs it;
+- no torch: a program that never imports torch loads nothing of
+  gpumemtrace's Python, writes no framework file, prints what it prints
+  without the tracer;
+- an old torch (FAKE_TORCH_MINIMAL=1: no _record_memory_history): one
+  warning, the program runs, no framework section;
+- off: GPUMEMTRACE_FRAMEWORKS=0: no framework section, no pickle.
+
+Every snapshot is checked against docs/snapshot.schema.json.
+
+Usage: test_torch_double.py LAUNCHER SOURCE_ROOT"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAILURES: List[str] = []
+MIB = 1 << 20
+
+PROGRAM = r'''
+import sys
+import torch
+MIB = 1 << 20
+keep = [torch.empty(3 * MIB), torch.empty(512 * 1024), torch.empty(100)]
+cached = [torch.empty(64 * MIB) for _ in range(3)]
+del cached
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    pass
+a = torch.cuda._allocator()
+print("STATE", torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), a.cached_free())
+print("SEGMENTS", " ".join(f"{s.address}:{s.size}" for s in a.segments))
+print("MODULES", sorted(m for m in sys.modules if m.startswith("gpumemtrace")))
+'''
+
+PLAIN = r'''
+import sys
+print("PLAIN", sorted(m for m in sys.modules if m.startswith(("gpumemtrace", "torch"))))
+'''
+
+
+def check(ok: bool, what: str, got: object = None) -> None:
+    if not ok:
+        FAILURES.append(what)
+        print(f"FAIL {what}" + (f": {got!r}" if got is not None else ""))
+    else:
+        print(f"ok   {what}")
+
+
+def base_env(source: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPUMEMTRACE_", "GMTSIM_")) and k not in ("LD_PRELOAD", "PYTHONPATH")}
+    env["GMTSIM_MEMORY"] = "1G"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONPATH"] = os.path.join(HERE, "fake_torch")
+    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
+        env["LD_PRELOAD"] = os.environ["GMT_TEST_ASAN_RUNTIME"]
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
+def run(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str,
+        on: str = "oom,exit") -> subprocess.CompletedProcess:
+    script = os.path.join(tmp, name)
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(text)
+    return subprocess.run([launcher, "run", "--dir", tmp, "--snapshot-on", on, "--", sys.executable, script],
+                          env=env, cwd=tmp, capture_output=True, text=True, timeout=120)
+
+
+def schema_ok(source: str, paths: List[str], what: str) -> None:
+    if not paths:
+        return
+    r = subprocess.run([sys.executable, os.path.join(source, "tools", "validate_snapshot.py"), *paths],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"{what}: every snapshot valid against the schema", r.stdout[-800:] + r.stderr[-400:])
+
+
+def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, env, tmp, PROGRAM, "join.py")
+        check(r.returncode == 0, "join: the program ran", r.stdout + r.stderr)
+        m = re.search(r"^STATE (\d+) (\d+) (\d+)$", r.stdout, re.M)
+        segs = re.search(r"^SEGMENTS (.*)$", r.stdout, re.M)
+        ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+        check(m is not None and segs is not None and len(ooms) == 1, "join: one oom snapshot", (r.stdout, ooms))
+        if m is None or segs is None or len(ooms) != 1:
+            return
+        allocated, reserved, cached_free = map(int, m.groups())
+        with open(ooms[0], encoding="utf-8") as f:
+            doc = json.load(f)
+        fw = doc.get("framework") or {}
+        check(fw.get("name") == "torch" and fw.get("reason") == "oom", "join: the framework section, at the oom",
+              {k: fw.get(k) for k in ("name", "reason")})
+        dev = (fw.get("devices") or [{}])[0]
+        check(dev.get("allocated_bytes") == allocated, "join: allocated = torch.cuda.memory_allocated()",
+              (dev.get("allocated_bytes"), allocated))
+        check(dev.get("reserved_bytes") == reserved, "join: reserved = torch.cuda.memory_reserved()",
+              (dev.get("reserved_bytes"), reserved))
+        check(dev.get("reserved_unallocated_bytes") == cached_free,
+              "join: reserved but unallocated = the allocator's free bytes in its segments",
+              (dev.get("reserved_unallocated_bytes"), cached_free))
+        active = sum(b["size"] for s in fw.get("segments", []) for b in s["blocks"] if b["state"] == "active_allocated")
+        check(active == allocated, "join: allocated = the sum of active blocks", (active, allocated))
+        want = sorted(tuple(map(int, x.split(":"))) for x in segs.group(1).split())
+        got = sorted((s["address"], s["total_size"]) for s in fw.get("segments", []))
+        driver = sorted((int(a["address"], 16), a["size"]) for a in doc["allocations"] if a["kind"] == "device")
+        check(got == want, "join: the segments are the allocator's", (got, want))
+        check(got == driver, "join: the segments are exactly the live driver allocations", (got, driver))
+        check(all(s.get("allocation") is True for s in fw.get("segments", [])) and
+              fw.get("segments_joined") == len(want), "join: every segment joined", fw.get("segments_joined"))
+        frames = [f["name"] for s in fw.get("segments", []) for b in s["blocks"] if b["state"] == "active_allocated"
+                  for f in b["frames"][:3]]
+        check("<module>" in frames, "join: the blocks carry the allocating Python frames", frames[:6])
+        ep = doc.get("episode") or {}
+        check(ep.get("failures") == 2 and ep.get("described") == 2 and ep["freed"]["bytes"] == 192 * MIB,
+              "join: the episode: a failure, the cache released (192 MiB), a failure",
+              (ep.get("failures"), ep.get("described"), (ep.get("freed") or {}).get("bytes")))
+        pick = fw.get("file")
+        ok = False
+        if pick and os.path.isfile(pick):
+            with open(pick, "rb") as f:
+                ok = "segments" in pickle.load(f)
+        check(ok, "join: PyTorch's snapshot saved beside it", pick)
+        exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
+        exit_fw = {}
+        if len(exits) == 1:
+            with open(exits[0], encoding="utf-8") as f:
+                exit_fw = json.load(f).get("framework") or {}
+        check(exit_fw.get("reason") == "exit" and (exit_fw.get("devices") or [{}])[0].get("reserved_bytes") == reserved,
+              "join: the exit snapshot has the state handed over at exit", exit_fw.get("reason"))
+        check("MODULES ['gpumemtrace', 'gpumemtrace.frameworks']" in r.stdout, "join: the bootstrap loaded its module",
+              r.stdout)
+        schema_ok(source, ooms + exits, "join")
+        sys.path.insert(0, os.path.join(source, "tools"))
+        from gmtview.model import fmt_bytes
+        v = subprocess.run([launcher, "view", ooms[0]], env=env, capture_output=True, text=True, timeout=60)
+        flat = " ".join(v.stdout.split())
+        want_line = (f"GPU 0: allocated {fmt_bytes(allocated)}, reserved {fmt_bytes(reserved)}, "
+                     f"reserved but unallocated {fmt_bytes(cached_free)}")
+        check(v.returncode == 0 and want_line in flat and f"{len(want)} of {len(want)} segments joined" in flat,
+              "join: the viewer's summary shows the framework's counters", v.stdout[-1500:] + v.stderr)
+
+
+def test_chain(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        own = os.path.join(tmp, "own")
+        os.mkdir(own)
+        with open(os.path.join(own, "sitecustomize.py"), "w", encoding="utf-8") as f:
+            f.write("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+        e = dict(env, PYTHONPATH=env["PYTHONPATH"] + os.pathsep + own)
+        r = run(launcher, e, tmp, PROGRAM.replace('print("STATE"', 'import os; print("OWN", os.environ.get("OWN_SITECUSTOMIZE")); print("STATE"'),
+                "chain.py")
+        check("OWN ran" in r.stdout, "chain: the program's own sitecustomize ran", r.stdout + r.stderr)
+        ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+        fw = {}
+        if len(ooms) == 1:
+            with open(ooms[0], encoding="utf-8") as f:
+                fw = json.load(f).get("framework") or {}
+        check(fw.get("name") == "torch", "chain: PyTorch's state recorded all the same", list(fw))
+
+
+def test_no_torch(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, env, tmp, PLAIN, "plain.py")
+        plain = subprocess.run([sys.executable, os.path.join(tmp, "plain.py")], env=env, cwd=tmp,
+                               capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and r.stdout == plain.stdout == "PLAIN []\n",
+              "no torch: nothing of gpumemtrace's Python loaded, the same output", (r.stdout, plain.stdout))
+        check(r.stderr == "", "no torch: nothing on stderr", r.stderr)
+        check(not glob.glob(os.path.join(tmp, "*.pickle")), "no torch: no framework file")
+
+
+def test_old_torch(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, dict(env, FAKE_TORCH_MINIMAL="1"), tmp, PROGRAM, "old.py")
+        warns = [line for line in r.stderr.splitlines() if "allocator state is not recorded" in line]
+        check(r.returncode == 0 and "STATE" in r.stdout, "old torch: the program runs", r.stderr[-500:])
+        check(len(warns) == 1 and "_record_memory_history" in warns[0], "old torch: one warning naming what lacks",
+              warns)
+        docs = []
+        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.json")):
+            with open(p, encoding="utf-8") as f:
+                docs.append(json.load(f))
+        check(docs and not any("framework" in d for d in docs), "old torch: no framework section")
+
+
+def test_off(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, PROGRAM, "off.py")
+        docs = []
+        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.json")):
+            with open(p, encoding="utf-8") as f:
+                docs.append(json.load(f))
+        check(r.returncode == 0 and docs and not any("framework" in d for d in docs)
+              and not glob.glob(os.path.join(tmp, "*.pickle")),
+              "off: GPUMEMTRACE_FRAMEWORKS=0 records nothing of PyTorch's", r.stderr[-300:])
+        check("STATE" in r.stdout, "off: the program ran", r.stdout)
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    launcher, source = os.path.abspath(argv[0]), argv[1]
+    env = base_env(source)
+    test_join(launcher, source, env)
+    test_chain(launcher, env)
+    test_no_torch(launcher, env)
+    test_old_torch(launcher, env)
+    test_off(launcher, env)
+    print(f"{'FAIL' if FAILURES else 'ok'}: {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

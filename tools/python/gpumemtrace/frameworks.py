@@ -1,0 +1,204 @@
+"""The frameworks' own allocator state beside the tracer's (docs/guide.md,
+"PyTorch's own view"). The bootstrap (share/gpumemtrace/boot/sitecustomize.py,
+which `gpumemtrace run` and `check` put first on PYTHONPATH) calls
+on_import_torch() once `torch` has been imported — never earlier, never from
+a CUDA hook; a program that never imports torch gets nothing of this.
+
+When PyTorch initialises CUDA (torch.cuda._lazy_call), this turns on its
+allocator history (torch.cuda.memory._record_memory_history: at most
+GPUMEMTRACE_HISTORY entries, Python frames only) and registers an
+out-of-memory observer. At each out-of-memory PyTorch reports — after its
+caching allocator released its cache and failed again — the observer saves
+torch.cuda.memory._snapshot() beside the tracer's snapshot
+(gpumemtrace.<pid>.torch.<n>.pickle, the file PyTorch's memory viewer reads)
+and hands the tracer its segments and blocks (gmt_framework), which the
+tracer joins to the driver's allocations by address in the episode's
+snapshot; at exit, when exit snapshots are on, the same for the exit
+snapshot. GPUMEMTRACE_FRAMEWORKS=0 turns all of it off.
+
+Programs started without the launcher, with libgpumemtrace.so preloaded:
+
+    PYTHONPATH=<prefix>/share/gpumemtrace/boot:<prefix>/share/gpumemtrace/python python3 app.py
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pickle
+import sys
+import threading
+from typing import Any, Dict, List, Optional
+
+# What one hand-over keeps at most: the blocks of all segments, and the
+# innermost frames of each block (the pickle beside keeps everything).
+MAX_BLOCKS = 200_000
+MAX_FRAMES = 16
+
+_lock = threading.Lock()
+_count = 0
+_warned = False
+
+
+def _env_on(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+def enabled() -> bool:
+    """GPUMEMTRACE_FRAMEWORKS (default on), and the tracer loaded."""
+    if not _env_on("GPUMEMTRACE_FRAMEWORKS", True):
+        return False
+    import gpumemtrace
+    return gpumemtrace.available()
+
+
+def _warn(text: str) -> None:
+    """One line on stderr, the first time only: the program goes on."""
+    global _warned
+    if not _warned:
+        _warned = True
+        print(f"gpumemtrace: {text}", file=sys.stderr, flush=True)
+
+
+def _history_entries() -> int:
+    try:
+        n = int(os.environ.get("GPUMEMTRACE_HISTORY", "10000"))
+    except ValueError:
+        n = 10000
+    return max(1, min(n, 10_000_000))
+
+
+def _exit_wanted() -> bool:
+    words = {w.strip().lower() for w in os.environ.get("GPUMEMTRACE_SNAPSHOT_ON", "oom").split(",")}
+    return "exit" in words and "none" not in words
+
+
+def on_import_torch(torch: Any) -> None:
+    """Called by the bootstrap once `torch` is imported."""
+    if not enabled():
+        return
+    cuda = getattr(torch, "cuda", None)
+    mem = getattr(cuda, "memory", None)
+    c = getattr(torch, "_C", None)
+    need = [(cuda, "_lazy_call"), (mem, "_record_memory_history"), (mem, "_snapshot"),
+            (c, "_cuda_attach_out_of_memory_observer")]
+    missing = [name for owner, name in need if owner is None or not hasattr(owner, name)]
+    if missing:
+        _warn(f"torch {getattr(torch, '__version__', '?')} has no {', '.join(missing)}: "
+              "PyTorch's allocator state is not recorded")
+        return
+    cuda._lazy_call(lambda: _start(torch))
+    if _exit_wanted():
+        atexit.register(_at_exit, torch)
+
+
+def _start(torch: Any) -> None:
+    """At PyTorch's CUDA initialisation: its history on, our observer in."""
+    mem = torch.cuda.memory
+    n = _history_entries()
+    try:
+        try:
+            mem._record_memory_history(max_entries=n, stacks="python")
+        except TypeError:  # PyTorch 2.0's keywords
+            mem._record_memory_history(True, trace_alloc_max_entries=n, trace_alloc_record_context=True)
+        torch._C._cuda_attach_out_of_memory_observer(lambda *a: _observe(torch, *a))
+    except Exception as e:  # noqa: BLE001 - PyTorch's own failure: the program goes on
+        _warn(f"torch {torch.__version__}: {type(e).__name__}: {e}: PyTorch's allocator state is not recorded")
+
+
+def _observe(torch: Any, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+    _hand_over(torch, "oom", {"device": int(device), "requested_bytes": int(alloc),
+                              "device_allocated_bytes": int(device_allocated),
+                              "device_free_bytes": int(device_free)})
+
+
+def _at_exit(torch: Any) -> None:
+    if getattr(torch.cuda, "is_initialized", lambda: True)():
+        _hand_over(torch, "exit", None)
+
+
+def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
+    global _count
+    try:
+        snap = torch.cuda.memory._snapshot()
+        with _lock:
+            _count += 1
+            n = _count
+        path = _save(snap, n)
+        state = state_of(snap, reason, oom, path, str(getattr(torch, "__version__", "")))
+        import gpumemtrace
+        gpumemtrace.framework(json.dumps(state))
+    except Exception as e:  # noqa: BLE001 - never the program's failure
+        _warn(f"PyTorch's allocator state could not be handed over ({type(e).__name__}: {e})")
+
+
+def _save(snap: Any, n: int) -> Optional[str]:
+    """PyTorch's snapshot as its own tools read it, beside the tracer's;
+    its path, or None when it cannot be written (the state still goes)."""
+    d = os.environ.get("GPUMEMTRACE_DIR") or "."
+    path = os.path.join(d, f"gpumemtrace.{os.getpid()}.torch.{n}.pickle")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(snap, f)
+        os.replace(tmp, path)
+        return os.path.abspath(path)
+    except OSError as e:
+        _warn(f"cannot write {path}: {e.strerror}")
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return None
+
+
+def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], path: Optional[str],
+             version: str) -> Dict[str, Any]:
+    """The state the tracer takes (docs/snapshot-format.md, "framework") from
+    a torch.cuda.memory._snapshot(): per device the bytes PyTorch's counters
+    name — allocated (its active blocks, memory_allocated()), reserved (its
+    segments, memory_reserved()), reserved but unallocated, the largest free
+    block — and each segment with its blocks."""
+    devices: Dict[int, Dict[str, int]] = {}
+    segments: List[Dict[str, Any]] = []
+    blocks_left = MAX_BLOCKS
+    truncated = False
+    for s in snap.get("segments", []):
+        dev = int(s.get("device", 0))
+        d = devices.setdefault(dev, {"device": dev, "allocated_bytes": 0, "reserved_bytes": 0,
+                                     "requested_bytes": 0, "reserved_unallocated_bytes": 0,
+                                     "largest_free_block_bytes": 0, "segments": 0, "blocks": 0})
+        d["reserved_bytes"] += int(s["total_size"])
+        d["segments"] += 1
+        out: List[Dict[str, Any]] = []
+        at = int(s["address"])
+        for b in s.get("blocks", []):
+            size = int(b["size"])
+            addr = int(b.get("address", at))
+            at = addr + size
+            d["blocks"] += 1
+            if b["state"] == "active_allocated":
+                d["allocated_bytes"] += size
+                d["requested_bytes"] += int(b.get("requested_size", size))
+            elif b["state"] == "inactive":
+                d["largest_free_block_bytes"] = max(d["largest_free_block_bytes"], size)
+            if blocks_left == 0:
+                truncated = True
+                continue
+            blocks_left -= 1
+            out.append({"address": addr, "size": size, "requested_size": int(b.get("requested_size", size)),
+                        "state": str(b["state"]),
+                        "frames": [{"name": str(f.get("name", "")), "filename": str(f.get("filename", "")),
+                                    "line": int(f.get("line", 0) or 0)}
+                                   for f in (b.get("frames") or [])[:MAX_FRAMES]]})
+        segments.append({"device": dev, "address": int(s["address"]), "total_size": int(s["total_size"]),
+                         "stream": int(s.get("stream", 0) or 0), "segment_type": str(s.get("segment_type", "")),
+                         "is_expandable": bool(s.get("is_expandable", False)), "blocks": out})
+    for d in devices.values():
+        d["reserved_unallocated_bytes"] = d["reserved_bytes"] - d["allocated_bytes"]
+    return {"name": "torch", "version": version, "reason": reason, "file": path, "oom": oom,
+            "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated}

@@ -48,7 +48,8 @@ struct gmt__snapshot_request {
  * first failure, its release of cache, its retries — from the first to the
  * one the program was told of. Failures belong to one episode while no
  * allocation of device memory succeeded on that device since the last of
- * them and each comes within GMT_EPISODE_GAP_NS of the one before
+ * them and each comes within GMT_EPISODE_GAP_NS (5 s) of the one before
+ * or of the end of the snapshot written at it
  * (tracer/episode.c). */
 #define GMT_EPISODE_LISTED 32  /* failures listed: the first 31 and the latest */
 #define GMT_EPISODE_SITES 64   /* sites of freed memory kept; the rest add to "other" */

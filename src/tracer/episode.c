@@ -8,7 +8,8 @@
  *
  * A failure continues the episode while no allocation of device memory
  * (device, async, array) succeeded on its device since the one before, and
- * it comes within GMT_EPISODE_GAP_NS of it, on the same device; anything
+ * it comes within GMT_EPISODE_GAP_NS of it (or of the end of the snapshot
+ * written at it), on the same device; anything
  * else starts a new episode. The episode's report goes to stderr when it
  * ends: at the allocation that ended it (the background thread), once the
  * gap has passed, at the next failure, or at exit.
@@ -70,6 +71,14 @@ void gmt__episode_freed(const struct gmt__entry *e)
 	}
 	d->sites[i].bytes += e->size;
 	d->sites[i].count++;
+}
+
+/* Since when the episode has had no failure: its latest, or the end of the
+ * snapshot written after it (a write of a large process can take seconds,
+ * which are not the program's). */
+static uint64_t quiet_since(const struct gmt__oom_episode *ep)
+{
+	return ep->written_mono > ep->last_mono ? ep->written_mono : ep->last_mono;
 }
 
 static void open_episode(struct gmt__oom_episode *ep, int device)
@@ -181,7 +190,7 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 			end_episode(ep, ep->ended);
 		else if (req->device != ep->doc.device)
 			end_episode(ep, GMT_EPISODE_OTHER_DEVICE);
-		else if (now - ep->last_mono > GMT_EPISODE_GAP_NS)
+		else if (now - quiet_since(ep) > GMT_EPISODE_GAP_NS)
 			end_episode(ep, GMT_EPISODE_GAP);
 	}
 	if (!ep->open)
@@ -208,7 +217,7 @@ void gmt__episode_settle(bool exiting)
 	if (!ep->open)
 		return;
 	if (ep->ended == GMT_EPISODE_OPEN && !exiting &&
-	    gmt__now_ns(CLOCK_MONOTONIC) - ep->last_mono <= GMT_EPISODE_GAP_NS)
+	    gmt__now_ns(CLOCK_MONOTONIC) - quiet_since(ep) <= GMT_EPISODE_GAP_NS)
 		return;
 	if (pthread_mutex_trylock(&write_lock) != 0) {
 		/* A failing thread is writing: it ends the episode itself when

@@ -35,11 +35,13 @@
  * there) before it gives up on the order of that one event. */
 #define GMT_GAP_TIMEOUT_NS (2 * 1000000000ull)
 /* Out-of-memory episodes (tracer/episode.c): a failure more than this long
- * after the one before starts a new episode; the first GMT_EPISODE_WRITES
+ * after the one before — counted from the end of the snapshot written at it,
+ * which can take seconds (PyTorch's libraries to symbolise) — starts a new
+ * episode; the first GMT_EPISODE_WRITES
  * failures of an episode each rewrite its snapshot, later ones at most once
  * per GMT_EPISODE_REWRITE_NS (a retry storm). Peak snapshots are at least
  * GMT_PEAK_INTERVAL_NS apart. */
-#define GMT_EPISODE_GAP_NS (2 * 1000000000ull)
+#define GMT_EPISODE_GAP_NS (5 * 1000000000ull)
 #define GMT_EPISODE_WRITES 8
 #define GMT_EPISODE_REWRITE_NS 1000000000ull
 #define GMT_PEAK_INTERVAL_NS 1000000000ull

@@ -19,6 +19,8 @@ bootstrap uses), under `gpumemtrace run`:
   without the tracer;
 - an old torch (FAKE_TORCH_MINIMAL=1: no _record_memory_history): one
   warning, the program runs, no framework section;
+- PyTorch's cudaMallocAsync backend (FAKE_TORCH_BACKEND): nothing asked of
+  it, no warning;
 - off: GPUMEMTRACE_FRAMEWORKS=0: no framework section, no pickle.
 
 Every snapshot is checked against docs/snapshot.schema.json.
@@ -210,6 +212,21 @@ def test_old_torch(launcher: str, env: Dict[str, str]) -> None:
         check(docs and not any("framework" in d for d in docs), "old torch: no framework section")
 
 
+def test_async_backend(launcher: str, env: Dict[str, str]) -> None:
+    """PyTorch's cudaMallocAsync backend (FAKE_TORCH_BACKEND): it refuses a
+    history and keeps no segments; nothing is asked of it, nothing said."""
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, dict(env, FAKE_TORCH_BACKEND="cudaMallocAsync"), tmp, PROGRAM, "async.py")
+        docs = []
+        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.json")):
+            with open(p, encoding="utf-8") as f:
+                docs.append(json.load(f))
+        quiet = [line for line in r.stderr.splitlines() if "allocator state" in line]
+        check(r.returncode == 0 and "STATE" in r.stdout and not quiet and docs
+              and not any("framework" in d for d in docs),
+              "async backend: no history asked, no warning, no framework section", (r.stderr[-400:], quiet))
+
+
 def test_off(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
         r = run(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, PROGRAM, "off.py")
@@ -233,6 +250,7 @@ def main(argv: List[str]) -> int:
     test_chain(launcher, env)
     test_no_torch(launcher, env)
     test_old_torch(launcher, env)
+    test_async_backend(launcher, env)
     test_off(launcher, env)
     print(f"{'FAIL' if FAILURES else 'ok'}: {len(FAILURES)} failed")
     return 1 if FAILURES else 0

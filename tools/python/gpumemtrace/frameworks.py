@@ -96,8 +96,20 @@ def on_import_torch(torch: Any) -> None:
         atexit.register(_at_exit, torch)
 
 
+def _backend(torch: Any) -> str:
+    return str(getattr(torch.cuda, "get_allocator_backend", lambda: "native")())
+
+
 def _start(torch: Any) -> None:
-    """At PyTorch's CUDA initialisation: its history on, our observer in."""
+    """At PyTorch's CUDA initialisation: its history on, our observer in.
+    Not with PyTorch's cudaMallocAsync backend, which keeps neither segments
+    nor history (the tracer's stream-ordered pools are the whole view)."""
+    backend = _backend(torch)
+    if backend != "native":
+        if _env_on("GPUMEMTRACE_VERBOSE", False):
+            print(f"gpumemtrace: PyTorch's {backend} allocator keeps no segments: its state is not recorded",
+                  file=sys.stderr, flush=True)
+        return
     mem = torch.cuda.memory
     n = _history_entries()
     try:
@@ -117,7 +129,7 @@ def _observe(torch: Any, device: int, alloc: int, device_allocated: int, device_
 
 
 def _at_exit(torch: Any) -> None:
-    if getattr(torch.cuda, "is_initialized", lambda: True)():
+    if getattr(torch.cuda, "is_initialized", lambda: True)() and _backend(torch) == "native":
         _hand_over(torch, "exit", None)
 
 

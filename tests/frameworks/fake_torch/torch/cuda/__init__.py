@@ -27,6 +27,11 @@ def is_initialized():
     return _initialized
 
 
+def get_allocator_backend():
+    """FAKE_TORCH_BACKEND, as PYTORCH_CUDA_ALLOC_CONF=backend:... sets it."""
+    return os.environ.get("FAKE_TORCH_BACKEND", "native")
+
+
 def _lazy_call(fn, **kwargs):
     if _initialized:
         fn()

@@ -12,7 +12,9 @@ lines are ignored):
     SKIP <reason>                       it cannot check here: skipped
     CHECKPOINT <label> <where>          a snapshot to check: the path gmt_dump
                                         gave, @oom (the out-of-memory snapshot
-                                        of the process's first failure), @exit,
+                                        of the process's last episode: the one
+                                        the program was told of; earlier ones
+                                        ended with a successful retry), @exit,
                                         or - (gmt_dump failed: not traced)
     COVER <label> <kinds|all>           compare the snapshot's allocations of
                                         these kinds (comma list) with the LIVE
@@ -33,6 +35,11 @@ lines are ignored):
     OOM <label> <api|*> <size> <device> <exact|min>   the failed request
     VERDICT <label> <name> [primary]    a verdict of the diagnosis
     LEAKS <label> <count> <bytes>       leaks.totals.counted
+    FRAMEWORK <label> <device> <allocated> <reserved>   the snapshot's framework
+                                        section (PyTorch's state): exactly these
+                                        allocated and reserved bytes, equal to
+                                        its active blocks and its segments, every
+                                        segment joined to a driver allocation
     GRANULARITY <device> <bytes>        the driver's minimum granularity
     NOTE <text>                         shown in the table
 
@@ -107,6 +114,7 @@ class Expectations:
     ooms: list[tuple[str, str, int, int, str]] = field(default_factory=list)
     verdicts: list[tuple[str, str, bool]] = field(default_factory=list)
     leaks: list[tuple[str, int, int]] = field(default_factory=list)
+    frameworks: list[tuple[str, int, int, int]] = field(default_factory=list)
     granularity: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -179,6 +187,8 @@ def parse(output: str) -> Expectations:
                 exp.verdicts.append((f[0], f[1], len(f) > 2 and f[2] == "primary"))
             elif word == "LEAKS":
                 exp.leaks.append((f[0], _int(f[1]), _int(f[2])))
+            elif word == "FRAMEWORK":
+                exp.frameworks.append((f[0], _int(f[1]), _int(f[2]), _int(f[3])))
             elif word == "GRANULARITY":
                 exp.granularity[_int(f[0])] = _int(f[1])
         except (IndexError, ValueError) as e:
@@ -187,7 +197,7 @@ def parse(output: str) -> Expectations:
     used = ({k for k in exp.live} | set(exp.cover) | {k for k, _ in exp.meminfo}
             | {k for k, _ in exp.extra} | {x[0] for x in exp.pools + exp.byte_sums + exp.has
                                           + exp.pyframes + exp.gone + exp.reservations + exp.ooms
-                                          + exp.verdicts + exp.leaks})
+                                          + exp.verdicts + exp.leaks + exp.frameworks})
     for label in sorted(used - labels):
         exp.problems.append(f"facts about {label!r}, which is no checkpoint")
     return exp
@@ -215,9 +225,11 @@ def resolve(exp: Expectations, snapdir: str) -> tuple[dict[str, dict[str, Any]],
             problems.append(f"{label}: gmt_dump wrote no snapshot: was the program traced?")
             continue
         if where == "@oom":
-            ooms = [(load(p), p) for p in snapshots_of(snapdir, exp.pid, "oom")]
-            first = [p for s, p in ooms if (s.get("failed_request") or {}).get("failure") == 1]
-            path = (first or [p for _, p in ooms] or [None])[0]
+            # The latest episode's: a caching allocator's failures it
+            # recovered from (a retry after freeing its cache succeeded) are
+            # episodes of their own before the one the program saw.
+            ooms = snapshots_of(snapdir, exp.pid, "oom")
+            path = ooms[-1] if ooms else None
             if path is None:
                 problems.append(f"{label}: no out-of-memory snapshot was written")
                 continue
@@ -251,6 +263,29 @@ def fmt_entry(e: Entry) -> str:
 
 def snapshot_entries(snap: dict[str, Any]) -> list[Entry]:
     return [(int(a["address"], 16), a["size"], a["kind"], a["device"]) for a in snap["allocations"]]
+
+
+def framework_problems(snap: dict[str, Any], label: str, device: int, allocated: int, reserved: int) -> list[str]:
+    """A FRAMEWORK fact against the snapshot's framework section."""
+    fw = snap.get("framework")
+    if not isinstance(fw, dict):
+        return [f"{label}: no framework section (PyTorch's state) in the snapshot"]
+    out = []
+    dev = next((d for d in fw.get("devices") or [] if d.get("device") == device), {})
+    segs = [s for s in fw.get("segments") or [] if s.get("device") == device]
+    active = sum(b.get("size", 0) for s in segs for b in s.get("blocks") or [] if b.get("state") == "active_allocated")
+    total = sum(s.get("total_size", 0) for s in segs)
+    if (dev.get("allocated_bytes"), dev.get("reserved_bytes")) != (allocated, reserved):
+        out.append(f"{label}: the framework says allocated {dev.get('allocated_bytes')} and reserved "
+                   f"{dev.get('reserved_bytes')} on device {device}; the program saw {allocated} and {reserved}")
+    if (active, total) != (allocated, reserved) and not fw.get("truncated"):
+        out.append(f"{label}: its active blocks add up to {active} and its segments to {total}, "
+                   f"not {allocated} and {reserved}")
+    unjoined = [s.get("address") for s in segs if s.get("allocation") is not True]
+    if unjoined:
+        out.append(f"{label}: {len(unjoined)} of {len(segs)} segments joined to no driver allocation "
+                   f"({[hex(a) for a in unjoined[:4] if isinstance(a, int)]})")
+    return out
 
 
 def mapped_entries(snap: dict[str, Any]) -> list[Entry]:
@@ -514,6 +549,11 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
         if name not in names or (primary and diagnosis.get("verdict") != name):
             problems.append(f"{label}: verdict {name}{' (primary)' if primary else ''} expected, the "
                             f"diagnosis says {names}: {diagnosis.get('summary')}")
+    for label, device, allocated, reserved in exp.frameworks:
+        snap = snaps.get(label)
+        if snap is None:
+            continue
+        problems += framework_problems(snap, label, device, allocated, reserved)
     for label, count, nbytes in exp.leaks:
         snap = snaps.get(label)
         if snap is None:

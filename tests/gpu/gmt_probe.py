@@ -113,6 +113,10 @@ def oom(label: str, api: str, size: int, device: int, exact: bool) -> None:
     line("OOM", label, api, size, device, "exact" if exact else "min")
 
 
+def framework(label: str, device: int, allocated: int, reserved: int) -> None:
+    line("FRAMEWORK", label, device, allocated, reserved)
+
+
 def verdict(label: str, name: str, primary: bool = False) -> None:
     line("VERDICT", label, name, *(["primary"] if primary else []))
 

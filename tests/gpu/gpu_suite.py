@@ -82,6 +82,7 @@ CASES = [
     Case("torch-async", "torch_memory.py", ["async"],
          env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
     Case("torch-oom", "torch_memory.py", ["oom"]),
+    Case("torch-train-oom", "torch_memory.py", ["train-oom"]),
     Case("cupy-default", "cupy_memory.py", ["default"]),
     Case("cupy-async", "cupy_memory.py", ["async"]),
     Case("jax-platform", "jax_platform.py",

@@ -328,6 +328,52 @@ def case_oom_unexpected(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
+def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB) -> None:
+    """An oom snapshot with PyTorch's state: one 20 MiB segment at A (the
+    live driver allocation) with an 8 MiB active block and 12 MiB free."""
+    doc = oom_doc(16 * MIB, ["exhaustion"])
+    doc["allocations"] = [alloc(A, 20 * MIB)]
+    doc["devices"] = [device(free=4 * MIB, pages=10)]
+    doc["framework"] = {
+        "name": "torch", "version": "2.11.0", "reason": "oom", "segments_joined": 1 if joined else 0,
+        "devices": [{"device": 0, "allocated_bytes": 8 * MIB, "reserved_bytes": 20 * MIB,
+                     "reserved_unallocated_bytes": 12 * MIB, "largest_free_block_bytes": 12 * MIB}],
+        "segments": [{"device": 0, "address": A, "total_size": 20 * MIB, "allocation": joined,
+                      "blocks": [{"address": A, "size": active, "state": "active_allocated"},
+                                 {"address": A + active, "size": 20 * MIB - active, "state": "inactive"}]}]}
+    sc.checkpoint("oom", doc, where="@oom", live=[(A, 20 * MIB, "device", 0)])
+
+
+def case_framework(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc)
+    sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
+    return {}
+
+
+def case_framework_counters(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc)
+    sc.lines.append(f"FRAMEWORK oom 0 {10 * MIB} {20 * MIB}")
+    return {}
+
+
+def case_framework_blocks(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc, active=6 * MIB)
+    sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
+    return {}
+
+
+def case_framework_unjoined(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc, joined=False)
+    sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
+    return {}
+
+
+def case_framework_missing(sc: Scenario) -> dict[str, Any]:
+    case_oom(sc)
+    sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
+    return {}
+
+
 def case_leaks(sc: Scenario) -> dict[str, Any]:
     doc = snapshot("exit", [alloc(A, 3 * MIB)], [device(free=None, pages=2)],
                    leaks={"totals": {"counted": {"count": 1, "bytes": 3 * MIB}}})
@@ -441,6 +487,11 @@ CASES: list[Case] = [
     ("fail", case_oom_unexpected, "none expected"),
     ("pass", case_leaks, None),
     ("fail", case_leaks_wrong, "the leak check counts 1"),
+    ("pass", case_framework, None),
+    ("fail", case_framework_counters, "the framework says allocated 8388608"),
+    ("fail", case_framework_blocks, "its active blocks add up to 6291456"),
+    ("fail", case_framework_unjoined, "1 of 1 segments joined to no driver allocation"),
+    ("fail", case_framework_missing, "no framework section"),
     ("fail", case_two_exits, "2 exit snapshots"),
     ("skip", case_skip, None),
     ("fail", case_skip_crashed, "exit status 1"),

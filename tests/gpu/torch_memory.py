@@ -21,14 +21,22 @@
               out-of-memory snapshot (its episode's) names cuMemAlloc_v2 of at
               least its bytes and the verdict never_fits, with cache_released
               beside it, and holds the one segment in use — not the cached
-              ones: it describes the last failure, after the release.
+              ones: it describes the last failure, after the release. Its
+              framework section (the bootstrap's hand-over of PyTorch's
+              state) has allocated = memory_allocated() and reserved =
+              memory_reserved(), equal to its active blocks and segments,
+              every segment joined to a driver allocation;
+  train-oom   a real training step running out: the device filled but for
+              3 GiB, an MLP trained with AdamW at batch sizes doubling until
+              the step fails: the out-of-memory snapshot's framework section
+              as for oom.
 
 Every mode also compares torch.cuda.mem_get_info (cudaMemGetInfo) with the
 snapshots' footprint between checkpoints; caching and async also check that
 a tensor made inside make_activation() has that function, file and line as
 its innermost Python frame (PyTorch allocates without the GIL). Without torch, or without a GPU
 for it, the script says SKIP.
-Usage: torch_memory.py caching|expandable|async|oom
+Usage: torch_memory.py caching|expandable|async|oom|train-oom
 """
 from __future__ import annotations
 
@@ -39,7 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gmt_probe as gp  # noqa: E402
 
 MIB = 1 << 20
-MODES = ("caching", "expandable", "async", "oom")
+MODES = ("caching", "expandable", "async", "oom", "train-oom")
+GIB = 1 << 30
 # A small-pool block (a 2 MiB segment), and large ones of several sizes.
 SIZES = [512 * 1024, 3 * MIB, 30 * MIB, 100 * MIB + 1]
 DEV = 0
@@ -115,6 +124,7 @@ def run_oom(torch) -> None:
     del cached
     total = torch.cuda.get_device_properties(DEV).total_memory
     want = 2 * total
+    seen = counters_at_oom(torch)
     try:
         torch.empty(want, dtype=torch.uint8, device="cuda")
     except torch.cuda.OutOfMemoryError:
@@ -129,9 +139,54 @@ def run_oom(torch) -> None:
     gp.oom("oom", "cuMemAlloc_v2", want, DEV, exact=False)
     gp.verdict("oom", "never_fits", primary=True)
     gp.verdict("oom", "cache_released")
+    if not seen:
+        sys.exit("torch_memory.py oom: PyTorch called no out-of-memory observer")
+    gp.framework("oom", DEV, *seen[-1])
     del keep
     torch.cuda.empty_cache()
     report(torch, "end", "caching", [])
+
+
+def counters_at_oom(torch) -> list:
+    """PyTorch's counters at the moment it reports an out-of-memory: read by
+    an out-of-memory observer of the program's own, which runs beside the
+    bootstrap's (nothing is allocated or freed between them). Read after the
+    exception instead, they would miss what unwinding the failed step freed."""
+    seen: list = []
+    torch._C._cuda_attach_out_of_memory_observer(
+        lambda device, alloc, allocated, free: seen.append(
+            (torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device))))
+    return seen
+
+
+def run_train_oom(torch) -> None:
+    free, _ = torch.cuda.mem_get_info(DEV)
+    blocker = torch.empty(max(0, free - 3 * GIB), dtype=torch.uint8, device="cuda")
+    seen = counters_at_oom(torch)
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    batch = 1024
+    while batch < 1 << 24:
+        try:
+            x = torch.randn(batch, 4096, device="cuda")
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del x, loss
+        except torch.cuda.OutOfMemoryError:
+            break
+        batch *= 2
+    else:
+        sys.exit("torch_memory.py train-oom: no out-of-memory")
+    gp.checkpoint_at("oom", "@oom")
+    gp.oom("oom", "*", 1, DEV, exact=False)
+    if not seen:
+        sys.exit("torch_memory.py train-oom: PyTorch called no out-of-memory observer")
+    gp.framework("oom", DEV, *seen[-1])
+    gp.note(f"training step of batch {batch} ran out; at the out-of-memory memory_allocated() {seen[-1][0]}, "
+            f"memory_reserved() {seen[-1][1]}; after the exception {torch.cuda.memory_allocated(DEV)}")
+    del blocker, model, opt
 
 
 def main(argv: list[str]) -> int:
@@ -152,9 +207,11 @@ def main(argv: list[str]) -> int:
     torch.cuda.synchronize()
     del warm
     torch.cuda.empty_cache()
-    report(torch, "start", "caching" if mode == "oom" else mode, [])
+    report(torch, "start", "caching" if mode in ("oom", "train-oom") else mode, [])
     if mode == "oom":
         run_oom(torch)
+    elif mode == "train-oom":
+        run_train_oom(torch)
     else:
         run_allocator(torch, mode)
     gp.note(f"torch {torch.__version__}, memory_reserved() up to {PEAK[0]} bytes")

@@ -1,5 +1,10 @@
 /* The out-of-memory diagnosis (diagnose.h). The rules, in order:
  *
+ * 0. With a framework allocator's own state: its request (what it asked of
+ *    itself, which it may ask of the driver in pieces) counts for rule 1;
+ *    and when the free bytes inside its segments cover that request but no
+ *    free block is that large, allocator_fragmentation: the allocator's
+ *    segments are fragmented (PyTorch: expandable segments).
  * 1. A request larger than all this process could ever have of the device —
  *    what is free plus its own footprint, i.e. the device less other
  *    processes' memory and the untracked (the context) — never_fits: nothing
@@ -53,18 +58,33 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 	char a[32], b[32], c[32];
 
 	switch (v->verdict) {
-	case GMT_VERDICT_NEVER_FITS:
-		rests(v, "requested_bytes", "capacity_bytes", "total_bytes", "other_processes_bytes", "untracked_bytes");
-		if (d->needed > in->state->total_bytes)
-			snprintf(v->detail, sizeof(v->detail), "the request alone (%s) is larger than the device (%s)",
-				 gmt__human_bytes(a, sizeof(a), in->requested),
-				 gmt__human_bytes(b, sizeof(b), in->state->total_bytes));
+	case GMT_VERDICT_NEVER_FITS: {
+		/* The framework's own request when it is the larger: PyTorch's
+		 * expandable segments ask the driver a page at a time. */
+		bool fw = in->fw_requested > d->needed;
+		uint64_t asked = fw ? in->fw_requested : in->requested;
+		const char *what = fw ? "the framework's request" : "the request";
+
+		rests(v, fw ? "framework_requested_bytes" : "requested_bytes", "capacity_bytes", "total_bytes",
+		      "other_processes_bytes", "untracked_bytes");
+		if ((fw ? in->fw_requested : d->needed) > in->state->total_bytes)
+			snprintf(v->detail, sizeof(v->detail), "%s alone (%s) is larger than the device (%s)", what,
+				 gmt__human_bytes(a, sizeof(a), asked), gmt__human_bytes(b, sizeof(b), in->state->total_bytes));
 		else
 			snprintf(v->detail, sizeof(v->detail),
-				 "the request (%s) is larger than all this process could have of the device (%s: "
+				 "%s (%s) is larger than all this process could have of the device (%s: "
 				 "its %s less what other processes and untracked use hold), even with nothing of its own live",
-				 gmt__human_bytes(a, sizeof(a), in->requested), gmt__human_bytes(b, sizeof(b), d->capacity),
+				 what, gmt__human_bytes(a, sizeof(a), asked), gmt__human_bytes(b, sizeof(b), d->capacity),
 				 gmt__human_bytes(c, sizeof(c), in->state->total_bytes));
+		break;
+	}
+	case GMT_VERDICT_ALLOCATOR_FRAGMENTATION:
+		rests(v, "framework_requested_bytes", "reserved_unallocated_bytes", "largest_free_block_bytes", NULL, NULL);
+		snprintf(v->detail, sizeof(v->detail),
+			 "the framework's allocator holds %s free inside its segments, enough for the %s it needed, but its "
+			 "largest free block is %s: its segments are fragmented",
+			 gmt__human_bytes(a, sizeof(a), in->fw_reserved_unallocated),
+			 gmt__human_bytes(b, sizeof(b), in->fw_requested), gmt__human_bytes(c, sizeof(c), in->fw_largest_free));
 		break;
 	case GMT_VERDICT_CACHE_RELEASED:
 		rests(v, "released_bytes", "released_count", "episode_failures", "tracked_total_bytes", NULL);
@@ -196,8 +216,13 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	d->untracked = d->used > d->footprint + others ? d->used - d->footprint - others : 0;
 
 	d->capacity = st->free_bytes + d->footprint;
-	if (d->needed > d->capacity) {
-		add(d, GMT_VERDICT_NEVER_FITS, d->needed);
+	if (d->needed > d->capacity || in->fw_requested > d->capacity) {
+		add(d, GMT_VERDICT_NEVER_FITS, d->needed > in->fw_requested ? d->needed : in->fw_requested);
+		goto done;
+	}
+	if (in->fw_known && in->fw_requested > 0 && in->fw_reserved_unallocated >= in->fw_requested &&
+	    in->fw_largest_free < in->fw_requested) {
+		add(d, GMT_VERDICT_ALLOCATOR_FRAGMENTATION, in->fw_reserved_unallocated);
 		goto done;
 	}
 	if (d->shortfall == 0) {

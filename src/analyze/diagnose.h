@@ -26,7 +26,8 @@
 	X(GROWTH, "growth")               /* sites whose live bytes kept rising */           \
 	X(UNTRACKED, "untracked")         /* used memory the tracer did not see */          \
 	X(NEVER_FITS, "never_fits")       /* more than this process could ever have */      \
-	X(CACHE_RELEASED, "cache_released") /* memory freed during the episode did not help */
+	X(CACHE_RELEASED, "cache_released") /* memory freed during the episode did not help */ \
+	X(ALLOCATOR_FRAGMENTATION, "allocator_fragmentation") /* free inside a framework's segments, not in one block */
 
 enum gmt__verdict {
 #define GMT_X(id, word) GMT_VERDICT_##id,
@@ -58,6 +59,11 @@ struct gmt__diag_input {
 	 * program freed on the device since the first (capture.h). */
 	uint64_t episode_failures;
 	uint64_t released_bytes, released_count;
+	/* A framework allocator's own state (PyTorch's, capture.h "framework"):
+	 * known, its free bytes inside its segments and its largest free block
+	 * on the device, and the request its observer was told of (0: none). */
+	bool fw_known;
+	uint64_t fw_reserved_unallocated, fw_largest_free, fw_requested;
 };
 
 struct gmt__diag_verdict {

@@ -7,6 +7,7 @@
 #include "analyze/diagnose.h"
 #include "record/event.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,49 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 }
 
 /* Fills the view from the live allocations v[0..n) (sorted by address). */
+static uint64_t json_u64(const json_t *o, const char *key, bool *ok)
+{
+	const json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0) {
+		*ok = false;
+		return 0;
+	}
+	return (uint64_t)json_integer_value(v);
+}
+
+/* What a framework's allocator state (s->framework, checked JSON) says of
+ * `device`: its counters, and the request its out-of-memory observer was
+ * told of when it was on that device. */
+static void framework_on_device(const char *text, int device, struct gmt__diag_input *in)
+{
+	json_t *doc = json_loads(text, 0, NULL), *d, *oom;
+	size_t i;
+
+	if (doc == NULL)
+		return;
+	json_array_foreach(json_object_get(doc, "devices"), i, d) {
+		bool ok = true;
+		uint64_t dev = json_u64(d, "device", &ok);
+
+		if (!ok || dev != (uint64_t)device)
+			continue;
+		in->fw_reserved_unallocated = json_u64(d, "reserved_unallocated_bytes", &ok);
+		in->fw_largest_free = json_u64(d, "largest_free_block_bytes", &ok);
+		in->fw_known = ok;
+		break;
+	}
+	oom = json_object_get(doc, "oom");
+	if (json_is_object(oom)) {
+		bool ok = true;
+		uint64_t dev = json_u64(oom, "device", &ok), req = json_u64(oom, "requested_bytes", &ok);
+
+		if (ok && dev == (uint64_t)device)
+			in->fw_requested = req;
+	}
+	json_decref(doc);
+}
+
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
 		     struct gmt__view *view)
 {
@@ -173,6 +217,8 @@ void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *con
 		memcpy(view->diag_in.tracked, view->kinds[d], sizeof(view->diag_in.tracked));
 		view->diag_in.pages = view->pages[d];
 		growth_on_device(s, v, n, s->failed->device, view);
+		if (s->framework != NULL)
+			framework_on_device(s->framework, s->failed->device, &view->diag_in);
 		if (s->episode != NULL) {
 			view->diag_in.episode_failures = s->episode->failures;
 			view->diag_in.released_bytes = s->episode->freed_bytes;

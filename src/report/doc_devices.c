@@ -256,6 +256,12 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_u64(p, in->released_bytes);
 	p = gmt__put_lit(p, ", \"released_count\": ");
 	p = gmt__put_u64(p, in->released_count);
+	p = gmt__put_lit(p, ",\n   \"framework_requested_bytes\": ");
+	p = put_u64_or_null(p, in->fw_requested > 0, in->fw_requested);
+	p = gmt__put_lit(p, ", \"reserved_unallocated_bytes\": ");
+	p = put_u64_or_null(p, in->fw_known, in->fw_reserved_unallocated);
+	p = gmt__put_lit(p, ", \"largest_free_block_bytes\": ");
+	p = put_u64_or_null(p, in->fw_known, in->fw_largest_free);
 	p = gmt__put_lit(p, ",\n   \"pages\": ");
 	p = gmt__put_u64(p, in->pages.pages);
 	p = gmt__put_lit(p, ", \"pages_partial\": ");

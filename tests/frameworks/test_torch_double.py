@@ -13,6 +13,9 @@ bootstrap uses), under `gpumemtrace run`:
   allocator's free bytes inside its segments; the episode has the two
   failures (before and after the cache was released); the pickle beside it
   is PyTorch's snapshot; the exit snapshot has the state handed over at exit;
+- fragmentation: free bytes inside the allocator's segments cover a
+  request but no free block does: the verdict allocator_fragmentation, on
+  the allocator's own numbers;
 - chain: a program with its own sitecustomize on PYTHONPATH still runs it;
 - no torch: a program that never imports torch loads nothing of
   gpumemtrace's Python, writes no framework file, prints what it prints
@@ -58,6 +61,25 @@ a = torch.cuda._allocator()
 print("STATE", torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), a.cached_free())
 print("SEGMENTS", " ".join(f"{s.address}:{s.size}" for s in a.segments))
 print("MODULES", sorted(m for m in sys.modules if m.startswith("gpumemtrace")))
+'''
+
+# Fragmentation inside the allocator: a 600 MiB segment cut into 64 MiB
+# blocks, every other one freed (256 MiB free in blocks of 64 MiB, 88 MiB at
+# the end), the rest of the device taken, then 128 MiB asked.
+FRAGMENTED = r'''
+import torch
+MIB = 1 << 20
+t = torch.empty(600 * MIB)
+del t
+blocks = [torch.empty(64 * MIB) for _ in range(8)]
+del blocks[::2]
+blocker = torch.empty(400 * MIB)
+try:
+    torch.empty(128 * MIB)
+except torch.cuda.OutOfMemoryError:
+    pass
+a = torch.cuda._allocator()
+print("STATE", a.cached_free(), max(b.size for s in a.segments for b in s.blocks if not b.active))
 '''
 
 PLAIN = r'''
@@ -169,6 +191,30 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
               "join: the viewer's summary shows the framework's counters", v.stdout[-1500:] + v.stderr)
 
 
+def test_fragmentation(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, env, tmp, FRAGMENTED, "frag.py", on="oom")
+        m = re.search(r"^STATE (\d+) (\d+)$", r.stdout, re.M)
+        ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+        check(r.returncode == 0 and m is not None and len(ooms) == 1, "fragmentation: one oom snapshot",
+              r.stdout + r.stderr[-600:])
+        if m is None or len(ooms) != 1:
+            return
+        free_in, largest = map(int, m.groups())
+        with open(ooms[0], encoding="utf-8") as f:
+            dg = json.load(f).get("diagnosis") or {}
+        nums = dg.get("numbers") or {}
+        check(dg.get("verdict") == "allocator_fragmentation", "fragmentation: the verdict",
+              (dg.get("verdict"), dg.get("summary")))
+        check((nums.get("framework_requested_bytes"), nums.get("reserved_unallocated_bytes"),
+               nums.get("largest_free_block_bytes")) == (128 * MIB, free_in, largest),
+              "fragmentation: the numbers it rests on are the allocator's",
+              (nums.get("framework_requested_bytes"), nums.get("reserved_unallocated_bytes"),
+               nums.get("largest_free_block_bytes"), free_in, largest))
+        check("allocator_fragmentation" in r.stderr, "fragmentation: the report names it", r.stderr[-600:])
+        schema_ok(source, ooms, "fragmentation")
+
+
 def test_chain(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
         own = os.path.join(tmp, "own")
@@ -247,6 +293,7 @@ def main(argv: List[str]) -> int:
     launcher, source = os.path.abspath(argv[0]), argv[1]
     env = base_env(source)
     test_join(launcher, source, env)
+    test_fragmentation(launcher, source, env)
     test_chain(launcher, env)
     test_no_torch(launcher, env)
     test_old_torch(launcher, env)

@@ -101,6 +101,43 @@ static void test_never_fits(void)
 	CHECK(strcmp(names(&d), "never_fits") != 0);
 }
 
+static void test_allocator_fragmentation(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 20 * MIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	/* PyTorch needed 2 GiB: 3 GiB free inside its segments, none of its
+	 * free blocks larger than 512 MiB. */
+	in.fw_known = true;
+	in.fw_requested = 2 * GIB;
+	in.fw_reserved_unallocated = 3 * GIB;
+	in.fw_largest_free = 512 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "allocator_fragmentation");
+	CHECK_U64(d.v[0].bytes, 3 * GIB);
+	CHECK(rests_on(&d.v[0], "largest_free_block_bytes"));
+	CHECK(strstr(d.v[0].detail, "holds 3.00 GiB free inside its segments, enough for the 2.00 GiB it needed, "
+				    "but its largest free block is 512 MiB") != NULL);
+
+	/* A free block large enough, or too little free: not fragmentation. */
+	in.fw_largest_free = 2 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(names(&d), "allocator_fragmentation") == NULL);
+	in.fw_largest_free = 512 * MIB;
+	in.fw_reserved_unallocated = 1 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(names(&d), "allocator_fragmentation") == NULL);
+
+	/* The framework's request larger than the device: never_fits, said of it
+	 * (expandable segments ask the driver a page at a time). */
+	in.fw_requested = 17 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "never_fits");
+	CHECK(rests_on(&d.v[0], "framework_requested_bytes"));
+	CHECK(strstr(d.v[0].detail, "the framework's request alone (17.0 GiB) is larger than the device") != NULL);
+}
+
 static void test_cache_released(void)
 {
 	struct gmt__device_state st = device(1 * GIB);
@@ -331,6 +368,7 @@ int main(void)
 	test_exhaustion();
 	test_never_fits();
 	test_cache_released();
+	test_allocator_fragmentation();
 	test_fragmentation();
 	test_pool();
 	test_others();

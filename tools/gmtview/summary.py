@@ -219,6 +219,8 @@ _REMEDIES = {
     "untracked": "a smaller cudaLimitMallocHeapSize, fewer modules loaded",
     "never_fits": "a smaller request (a smaller batch, the model split across devices), or fewer other processes on the device",
     "cache_released": "freeing cache will not help: reduce what stays live",
+    "allocator_fragmentation": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments that grow instead of "
+                               "splitting), or allocate the large tensors first",
 }
 # Tracer counters that mean the record may be incomplete or wrong
 # (src/tracer/tracer.h, GMT_STATS, says what each counts).

@@ -17,6 +17,6 @@ HIST_OPS = ("alloc", "free", "oom", "step")
 # What a frame is to the site rule (docs/guide.md, "Allocation sites").
 FRAME_ROLES = ("cuda", "library", "user")
 VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked",
-            "never_fits", "cache_released")
+            "never_fits", "cache_released", "allocator_fragmentation")
 # How an out-of-memory episode had ended (GMT_EPISODE_ENDS in src/analyze/capture.h).
 EPISODE_ENDS = ("open", "success", "gap", "other_device", "exit")

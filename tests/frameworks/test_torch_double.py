@@ -117,6 +117,15 @@ def run(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str,
                           env=env, cwd=tmp, capture_output=True, text=True, timeout=120)
 
 
+def snapshots(d: str) -> List[dict]:
+    """Every snapshot a run wrote into d."""
+    out = []
+    for p in glob.glob(os.path.join(d, "gpumemtrace.*.json")):
+        with open(p, encoding="utf-8") as f:
+            out.append(json.load(f))
+    return out
+
+
 def schema_ok(source: str, paths: List[str], what: str) -> None:
     if not paths:
         return
@@ -251,10 +260,7 @@ def test_old_torch(launcher: str, env: Dict[str, str]) -> None:
         check(r.returncode == 0 and "STATE" in r.stdout, "old torch: the program runs", r.stderr[-500:])
         check(len(warns) == 1 and "_record_memory_history" in warns[0], "old torch: one warning naming what lacks",
               warns)
-        docs = []
-        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.json")):
-            with open(p, encoding="utf-8") as f:
-                docs.append(json.load(f))
+        docs = snapshots(tmp)
         check(docs and not any("framework" in d for d in docs), "old torch: no framework section")
 
 
@@ -263,10 +269,7 @@ def test_async_backend(launcher: str, env: Dict[str, str]) -> None:
     history and keeps no segments; nothing is asked of it, nothing said."""
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
         r = run(launcher, dict(env, FAKE_TORCH_BACKEND="cudaMallocAsync"), tmp, PROGRAM, "async.py")
-        docs = []
-        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.json")):
-            with open(p, encoding="utf-8") as f:
-                docs.append(json.load(f))
+        docs = snapshots(tmp)
         quiet = [line for line in r.stderr.splitlines() if "allocator state" in line]
         check(r.returncode == 0 and "STATE" in r.stdout and not quiet and docs
               and not any("framework" in d for d in docs),
@@ -276,10 +279,7 @@ def test_async_backend(launcher: str, env: Dict[str, str]) -> None:
 def test_off(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
         r = run(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, PROGRAM, "off.py")
-        docs = []
-        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.json")):
-            with open(p, encoding="utf-8") as f:
-                docs.append(json.load(f))
+        docs = snapshots(tmp)
         check(r.returncode == 0 and docs and not any("framework" in d for d in docs)
               and not glob.glob(os.path.join(tmp, "*.pickle")),
               "off: GPUMEMTRACE_FRAMEWORKS=0 records nothing of PyTorch's", r.stderr[-300:])

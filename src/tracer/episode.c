@@ -29,10 +29,6 @@
  * before the core's lock, never after. */
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The written document of the latest write, kept beside the episode (the
- * writer fills it without the core's lock; write_lock guards it). */
-static struct gmt__oom_write written;
-
 /* Allocations whose success says the device had room again. */
 static bool ends_episode(uint8_t kind)
 {
@@ -135,14 +131,11 @@ static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
 
 	copy.described = described;
 	gmt__snapshot_take_oom(&req, ep->have_state ? &state : NULL, &copy, ep->framework, ep->file_seq,
-			       &written); /* releases the lock */
+			       &ep->out); /* releases the lock */
 	gmt__core_lock();
 	/* The episode's file, once there is one: later writes replace it. */
-	if (written.result == 0 && written.seq != 0)
-		ep->file_seq = written.seq;
-	ep->result = written.result;
-	memcpy(ep->report, written.report, sizeof(ep->report));
-	memcpy(ep->path, written.path, sizeof(ep->path));
+	if (ep->out.result == 0 && ep->out.seq != 0)
+		ep->file_seq = ep->out.seq;
 	ep->written_mono = gmt__now_ns(CLOCK_MONOTONIC);
 	ep->doc.described = described == 0 ? ep->doc.failures : described;
 }
@@ -154,8 +147,8 @@ static void end_episode(struct gmt__oom_episode *ep, enum gmt__episode_end end)
 	ep->doc.end = end;
 	if (ep->doc.described < ep->doc.failures)
 		write_episode(ep, 0);
-	if (ep->report[0] != '\0')
-		gmt__oom_report(ep->report, ep->path, ep->result);
+	if (ep->out.report[0] != '\0')
+		gmt__oom_report(ep->out.report, ep->out.path, ep->out.result);
 	ep->open = false;
 }
 

@@ -104,6 +104,16 @@ struct gmt__undo {
 	uint8_t dec_op[GMT_UNDO_ENTRIES];
 };
 
+/* What one out-of-memory snapshot of an episode left (gmt__snapshot_take_oom):
+ * its report (printed when the episode ends), the file's path, its number
+ * and the writer's result. */
+struct gmt__oom_write {
+	char report[1024];
+	char path[4096];
+	uint64_t seq;
+	int result;
+};
+
 /* The out-of-memory episode going on, or the last one (capture.h: struct
  * gmt__episode is what its snapshots copy; tracer/episode.c decides). */
 struct gmt__oom_episode {
@@ -118,12 +128,11 @@ struct gmt__oom_episode {
 	/* A framework's allocator state handed over during the episode
 	 * (gmt_framework, malloc'd), or NULL. */
 	char *framework;
-	/* The latest write: the file's number (0: none yet), its report (printed
-	 * when the episode ends), path and result. */
+	/* The episode's file's number (0: none yet), and what its latest write
+	 * left: filled by the writer without the core's lock, under
+	 * tracer/episode.c's write lock, which every reader holds too. */
 	uint64_t file_seq;
-	int result;
-	char report[1024];
-	char path[4096];
+	struct gmt__oom_write out;
 };
 
 struct gmt__core {
@@ -295,16 +304,8 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 			     struct gmt__snapshot_leaks *leaks, bool no_file);
 /* An out-of-memory snapshot of an episode: as gmt__snapshot_take, with the
  * episode's copy; rewrites file number `replace_seq` when not 0 (the
- * episode's file). The report is not printed: it is left in ep->report (and
- * the path in ep->path, the result in ep->result, the number in
- * ep->file_seq) for the episode's end — the caller stores them, under the
- * lock, from the `out` it passes. */
-struct gmt__oom_write {
-	char report[1024];
-	char path[4096];
-	uint64_t seq;
-	int result;
-};
+ * episode's file). The report is not printed: it is left in `out`, with the
+ * path, the number and the result, for the episode's end. */
 void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const struct gmt__device_state *state,
 			    const struct gmt__episode *episode, const char *framework, uint64_t replace_seq,
 			    struct gmt__oom_write *out);

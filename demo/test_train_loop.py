@@ -54,6 +54,9 @@ REPORT = [
                r"with ([\d.]+) MiB free of 4\.00 GiB"),
     re.compile(r"gpumemtrace:   verdict: growth: 1 allocation site kept growing and added "
                r"[\d.]+ GiB \(a leak suspect\); the request fell [\d.]+ MiB short"),
+    re.compile(r"gpumemtrace:   try: drop what this growing site keeps by mistake .*: it gained [\d.]+ GiB, "
+               r"64\.0 MiB a step over \d+ whole steps "
+               r"\(at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\)\)"),
     re.compile(r"gpumemtrace:   top sites: [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\); .*"),
     re.compile(r"gpumemtrace:   snapshot: (\S+)"),
 ]
@@ -71,7 +74,7 @@ def check_traced(stderr: str, ledger: Dict[str, Any], tried_mib: float) -> None:
         return
     expect(float(matches[0].group(1)) == tried_mib, "report: requested MiB",
            matches[0].group(1), tried_mib)
-    with open(matches[3].group(1)) as f:
+    with open(matches[4].group(1)) as f:
         snap: Dict[str, Any] = json.load(f)
     mine = sorted((int(a["address"], 16), a["size"]) for a in snap["allocations"])
     truth = sorted((int(e["address"], 16), e["size"]) for e in ledger["live"])
@@ -87,6 +90,14 @@ def check_traced(stderr: str, ledger: Dict[str, Any], tried_mib: float) -> None:
     sites = {s["stack"]: s for s in snap.get("sites", [])}
     expect(len(grown) == 1 and sites.get(grown[0], {}).get("growing") is True,
            "the growing site", grown, "one site, marked growing")
+    # The leak's bytes per step: the steps marked with gmt_step, each keeping
+    # the last layer's activation.
+    steps = numbers.get("growth_top_steps") or 0
+    expect(steps > 0 and numbers.get("growth_top_step_bytes") == steps * ACTS[-1],
+           "growth over whole steps", (numbers.get("growth_top_step_bytes"), steps), f"{steps} x {ACTS[-1]}")
+    remedies = [(r["name"], r["stack"]) for r in diagnosis.get("remedies") or []]
+    expect(remedies == [("free_growing_site", numbers.get("growth_top_stack"))] and remedies[0][1] in grown,
+           "remedies", remedies, "free_growing_site at the growing site")
     # The C runtime's _start has no debug information: no line from the
     # program's source may be given to it.
     starts = [f for st in snap["stacks"] for f in st["frames"] if f["function"] == "_start"]

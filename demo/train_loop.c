@@ -1,7 +1,10 @@
 /*
  * The demo program: a small "training loop" that runs out of device memory.
- * Plain C against the CUDA runtime API only, so it builds against the simulated
+ * Plain C against the CUDA runtime API, so it builds against the simulated
  * cudart (meson) and, unchanged, with nvcc against the real one (scripts/demo).
+ * It marks each training step with gmt_step() from gpumemtrace.h, which does
+ * nothing when the tracer is not loaded (a training loop that marks its steps
+ * gets remedies in bytes per step).
  *
  * What it allocates, scaled to the device so it behaves alike on the simulated
  * 4 GiB GPU and on an 80 GiB one (u = total / 256, whole 2 MiB pages):
@@ -28,6 +31,7 @@
 #include <time.h>
 
 #include <cuda_runtime_api.h>
+#include <gpumemtrace.h>
 
 #define N_LAYERS 4
 #define MAX_STEPS 1000
@@ -179,6 +183,7 @@ int main(void)
 	       mib(2 * params), mib(staging_bytes));
 
 	for (step = 1; step <= MAX_STEPS; step++) {
+		(void)gmt_step((unsigned long long)step); /* -ENOSYS untraced */
 		train_step(stream, staging, batch_bytes);
 		if (step % 5 == 0) {
 			check("cudaMemGetInfo", cudaMemGetInfo(&free_bytes, &total_bytes));

@@ -27,6 +27,7 @@
  * what is left is live, and releasing more cache will not help. */
 #define _GNU_SOURCE
 #include "analyze/diagnose.h"
+#include "analyze/remedy.h"
 #include "util/parse.h"
 #include "util/xlist.h"
 
@@ -277,4 +278,5 @@ done:
 	else
 		snprintf(d->summary, sizeof(d->summary), "%s: %s requested (free memory not known); %s",
 			 gmt__verdict_name(d->primary), gmt__human_bytes(a, sizeof(a), in->requested), d->v[0].detail);
+	gmt__remedies(in, d);
 }

@@ -36,6 +36,36 @@ enum gmt__verdict {
 	GMT_VERDICT_COUNT
 };
 
+/* The remedies, X(ID, "word"), in the order they are offered.
+ * tests/unit/test_vocabulary.py holds the viewer's and the schema's copies
+ * to this list. */
+#define GMT_REMEDIES(X)                                                                    \
+	X(SPLIT_REQUEST, "split_request")       /* never_fits: the request in pieces */          \
+	X(EXPANDABLE, "expandable_segments")    /* allocator_fragmentation, PyTorch's */         \
+	X(SMALLER_BATCH, "smaller_batch")       /* the step's live memory covers the shortfall */ \
+	X(CHECKPOINTING, "checkpointing")       /* the same memory, recomputed instead */        \
+	X(FREE_GROWTH, "free_growing_site")     /* growth: what a site keeps by mistake */       \
+	X(LARGEST_SITE, "shrink_largest_site")  /* one site alone covers the shortfall */        \
+	X(TRIM_POOLS, "trim_pools")             /* pool_reservation */                           \
+	X(LARGE_FIRST, "large_blocks_first")    /* fragmentation: stranded pages */              \
+	X(OTHER_DEVICE, "other_device")         /* other_processes */
+
+enum gmt__remedy_id {
+#define GMT_X(id, word) GMT_REMEDY_##id,
+	GMT_REMEDIES(GMT_X)
+#undef GMT_X
+	GMT_REMEDY_COUNT
+};
+
+struct gmt__remedy {
+	enum gmt__remedy_id id;
+	enum gmt__verdict verdict; /* the verdict whose numbers it answers */
+	uint64_t bytes;           /* the memory it would give back (or the request's size) */
+	uint32_t stack;           /* the site it names (0: none) */
+	const char *rests_on[6];  /* names of diagnosis.numbers it reads, NULL-terminated */
+	char text[384];
+};
+
 /* Page occupancy of one device's plain device memory (kind "device") at the
  * allocation granularity: pages holding live allocations, those only partly
  * covered, and the bytes those leave unusable. */
@@ -64,6 +94,25 @@ struct gmt__diag_input {
 	 * on the device, and the request its observer was told of (0: none). */
 	bool fw_known;
 	uint64_t fw_reserved_unallocated, fw_largest_free, fw_requested;
+	bool fw_torch;           /* the framework is PyTorch */
+	int fw_expandable;       /* its segments there expandable: 1, not: 0, not known: -1 */
+	/* Step markers (gmt_step): whether one came before the failure, its
+	 * number, the steps marked, and the live bytes on the device allocated
+	 * since it (the step's activations, temporaries and gradients). */
+	bool step_known;
+	uint64_t step, steps, step_live_bytes;
+	/* step_live_bytes from the framework's counters (its allocated bytes
+	 * now less at the step's mark: a caching allocator serves a step from
+	 * segments the driver gave before it), not the driver's allocations. */
+	bool step_from_framework;
+	/* The stack holding the most live bytes on the device, and those bytes. */
+	uint32_t largest_stack;
+	uint64_t largest_stack_bytes;
+	/* The growing site that gained most there: its stack, its gain, and
+	 * with step markers what it gained over whole steps and how many
+	 * (gmt__site_step_growth; 0: not known). */
+	uint32_t growth_top_stack;
+	uint64_t growth_top_bytes, growth_top_step_bytes, growth_top_steps;
 };
 
 struct gmt__diag_verdict {
@@ -89,6 +138,8 @@ struct gmt__diagnosis {
 	bool have_untracked;
 	uint64_t untracked;
 	uint64_t capacity;       /* free + footprint: all this process could have of the device */
+	int nremedies;           /* what to try, in GMT_REMEDIES order (remedy.h) */
+	struct gmt__remedy remedies[GMT_REMEDY_COUNT];
 };
 
 const char *gmt__verdict_name(enum gmt__verdict v);

@@ -112,6 +112,12 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 			continue;
 		view->diag_in.growth_bytes += growth;
 		view->diag_in.growth_sites++;
+		if (growth > view->diag_in.growth_top_bytes) {
+			view->diag_in.growth_top_bytes = growth;
+			view->diag_in.growth_top_stack = id;
+			view->diag_in.growth_top_step_bytes =
+				gmt__site_step_growth(h, site, &view->diag_in.growth_top_steps);
+		}
 		/* Insertion into the 8 largest, largest first. */
 		for (at = view->ngrowth_ids; at > 0 && best[at - 1] < growth; at--)
 			;
@@ -131,7 +137,52 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 	free(seen);
 }
 
-/* Fills the view from the live allocations v[0..n) (sorted by address). */
+static int by_stack_id(const void *a, const void *b)
+{
+	uint32_t x = (*(const struct gmt__entry *const *)a)->stack, y = (*(const struct gmt__entry *const *)b)->stack;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The stack holding the most live memory on `device`, and with step
+ * markers the live memory allocated there since the latest. */
+static void own_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n, int device,
+			  struct gmt__diag_input *in)
+{
+	const struct gmt__history *h = s->history;
+	const struct gmt__entry **mine = malloc((n ? n : 1) * sizeof(*mine));
+	size_t m = 0;
+
+	if (h != NULL && h->stepped) {
+		in->step_known = true;
+		in->step = h->step;
+		in->steps = h->round[GMT_SCALE_STEPS];
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (v[i]->device != device || v[i]->kind == GMT_KIND_MANAGED)
+			continue;
+		/* link: the seq of the event that made the entry (table.h) */
+		if (in->step_known && !in->step_from_framework && v[i]->link >= h->step_seq)
+			in->step_live_bytes += v[i]->size;
+		if (mine != NULL && v[i]->stack != 0)
+			mine[m++] = v[i];
+	}
+	if (mine == NULL)
+		return;
+	qsort(mine, m, sizeof(*mine), by_stack_id);
+	for (size_t i = 0, j; i < m; i = j) {
+		uint64_t bytes = 0;
+
+		for (j = i; j < m && mine[j]->stack == mine[i]->stack; j++)
+			bytes += mine[j]->size;
+		if (bytes > in->largest_stack_bytes) {
+			in->largest_stack_bytes = bytes;
+			in->largest_stack = mine[i]->stack;
+		}
+	}
+	free(mine);
+}
+
 static uint64_t json_u64(const json_t *o, const char *key, bool *ok)
 {
 	const json_t *v = json_object_get(o, key);
@@ -159,10 +210,34 @@ static void framework_on_device(const char *text, int device, struct gmt__diag_i
 
 		if (!ok || dev != (uint64_t)device)
 			continue;
+		in->fw_torch = json_is_string(json_object_get(doc, "name")) &&
+			       strcmp(json_string_value(json_object_get(doc, "name")), "torch") == 0;
+		if (json_is_integer(json_object_get(d, "step_allocated_bytes"))) {
+			bool step_ok = true;
+			uint64_t now = json_u64(d, "allocated_bytes", &step_ok), then = json_u64(d, "step_allocated_bytes", &step_ok);
+
+			if (step_ok) {
+				in->step_from_framework = true;
+				in->step_live_bytes = now > then ? now - then : 0;
+			}
+		}
 		in->fw_reserved_unallocated = json_u64(d, "reserved_unallocated_bytes", &ok);
 		in->fw_largest_free = json_u64(d, "largest_free_block_bytes", &ok);
 		in->fw_known = ok;
 		break;
+	}
+	/* Expandable when any of its segments there is, not when it has
+	 * segments and none is. */
+	json_array_foreach(json_object_get(doc, "segments"), i, d) {
+		bool ok = true;
+		uint64_t dev = json_u64(d, "device", &ok);
+
+		if (!ok || dev != (uint64_t)device)
+			continue;
+		if (json_is_true(json_object_get(d, "is_expandable")))
+			in->fw_expandable = 1;
+		else if (in->fw_expandable < 0)
+			in->fw_expandable = 0;
 	}
 	oom = json_object_get(doc, "oom");
 	if (json_is_object(oom)) {
@@ -216,9 +291,11 @@ void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *con
 		view->diag_in.state = s->devices[d].state;
 		memcpy(view->diag_in.tracked, view->kinds[d], sizeof(view->diag_in.tracked));
 		view->diag_in.pages = view->pages[d];
+		view->diag_in.fw_expandable = -1;
 		growth_on_device(s, v, n, s->failed->device, view);
 		if (s->framework != NULL)
 			framework_on_device(s->framework, s->failed->device, &view->diag_in);
+		own_on_device(s, v, n, s->failed->device, &view->diag_in);
 		if (s->episode != NULL) {
 			view->diag_in.episode_failures = s->episode->failures;
 			view->diag_in.released_bytes = s->episode->freed_bytes;

@@ -4,6 +4,7 @@
 #include "report/document.h"
 
 #include "analyze/diagnose.h"
+#include "analyze/remedy.h"
 #include "record/event.h"
 
 #include <string.h>
@@ -182,6 +183,19 @@ void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, 
 	gmt__json_str(o, "]}}");
 }
 
+/* `, "rests_on": [names...]`: the numbers a verdict or remedy reads
+ * (NULL-terminated, at most 6: within a record's room). */
+static char *put_rests_on(char *p, const char *const *names)
+{
+	p = gmt__put_lit(p, ", \"rests_on\": [");
+	for (int k = 0; names[k] != NULL; k++) {
+		p = gmt__put_lit(p, k ? ", \"" : "\"");
+		p = gmt__put_lit(p, names[k]);
+		p = gmt__put_lit(p, "\"");
+	}
+	return gmt__put_lit(p, "]");
+}
+
 void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 {
 	const struct gmt__diagnosis *d = &view->diag;
@@ -203,18 +217,32 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 		p = gmt__put_lit(p, gmt__verdict_name(v->verdict));
 		p = gmt__put_lit(p, i == 0 ? "\", \"primary\": true, \"bytes\": " : "\", \"primary\": false, \"bytes\": ");
 		p = gmt__put_u64(p, v->bytes);
-		p = gmt__put_lit(p, ", \"rests_on\": [");
-		for (int k = 0; v->rests_on[k] != NULL; k++) {
-			p = gmt__put_lit(p, k ? ", \"" : "\"");
-			p = gmt__put_lit(p, v->rests_on[k]);
-			p = gmt__put_lit(p, "\"");
-		}
-		p = gmt__put_lit(p, "], \"detail\": ");
+		p = put_rests_on(p, v->rests_on);
+		p = gmt__put_lit(p, ", \"detail\": ");
 		gmt__json_commit(o, p);
 		gmt__json_string(o, v->detail);
 		gmt__json_str(o, "}");
 	}
-	p = gmt__json_room(o, 4 * GMT_JSON_RECORD_BYTES);
+	gmt__json_str(o, "],\n  \"remedies\": [");
+	for (int i = 0; i < d->nremedies; i++) {
+		const struct gmt__remedy *r = &d->remedies[i];
+
+		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+		p = gmt__put_lit(p, i ? ",\n   {\"name\": \"" : "\n   {\"name\": \"");
+		p = gmt__put_lit(p, gmt__remedy_name(r->id));
+		p = gmt__put_lit(p, "\", \"verdict\": \"");
+		p = gmt__put_lit(p, gmt__verdict_name(r->verdict));
+		p = gmt__put_lit(p, "\", \"bytes\": ");
+		p = gmt__put_u64(p, r->bytes);
+		p = gmt__put_lit(p, ", \"stack\": ");
+		p = gmt__put_u64(p, r->stack);
+		p = put_rests_on(p, r->rests_on);
+		p = gmt__put_lit(p, ", \"text\": ");
+		gmt__json_commit(o, p);
+		gmt__json_string(o, r->text);
+		gmt__json_str(o, "}");
+	}
+	p = gmt__json_room(o, 5 * GMT_JSON_RECORD_BYTES);
 	p = gmt__put_lit(p, "],\n  \"numbers\": {\"device\": ");
 	p = gmt__put_i64(p, in->device);
 	p = gmt__put_lit(p, ", \"requested_bytes\": ");
@@ -277,6 +305,28 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 		p = gmt__put_lit(p, i ? ", " : "");
 		p = gmt__put_u64(p, view->growth_ids[i]);
 	}
-	p = gmt__put_lit(p, "]}},\n");
+	p = gmt__put_lit(p, "],\n   \"growth_top_stack\": ");
+	p = gmt__put_u64(p, in->growth_top_stack);
+	p = gmt__put_lit(p, ", \"growth_top_bytes\": ");
+	p = gmt__put_u64(p, in->growth_top_bytes);
+	p = gmt__put_lit(p, ", \"growth_top_step_bytes\": ");
+	p = gmt__put_u64(p, in->growth_top_step_bytes);
+	p = gmt__put_lit(p, ", \"growth_top_steps\": ");
+	p = gmt__put_u64(p, in->growth_top_steps);
+	p = gmt__put_lit(p, ", \"largest_stack\": ");
+	p = gmt__put_u64(p, in->largest_stack);
+	p = gmt__put_lit(p, ", \"largest_stack_bytes\": ");
+	p = gmt__put_u64(p, in->largest_stack_bytes);
+	p = gmt__put_lit(p, ",\n   \"step\": ");
+	p = put_u64_or_null(p, in->step_known, in->step);
+	p = gmt__put_lit(p, ", \"steps\": ");
+	p = gmt__put_u64(p, in->steps);
+	p = gmt__put_lit(p, ", \"step_live_bytes\": ");
+	p = put_u64_or_null(p, in->step_known, in->step_live_bytes);
+	p = gmt__put_lit(p, ", \"step_live_source\": ");
+	p = gmt__put_lit(p, !in->step_known ? "null" : in->step_from_framework ? "\"framework\"" : "\"driver\"");
+	p = gmt__put_lit(p, ", \"framework_expandable\": ");
+	p = gmt__put_lit(p, in->fw_expandable < 0 ? "null" : in->fw_expandable ? "true" : "false");
+	p = gmt__put_lit(p, "}},\n");
 	gmt__json_commit(o, p);
 }

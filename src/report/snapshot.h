@@ -12,7 +12,7 @@
 /* The format's additions to version 1 (docs/snapshot-format.md): 1, the
  * site rule's stacks[].site and frames[].role; 2, the episode of an oom
  * snapshot, and the verdicts never_fits and cache_released. */
-#define GMT_SNAPSHOT_MINOR "2"
+#define GMT_SNAPSHOT_MINOR "3"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

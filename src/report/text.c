@@ -278,6 +278,15 @@ void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model
 	if (at < s->report_len)
 		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nverdict: %s: %s",
 				       gmt__verdict_name(view->diag.primary), view->diag.v[0].detail);
+	for (int i = 0; i < view->diag.nremedies && at < s->report_len; i++) {
+		const struct gmt__remedy *r = &view->diag.remedies[i];
+		const struct gmt__stack_site *ss = r->stack ? gmt__sites_of(&m->stack_sites, m->ids.v, r->stack) : NULL;
+
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "\ntry: %s", r->text);
+		if (at < s->report_len && ss != NULL && ss->site > 0)
+			at += (size_t)snprintf(s->report + at, s->report_len - at, " (at %s)",
+					       m->stack_sites.labels[ss->site - 1]);
+	}
 	for (int i = 0; i < rep->n && at < s->report_len; i++) {
 		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in %llu allocation%s at %s",
 				       i == 0 ? "\ntop sites: " : "; ", gmt__human_bytes(a, sizeof(a), rep->bytes[i]),

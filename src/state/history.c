@@ -53,6 +53,8 @@ void gmt__history_clear(struct gmt__history *h)
 	if (h->sites != NULL)
 		memset(h->sites, 0, h->nsites * sizeof(*h->sites));
 	h->sites_failed = false;
+	h->stepped = false;
+	h->step = h->step_seq = h->step_ns = 0;
 }
 
 /* --- the series ------------------------------------------------------------ */
@@ -187,9 +189,9 @@ static void site_roll(struct gmt__site *s, int k, uint32_t round)
 	} else if (s->live_bytes < c->mark_bytes) {
 		c->falls++;
 	}
-	if (!c->based) {
+	if (c->based_at == 0) {
 		c->base_bytes = s->live_bytes;
-		c->based = true;
+		c->based_at = round + 1;
 	}
 	c->mark_bytes = s->live_bytes;
 	c->round = round;
@@ -247,7 +249,7 @@ static int growing_scale(const struct gmt__history *h, const struct gmt__site *s
  * `bytes`. */
 static uint64_t gained(const struct gmt__site *s, int k, uint64_t bytes)
 {
-	uint64_t base = s->scale[k].based ? s->scale[k].base_bytes : 0;
+	uint64_t base = s->scale[k].based_at ? s->scale[k].base_bytes : 0;
 
 	return bytes > base ? bytes - base : 0;
 }
@@ -262,6 +264,20 @@ bool gmt__site_growing(const struct gmt__history *h, const struct gmt__site *s, 
 	*falls = v.falls;
 	*growth = gained(s, k >= 0 ? k : 0, s->live_bytes);
 	return k >= 0 && *growth > 0;
+}
+
+uint64_t gmt__site_step_growth(const struct gmt__history *h, const struct gmt__site *s, uint64_t *steps)
+{
+	const struct gmt__site_scale *c = &s->scale[GMT_SCALE_STEPS];
+
+	*steps = 0;
+	/* Whole steps only: from the start of the round its base was taken at
+	 * to the start of its open one — what the open step's own temporaries
+	 * add is left out. */
+	if (h->round[GMT_SCALE_STEPS] == 0 || c->rises == 0 || c->based_at == 0 || c->round < c->based_at)
+		return 0;
+	*steps = c->round - (c->based_at - 1);
+	return c->mark_bytes > c->base_bytes ? c->mark_bytes - c->base_bytes : 0;
 }
 
 bool gmt__site_suspect(const struct gmt__history *h, const struct gmt__site *s, uint32_t *rises, uint32_t *falls,
@@ -376,6 +392,10 @@ void gmt__history_step(struct gmt__history *h, const struct gmt__hist_cause *cau
 	if (h->pt_time == NULL)
 		return;
 	h->round[GMT_SCALE_STEPS]++;
+	h->stepped = true;
+	h->step = step;
+	h->step_seq = cause->seq;
+	h->step_ns = cause->time_ns;
 	remember(h, &ev);
 }
 

@@ -80,12 +80,12 @@ struct gmt__site {
 	uint64_t allocs, alloc_bytes; /* every allocation made there, and their bytes */
 	uint64_t peak_bytes;          /* its highest live_bytes */
 	struct gmt__site_scale {
-		uint64_t base_bytes;  /* live_bytes at the end of its first round */
+		uint64_t base_bytes;  /* live_bytes when its first round closed (the round it began in: based_at) */
 		uint64_t mark_bytes;  /* live_bytes when its round `round` began */
 		uint32_t round;       /* the round (of this scale) mark_bytes belongs to */
 		uint32_t rises, falls; /* closed rounds in which live_bytes rose, fell */
 		uint32_t first_rise, last_rise; /* the first and last of those rises (rises > 0) */
-		bool based;           /* base_bytes is set */
+		uint32_t based_at;    /* 1 + the round at whose start base_bytes was taken; 0: not yet */
 	} scale[GMT_SCALES];
 };
 
@@ -121,6 +121,11 @@ struct gmt__history {
 	uint64_t *pt_max;  /* the same: the highest live within the window */
 	uint64_t overflow; /* changes of a (device, kind) without a column */
 
+	/* the latest step marked (gmt_step), when stepped: its number, the
+	 * seq of the first event after it, and its time */
+	bool stepped;
+	uint64_t step, step_seq, step_ns;
+
 	/* the sites, indexed by stack id */
 	struct gmt__site *sites;
 	size_t nsites; /* capacity in ids */
@@ -151,6 +156,13 @@ void gmt__history_oom(struct gmt__history *h, const struct gmt__hist_cause *caus
 /* The program marked step `step` (gmt_step): in the history, and a round of
  * the steps' scale ends. */
 void gmt__history_step(struct gmt__history *h, const struct gmt__hist_cause *cause, uint64_t step);
+
+/* What site s gained over whole steps (bytes), and in *steps how many: from
+ * the start of the step its base was taken at (its first, or the first after
+ * it appeared) to the start of its open one, so that what the open step's
+ * own temporaries add is left out. 0 and 0 when no step was marked, it never
+ * rose in a closed step, or no whole step passed. */
+uint64_t gmt__site_step_growth(const struct gmt__history *h, const struct gmt__site *s, uint64_t *steps);
 
 /* The site of stack `id`, or NULL when it has none (never allocated). */
 const struct gmt__site *gmt__history_site(const struct gmt__history *h, uint32_t id);

@@ -111,7 +111,7 @@ static int take(const struct take *t)
 	char *out = t->out;
 	size_t outlen = t->outlen;
 	bool no_file = t->no_file;
-	char path[PATH_MAX], host[256], report[1024];
+	char path[PATH_MAX], host[256], report[sizeof(((struct gmt__oom_write *)0)->report)];
 	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];
 	struct gmt__snapshot_stat stats[] = {
 		{ "events", atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq },

@@ -108,7 +108,7 @@ struct gmt__undo {
  * its report (printed when the episode ends), the file's path, its number
  * and the writer's result. */
 struct gmt__oom_write {
-	char report[1024];
+	char report[4096];
 	char path[4096];
 	uint64_t seq;
 	int result;

@@ -40,7 +40,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAILURES: List[str] = []
@@ -80,6 +80,32 @@ except torch.cuda.OutOfMemoryError:
     pass
 a = torch.cuda._allocator()
 print("STATE", a.cached_free(), max(b.size for s in a.segments for b in s.blocks if not b.active))
+'''
+
+# A training loop: 256 MiB of weights; each step's forward keeps 8
+# activations of 32 MiB (from the cache after the first), then the optimizer
+# steps; step 6 has a long batch of 64 activations and runs out at the 25th
+# (1 GiB device). The program prints PyTorch's count at the last optimizer
+# step and at the failure.
+TRAIN = r'''
+import torch
+MIB = 1 << 20
+weights = torch.empty(256 * MIB)
+opt = torch.optim.Optimizer([weights])
+steps = 0
+at_step = None
+for n in range(1, 7):
+    acts = []
+    try:
+        for _ in range(8 if n < 6 else 64):
+            acts.append(torch.empty(32 * MIB))
+    except torch.cuda.OutOfMemoryError:
+        print("OOM", n, steps, torch.cuda.memory_allocated(), at_step)
+        break
+    del acts
+    opt.step()
+    steps += 1
+    at_step = torch.cuda.memory_allocated()
 '''
 
 PLAIN = r'''
@@ -200,18 +226,29 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
               "join: the viewer's summary shows the framework's counters", v.stdout[-1500:] + v.stderr)
 
 
+def run_to_oom(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str, line: str,
+               what: str) -> Optional[Tuple[subprocess.CompletedProcess, "re.Match[str]", dict, List[str]]]:
+    """Runs a program that ends in one out-of-memory: the run, its stdout
+    line matching `line`, the snapshot's diagnosis and the oom files; None
+    (a failure noted) when it did not."""
+    r = run(launcher, env, tmp, text, name, on="oom")
+    m = re.search(line, r.stdout, re.M)
+    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    check(r.returncode == 0 and m is not None and len(ooms) == 1, f"{what}: one oom snapshot",
+          r.stdout + r.stderr[-600:])
+    if m is None or len(ooms) != 1:
+        return None
+    with open(ooms[0], encoding="utf-8") as f:
+        return r, m, json.load(f).get("diagnosis") or {}, ooms
+
+
 def test_fragmentation(launcher: str, source: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
-        r = run(launcher, env, tmp, FRAGMENTED, "frag.py", on="oom")
-        m = re.search(r"^STATE (\d+) (\d+)$", r.stdout, re.M)
-        ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
-        check(r.returncode == 0 and m is not None and len(ooms) == 1, "fragmentation: one oom snapshot",
-              r.stdout + r.stderr[-600:])
-        if m is None or len(ooms) != 1:
+        got = run_to_oom(launcher, env, tmp, FRAGMENTED, "frag.py", r"^STATE (\d+) (\d+)$", "fragmentation")
+        if got is None:
             return
+        r, m, dg, ooms = got
         free_in, largest = map(int, m.groups())
-        with open(ooms[0], encoding="utf-8") as f:
-            dg = json.load(f).get("diagnosis") or {}
         nums = dg.get("numbers") or {}
         check(dg.get("verdict") == "allocator_fragmentation", "fragmentation: the verdict",
               (dg.get("verdict"), dg.get("summary")))
@@ -221,7 +258,45 @@ def test_fragmentation(launcher: str, source: str, env: Dict[str, str]) -> None:
               (nums.get("framework_requested_bytes"), nums.get("reserved_unallocated_bytes"),
                nums.get("largest_free_block_bytes"), free_in, largest))
         check("allocator_fragmentation" in r.stderr, "fragmentation: the report names it", r.stderr[-600:])
+        remedies = [(x["name"], x["bytes"]) for x in dg.get("remedies") or []]
+        check(remedies == [("expandable_segments", free_in)] and nums.get("framework_expandable") is False,
+              "fragmentation: expandable segments offered, its segments not expandable",
+              (remedies, nums.get("framework_expandable")))
         schema_ok(source, ooms, "fragmentation")
+
+
+def test_steps(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """Optimizer steps marked by the bootstrap; the step's memory measured in
+    PyTorch's counters (its cache serves the step, not the driver); the
+    remedies that rest on it."""
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        got = run_to_oom(launcher, env, tmp, TRAIN, "train.py", r"^OOM (\d+) (\d+) (\d+) (\d+)$", "steps")
+        if got is None:
+            return
+        r, m, dg, ooms = got
+        n, steps, now, at_step = map(int, m.groups())
+        nums = dg.get("numbers") or {}
+        check((nums.get("step"), nums.get("steps")) == (steps, steps) and n == steps + 1,
+              "steps: each optimizer step marked", (nums.get("step"), nums.get("steps"), steps))
+        check((nums.get("step_live_bytes"), nums.get("step_live_source")) == (now - at_step, "framework"),
+              "steps: the step's memory is PyTorch's count now less at the step's mark",
+              (nums.get("step_live_bytes"), nums.get("step_live_source"), now - at_step))
+        names = [x["name"] for x in dg.get("remedies") or []]
+        check(dg.get("verdict") == "exhaustion" and names[:2] == ["smaller_batch", "checkpointing"],
+              "steps: a smaller batch and checkpointing offered", (dg.get("verdict"), names))
+        batch = next((x for x in dg.get("remedies") or [] if x["name"] == "smaller_batch"), {})
+        check(f"still live is {(now - at_step) >> 20} MiB" in batch.get("text", "") and "a batch of 1/2" in
+              batch.get("text", ""), "steps: the remedy says how much", batch.get("text"))
+        check("try: a smaller batch" in r.stderr, "steps: the report's try: line", r.stderr[-800:])
+        schema_ok(source, ooms, "steps")
+        # A program that marks its own steps: the bootstrap's marks stop.
+        own = TRAIN.replace("    opt.step()\n", "    opt.step()\n    import gpumemtrace; gpumemtrace.step(1000 + n)\n")
+        r = run(launcher, env, tmp, own, "own.py", on="oom")
+        latest = max(glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json")), key=os.path.getmtime)
+        with open(latest, encoding="utf-8") as f:
+            nums = (json.load(f).get("diagnosis") or {}).get("numbers") or {}
+        check(nums.get("step") == 1000 + steps and nums.get("step_live_source") == "driver",
+              "steps: the program's own marks, not the bootstrap's", (nums.get("step"), nums.get("step_live_source")))
 
 
 def test_chain(launcher: str, env: Dict[str, str]) -> None:
@@ -294,6 +369,7 @@ def main(argv: List[str]) -> int:
     env = base_env(source)
     test_join(launcher, source, env)
     test_fragmentation(launcher, source, env)
+    test_steps(launcher, source, env)
     test_chain(launcher, env)
     test_no_torch(launcher, env)
     test_old_torch(launcher, env)

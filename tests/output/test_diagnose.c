@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include "analyze/diagnose.h"
+#include "analyze/remedy.h"
 #include "util/parse.h"
 
 #define MIB (1ull << 20)
@@ -42,6 +43,29 @@ static const char *names(const struct gmt__diagnosis *d)
 		strcat(buf, gmt__verdict_name(d->v[i].verdict));
 	}
 	return buf;
+}
+
+/* The remedy names of d, in order, joined by commas. */
+static const char *remedies(const struct gmt__diagnosis *d)
+{
+	static char buf[256];
+
+	buf[0] = '\0';
+	for (int i = 0; i < d->nremedies; i++) {
+		if (i > 0)
+			strcat(buf, ",");
+		strcat(buf, gmt__remedy_name(d->remedies[i].id));
+	}
+	return buf;
+}
+
+static bool remedy_rests_on(const struct gmt__remedy *r, const char *number)
+{
+	for (int k = 0; r->rests_on[k] != NULL; k++) {
+		if (strcmp(r->rests_on[k], number) == 0)
+			return true;
+	}
+	return false;
 }
 
 static bool rests_on(const struct gmt__diag_verdict *v, const char *number)
@@ -363,6 +387,146 @@ static void test_human(void)
 	CHECK_STR(gmt__human_bytes(buf, sizeof(buf), ~0ull), "16.0 EiB");
 }
 
+
+/* Each remedy where its numbers support it, with them in its text, and not
+ * where they do not. */
+static void test_remedies_steps(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 2 * GIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	/* Exhaustion, no steps, no site: nothing to offer. */
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+
+	/* The step holds 4 GiB of the 15: a batch of 1/2 leaves room for the
+	 * 1 GiB short (k >= 4 / (4 - 1) rounds up to 2). */
+	in.step_known = true;
+	in.step = 7;
+	in.steps = 7;
+	in.step_live_bytes = 4 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "smaller_batch,checkpointing");
+	CHECK_U64(d.remedies[0].bytes, 4 * GIB);
+	CHECK_INT(d.remedies[0].verdict, GMT_VERDICT_EXHAUSTION);
+	CHECK(remedy_rests_on(&d.remedies[0], "step_live_bytes"));
+	CHECK(strstr(d.remedies[0].text, "since the program marked step 7 and still live is 4.00 GiB (26% of") != NULL);
+	CHECK(strstr(d.remedies[0].text, "a batch of 1/2 keeps about 2.00 GiB and leaves room for the 1.00 GiB") != NULL);
+	CHECK(strstr(d.remedies[1].text, "the 4.00 GiB allocated since step 7") != NULL);
+
+	/* 1.5 GiB of step memory against 1 GiB short: 1/3 of the batch. */
+	in.step_live_bytes = 3 * GIB / 2;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "a batch of 1/3 keeps about 512 MiB") != NULL);
+
+	/* No more than the shortfall: a smaller batch cannot make room. */
+	in.step_live_bytes = 1 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+	in.step_live_bytes = 4 * GIB;
+	in.step_known = false;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+
+	/* One stack holds 6 GiB: it alone covers the shortfall. */
+	in.largest_stack = 9;
+	in.largest_stack_bytes = 6 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "shrink_largest_site");
+	CHECK_INT(d.remedies[0].stack, 9);
+	CHECK(strstr(d.remedies[0].text, "it holds 6.00 GiB live (40% of this process's on the device), more than the "
+					 "1.00 GiB the request fell short") != NULL);
+	in.largest_stack_bytes = 512 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+}
+
+static void test_remedies_verdicts(void)
+{
+	struct gmt__device_state st = device(16 * GIB);
+	struct gmt__diag_input in = input(&st, 40 * GIB, 0);
+	struct gmt__diagnosis d;
+
+	/* never_fits: the request against all the process could have. */
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "split_request");
+	CHECK_U64(d.remedies[0].bytes, 40 * GIB);
+	CHECK(strstr(d.remedies[0].text, "the request (40.0 GiB) is larger than the 16.0 GiB this process could ever "
+					 "have of the device, so a batch of at most 40% of this one, gradient "
+					 "accumulation over 3 or more micro-batches") != NULL);
+
+	/* Allocator fragmentation in PyTorch's segments: expandable segments,
+	 * unless they are on already or the framework is another. */
+	st = device(1 * GIB);
+	in = input(&st, 20 * MIB, 15 * GIB);
+	in.fw_known = in.fw_torch = true;
+	in.fw_expandable = 0;
+	in.fw_requested = 2 * GIB;
+	in.fw_reserved_unallocated = 3 * GIB;
+	in.fw_largest_free = 512 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "expandable_segments");
+	CHECK(remedy_rests_on(&d.remedies[0], "largest_free_block_bytes"));
+	CHECK(strstr(d.remedies[0].text, "PyTorch holds 3.00 GiB free inside its segments, more than the 2.00 GiB it "
+					 "needed, but its largest free block is 512 MiB") != NULL);
+	in.fw_expandable = 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+	in.fw_expandable = -1;
+	in.fw_torch = false;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+
+	/* Pools, stranded pages and other processes: each verdict's bytes. */
+	st = device(1 * GIB);
+	st.pool_reserved = 6 * GIB;
+	st.pool_used = 1 * GIB;
+	st.have_others = true;
+	st.nothers = 2;
+	st.others_bytes = 3 * GIB;
+	in = input(&st, 2 * GIB, 4 * GIB);
+	in.pages.partial = 3000;
+	in.pages.stranded_bytes = 3 * GIB / 2;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "trim_pools,large_blocks_first,other_device");
+	CHECK(strstr(d.remedies[0].text, "the stream-ordered pools hold 5.00 GiB reserved and unused, more than the "
+					 "1.00 GiB the request fell short") != NULL);
+	CHECK(strstr(d.remedies[1].text, "1.50 GiB lie unused in 3000 partly used pages of 2.00 MiB") != NULL);
+	CHECK(strstr(d.remedies[2].text, "2 other processes hold 3.00 GiB of this device") != NULL);
+}
+
+static void test_remedies_growth(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 2 * GIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	in.growth_sites = 2;
+	in.growth_bytes = 12 * GIB;
+	in.growth_top_stack = 5;
+	in.growth_top_bytes = 10 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "growth,exhaustion");
+	CHECK_STR(remedies(&d), "free_growing_site");
+	CHECK_INT(d.remedies[0].stack, 5);
+	CHECK(strstr(d.remedies[0].text, "it gained 10.0 GiB of the 12.0 GiB the growing sites added") != NULL);
+	CHECK(strstr(d.remedies[0].text, "empty_cache") == NULL);
+
+	/* With steps: the gain over whole steps, per step; with PyTorch, its
+	 * cache returned too. The step's own memory is no remedy beside a leak. */
+	in.step_known = true;
+	in.step = 40;
+	in.step_live_bytes = 4 * GIB;
+	in.growth_top_step_bytes = 9 * GIB;
+	in.growth_top_steps = 36;
+	in.fw_torch = true;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "free_growing_site");
+	CHECK(strstr(d.remedies[0].text, "then torch.cuda.empty_cache()): it gained 10.0 GiB, 256 MiB a step over 36 "
+					 "whole steps") != NULL);
+}
+
 int main(void)
 {
 	test_exhaustion();
@@ -376,6 +540,9 @@ int main(void)
 	test_edges();
 	test_granularity();
 	test_human();
+	test_remedies_steps();
+	test_remedies_verdicts();
+	test_remedies_growth();
 	printf("diagnose: %d failed\n", check_failed);
 	return check_failed != 0;
 }

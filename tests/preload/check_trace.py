@@ -405,6 +405,44 @@ def stack_of_size(snaps: list[dict[str, Any]], size: int) -> tuple[dict[str, Any
     return stacks.get(found[0][1]["stack"], {}), None
 
 
+def per_episode(option: str, spec: str | None, n: int, problems: list[str]) -> list[str | None]:
+    """What `option` wants of each of n episodes' oom snapshots: one list
+    for every episode, or one per episode (in order) split by ';'."""
+    wanted = spec.split(";") if spec else []
+    if len(wanted) > 1 and len(wanted) != n:
+        problems.append(f"{option} {spec}: {n} episodes' oom snapshots")
+    return [wanted[0] if len(wanted) == 1 else wanted[i] if i < len(wanted) else None for i in range(n)]
+
+
+def remedy_problems(ooms: list[dict[str, Any]], remedies: str | None, numbers: list[str],
+                    sites: list[str]) -> list[str]:
+    """--remedies, --number and --remedy-site against the oom snapshots."""
+    if not ooms:
+        return ["no oom snapshot to read remedies from"] if remedies or numbers or sites else []
+    problems: list[str] = []
+    wanted = per_episode("--remedies", remedies, len(ooms), problems)
+    for i, snap in enumerate(ooms):
+        got = [r["name"] for r in (snap.get("diagnosis") or {}).get("remedies", [])]
+        want = wanted[i]
+        if want is not None and got != [w for w in want.split(",") if w not in ("", "-")]:
+            problems.append(f"--remedies {want}: the oom snapshot of episode {i + 1} offers {got}")
+    last = ooms[-1].get("diagnosis") or {}
+    for item in numbers:
+        name, _, value = item.partition("=")
+        want_value = None if value == "null" else int(value)
+        got_value = (last.get("numbers") or {}).get(name, "(absent)")
+        if got_value != want_value:
+            problems.append(f"--number {item}: diagnosis.numbers.{name} is {got_value!r}")
+    for item in sites:
+        name, _, size = item.partition("=")
+        remedy = next((r for r in last.get("remedies", []) if r["name"] == name), None)
+        owners = {a["stack"] for a in ooms[-1]["allocations"] if a["size"] == int(size)}
+        if remedy is None or remedy["stack"] not in owners or len(owners) != 1:
+            problems.append(f"--remedy-site {item}: the remedy names stack "
+                            f"{remedy and remedy['stack']}, the allocations of {size} bytes have {sorted(owners)}")
+    return problems
+
+
 def python_version(python: str) -> tuple[int, int]:
     out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], stdout=subprocess.PIPE,
                          text=True, check=True).stdout.split()
@@ -569,6 +607,13 @@ def main() -> int:
     ap.add_argument("--verdict", metavar="NAME[,NAME...][;...]",
                     help="every oom snapshot's verdicts, the primary first, are exactly these; "
                          "with ';', one list per episode in order")
+    ap.add_argument("--remedies", metavar="NAME[,NAME...][;...]",
+                    help="every oom snapshot's remedies, in order, are exactly these ('-': none); "
+                         "with ';', one list per episode in order")
+    ap.add_argument("--number", action="append", default=[], metavar="NAME=VALUE",
+                    help="the last oom snapshot's diagnosis.numbers NAME is VALUE (an integer, or null)")
+    ap.add_argument("--remedy-site", action="append", default=[], metavar="NAME=SIZE",
+                    help="the last oom snapshot's remedy NAME names the stack of the live allocations of SIZE bytes")
     ap.add_argument("--others-known", choices=["yes", "no"],
                     help="whether the oom snapshots know other processes' memory (NVML)")
     ap.add_argument("--rank", type=int, metavar="R",
@@ -684,14 +729,11 @@ def main() -> int:
     ooms = [load(p) for p in snapshots_of(workdir, pid, "oom")]
     if (args.verdict or args.others_known) and not ooms:
         problems.append("no oom snapshot to read a verdict from")
-    # One list for every episode, or one per episode (in order) split by ';'.
-    wanted = args.verdict.split(";") if args.verdict else []
-    if len(wanted) > 1 and len(wanted) != len(ooms):
-        problems.append(f"--verdict {args.verdict}: {len(ooms)} episodes' oom snapshots")
+    wanted = per_episode("--verdict", args.verdict, len(ooms), problems)
     for i, snap in enumerate(ooms):
         diagnosis = snap.get("diagnosis") or {}
         got = [v["name"] for v in diagnosis.get("verdicts", [])]
-        want = wanted[0] if len(wanted) == 1 else wanted[i] if i < len(wanted) else None
+        want = wanted[i]
         if want is not None and got != want.split(","):
             problems.append(f"--verdict {want}: the oom snapshot of episode {i + 1} says {got} "
                             f"({diagnosis.get('summary')})")
@@ -701,6 +743,7 @@ def main() -> int:
         if args.others_known and known != (args.others_known == "yes"):
             problems.append(f"--others-known {args.others_known}: other_processes_bytes is "
                             f"{(diagnosis.get('numbers') or {}).get('other_processes_bytes')!r}")
+    problems += remedy_problems(ooms, args.remedies, args.number, args.remedy_site)
     everything = glob.glob(os.path.join(workdir, "snapshots", "gpumemtrace.*.json"))
     if args.rank is not None:
         if not everything:

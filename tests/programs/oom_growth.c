@@ -3,7 +3,8 @@
  * 25 ms — or, with the argument "fast", as fast as it can (the whole loop
  * within one window of time) — until the kept blocks fill the device: 12 fit
  * in 256 MiB, the 13th fails with 16 MiB free. The growing site is the leak.
- * Run with GMTSIM_MEMORY=256M. */
+ * With the argument "steps", each iteration is a step marked with
+ * gmt_step(n) (nothing untraced). Run with GMTSIM_MEMORY=256M. */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 
 #include <cuda_runtime_api.h>
+#include <gpumemtrace.h>
 
 #include "prog.h"
 
@@ -39,12 +41,15 @@ static void scratch(void)
 int main(int argc, char **argv)
 {
 	bool fast = argc > 1 && strcmp(argv[1], "fast") == 0;
+	bool steps = argc > 1 && strcmp(argv[1], "steps") == 0;
 	struct timespec pause = { 0, 25 * 1000000 };
 	void *kept[MAX_ITER];
 	int n = 0;
 
 	for (;;) {
 		PROG_CHECK(n < MAX_ITER);
+		if (steps)
+			(void)gmt_step((unsigned long long)n + 1); /* -ENOSYS untraced */
 		kept[n] = keep();
 		if (kept[n] == NULL)
 			break;

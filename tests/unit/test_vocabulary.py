@@ -42,6 +42,7 @@ def x_list(header: str, name: str) -> List[Tuple[str, str]]:
 LISTS = {
     "GMT_KINDS": lambda: x_list("src/record/event.h", "GMT_KINDS"),
     "GMT_VERDICTS": lambda: x_list("src/analyze/diagnose.h", "GMT_VERDICTS"),
+    "GMT_REMEDIES": lambda: x_list("src/analyze/diagnose.h", "GMT_REMEDIES"),
     "GMT_EPISODE_ENDS": lambda: x_list("src/analyze/capture.h", "GMT_EPISODE_ENDS"),
     "GMT_TRIGGERS": lambda: x_list("src/tracer/options.h", "GMT_TRIGGERS"),
     "GMT_LEAK_CLASSES": lambda: x_list("src/tracer/options.h", "GMT_LEAK_CLASSES"),
@@ -84,7 +85,10 @@ class Vocabulary(unittest.TestCase):
     def test_verdicts(self) -> None:
         self.assertEqual(self.vocab.VERDICTS, words("GMT_VERDICTS"))
         self.assertEqual(schema_enum("$defs", "verdict"), words("GMT_VERDICTS"))
-        self.assertEqual(set(self.summary._REMEDIES), set(words("GMT_VERDICTS")))
+
+    def test_remedies(self) -> None:
+        self.assertEqual(self.vocab.REMEDIES, words("GMT_REMEDIES"))
+        self.assertEqual(schema_enum("$defs", "remedy"), words("GMT_REMEDIES"))
 
     def test_leak_classes(self) -> None:
         self.assertEqual(self.vocab.LEAK_CLASSES, words("GMT_LEAK_CLASSES"))

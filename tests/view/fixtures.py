@@ -186,6 +186,10 @@ def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, d
                           "rests_on": ["growth_bytes"], "detail": "1 allocation site kept growing" + evil},
                          {"name": "exhaustion", "primary": False, "bytes": live,
                           "rests_on": ["tracked_total_bytes"], "detail": "this process holds it all"}],
+            "remedies": [{"name": "free_growing_site", "verdict": "growth", "bytes": site_rows[0]["growth_bytes"],
+                          "stack": 1, "rests_on": ["growth_top_stack", "growth_top_bytes"],
+                          "text": "drop what this growing site keeps by mistake: it gained "
+                                  f"{site_rows[0]['growth_bytes']} bytes{evil}"}],
             "numbers": {"device": 0, "requested_bytes": req, "needed_bytes": req,
                         "granularity": GRANULARITY, "total_bytes": dev_docs[0]["total_bytes"],
                         "free_bytes": dev_docs[0]["free_bytes"],

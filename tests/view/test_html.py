@@ -203,6 +203,9 @@ class TestSingle(unittest.TestCase):
         p = self.page
         self.assertIn("Out of memory:", p)
         self.assertIn(html.esc(self.doc["diagnosis"]["summary"]), p)
+        remedy = self.doc["diagnosis"]["remedies"][0]
+        self.assertIn(f'<li><strong>free_growing_site</strong>: {html.esc(remedy["text"])}', p)
+        self.assertIn(html.esc(model.stack_title(self.doc, remedy["stack"])), p.split("free_growing_site</strong>")[1])
         for sec in ("diagnosis", "timeline", "flame", "sites", "allocations", "addrmap", "fragmentation",
                     "stats"):
             self.assertIn(f'<section id="{sec}"', p)

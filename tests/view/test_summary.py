@@ -117,6 +117,15 @@ def section(text: str, title: str) -> str:
     return "\n".join(out)
 
 
+def _source_line(path: str, needle: str) -> int:
+    """The line of the project's source file `path` holding `needle`."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            if needle in text:
+                return n
+    raise AssertionError(f"{path}: no line holds {needle!r}")
+
+
 def site_entries(text: str) -> List[str]:
     """The entries of "Top sites by live bytes", one string per site."""
     entries: List[str] = []
@@ -171,6 +180,11 @@ def printed_numbers_equal_truth() -> None:
     has(why, "verdict: growth", "verdict")
     has(why, "request: 96.0 MiB of device memory by cuMemAlloc_v2 on GPU 0", "failed request")
     has(why, "at site_2 (model2.c:10)", "failed request's frame")
+    # The snapshot's remedy, then the site it names.
+    gained = doc["diagnosis"]["remedies"][0]["bytes"]
+    has(" ".join(why.split()), f"try: drop what this growing site keeps by mistake: it gained {gained} bytes",
+        "the remedy")
+    has(why.split("try: ")[1], "\n       at site_1 (model1.c:10)", "the remedy's site")
     has(section(text, "Leak suspects"), "site_1 (model1.c:10)", "suspect")
     has(section(text, "Fragmentation on GPU 0"), "3.00 MiB stranded", "stranded bytes")
     tags = section(text, "Region tags")
@@ -604,10 +618,18 @@ def simulator_snapshots() -> None:
     has(section(text, "Why it failed"), "verdict: growth", "verdict")
     has(" ".join(text.split()), "1 allocation site kept growing and added 3.06 GiB", "diagnosis summary")
     first = site_entries(text)[0]
+    line = _source_line("demo/train_loop.c", "cudaMallocAsync(&p")
     has(first.split("\n")[0], "3.12 GiB", "top site's bytes")
-    has(first, "stream_alloc (train_loop.c:112)\n", "top site's first frame")
+    has(first, f"stream_alloc (train_loop.c:{line})\n", "top site's first frame")
     has(first, "\u2190 train_step (train_loop.c:", "its caller")
-    has(section(text, "Why it failed"), "growing: stream_alloc (train_loop.c:112) \u2190 train_step", "growth site")
+    why = section(text, "Why it failed")
+    has(why, f"growing: stream_alloc (train_loop.c:{line}) \u2190 train_step", "growth site")
+    # The remedy the numbers support, its site on the line after.
+    has(" ".join(why.split()), "try: drop what this growing site keeps by mistake", "the growth's remedy")
+    has(" ".join(why.split()), "64.0 MiB a step over", "the leak's bytes per step")
+    has(why, f"at stream_alloc (train_loop.c:{line})", "the remedy's site")
+    if "try: a smaller batch" in why:
+        raise AssertionError("a smaller batch offered beside a leak")
     has(section(text, "Why it failed"), "request: 32.0 MiB of async memory by cuMemAllocAsync on GPU 0",
         "failed request")
     if len(text.split("\n")) > 70:

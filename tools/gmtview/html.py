@@ -204,12 +204,22 @@ def _oom_html(doc: Doc) -> str:
                          esc(", ".join(clean(x) for x in v.get("rests_on") or [] if isinstance(x, str)))])
         if rows:
             out.append(_table(["verdict", "bytes", "detail", "rests on"], rows, "static verdicts", num=(1,)))
+        tries = []
+        for r in dg.get("remedies") or []:
+            where = f'<div class="muted">at {_site_cell(doc, r["stack"])}</div>' if r.get("stack") else ""
+            tries.append(f'<li><strong>{esc(r["name"])}</strong>: {esc(r["text"])}{where}</li>')
+        if tries:
+            out.append(f'<div class="remedies"><strong>What to try</strong> '
+                       f'<span class="muted">(each offered because the numbers above support it)</span>'
+                       f'<ul>{"".join(tries)}</ul></div>')
         nums = dg["numbers"]
         if nums:
             cells = []
             for k, v in nums.items():
                 if k == "growth_stacks" and isinstance(v, list):
                     val = "<br>".join(esc(model.stack_title(doc, s)) for s in v) or "none"
+                elif k in ("growth_top_stack", "largest_stack") and isinstance(v, int) and v:
+                    val = esc(model.stack_title(doc, v))
                 elif k == "tracked_bytes" and isinstance(v, dict):
                     val = ", ".join(f"{esc(kk)} {_b(vv) if isinstance(vv, int) else esc(vv)}"
                                     for kk, vv in v.items())

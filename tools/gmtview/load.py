@@ -444,8 +444,21 @@ def _diagnosis(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], i
         v["primary"] = bool(c.opt(v, "primary", q, c.bool_))
         c.opt(v, "bytes", q, c.int_)
         c.opt(v, "detail", q, c.str_)
+    remedies = c.opt(dg, "remedies", p, c.arr) or []
+    dg["remedies"] = remedies
+    for i, r in enumerate(remedies):
+        q = f"{p}/remedies/{i}"
+        c.obj(r, q)
+        c.req(r, "name", q, c.str_)
+        c.req(r, "text", q, c.str_)
+        c.opt(r, "verdict", q, c.str_)
+        c.opt(r, "bytes", q, c.int_)
+        r["stack"] = stack_ref(r.get("stack", 0), f"{q}/stack")
     nums = c.opt(dg, "numbers", p, c.obj)
     dg["numbers"] = nums or {}
+    for key in ("growth_top_stack", "largest_stack"):
+        if key in dg["numbers"]:
+            dg["numbers"][key] = stack_ref(dg["numbers"][key], f"{p}/numbers/{key}")
     gs = dg["numbers"].get("growth_stacks")
     if gs is not None:
         dg["numbers"]["growth_stacks"] = [stack_ref(s, f"{p}/numbers/growth_stacks/{i}")

@@ -210,18 +210,6 @@ class _Text:
 
 _REASONS = {"oom": "out of memory", "exit": "at exit", "peak": "at a new peak",
             "signal": "on a signal", "api": "asked for by gmt_dump()"}
-_REMEDIES = {
-    "exhaustion": "smaller batches, activation checkpointing, or more devices",
-    "fragmentation": "allocate large blocks first, or a caching allocator's expandable segments",
-    "pool_reservation": "cudaMemPoolTrimTo, or a lower release threshold for the pool",
-    "other_processes": "move the other processes, or pick another device (CUDA_VISIBLE_DEVICES)",
-    "growth": "the growing sites (leak suspects) below",
-    "untracked": "a smaller cudaLimitMallocHeapSize, fewer modules loaded",
-    "never_fits": "a smaller request (a smaller batch, the model split across devices), or fewer other processes on the device",
-    "cache_released": "freeing cache will not help: reduce what stays live",
-    "allocator_fragmentation": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments that grow instead of "
-                               "splitting), or allocate the large tensors first",
-}
 # Tracer counters that mean the record may be incomplete or wrong
 # (src/tracer/tracer.h, GMT_STATS, says what each counts).
 _WARN_STATS = {
@@ -415,7 +403,10 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
     if dg:
         primary = dg["verdict"]
         out["diagnosis"] = {
-            "verdict": primary, "summary": dg["summary"], "remedy": _REMEDIES.get(primary),
+            "verdict": primary, "summary": dg["summary"],
+            # What to try: the snapshot's own, each backed by its numbers.
+            "remedies": [{"name": r["name"], "text": r["text"], "stack": r.get("stack") or 0}
+                         for r in dg.get("remedies") or []],
             "others": [{"name": v["name"], "bytes": v.get("bytes"), "detail": v.get("detail") or ""}
                        for v in dg["verdicts"]
                        if v["name"] not in (primary, "cache_released") and not v.get("primary")],
@@ -576,8 +567,10 @@ def _diagnosis(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
         t.heading("Why it failed")
         t.add("  verdict: ", (dg["verdict"], "bold red"))
         t.wrap(dg["summary"], indent=2, hang=2)
-        if dg["remedy"]:
-            t.wrap(dg["remedy"], indent=2, hang=4, style="green", first=[("try: ", "green")])
+        for r in dg["remedies"]:
+            t.wrap(r["text"], indent=2, hang=7, style="green", first=[("try: ", "green")])
+            if r["stack"]:
+                t.add("       at ", site_title(doc, r["stack"], t.width - 10))
         for sid in dg["growth_stacks"]:
             t.add("  growing: ", site_title(doc, sid, t.width - 11))
         if dg.get("released"):

@@ -1,6 +1,6 @@
 """The words of the snapshot format, one list each: the viewer's copies of the
 tracer's lists (GMT_KINDS in src/record/event.h, GMT_VERDICTS in
-src/analyze/diagnose.h, GMT_TRIGGERS and GMT_LEAK_CLASSES in
+src/analyze/diagnose.h and GMT_REMEDIES beside it, GMT_TRIGGERS and GMT_LEAK_CLASSES in
 src/tracer/options.h, GMT_REASONS and GMT_EPISODE_ENDS in src/analyze/capture.h, GMT_FRAME_ROLES in
 src/analyze/sites.h, GMT_HIST_OPS in src/state/history.h). tests/unit/test_vocabulary.py holds these, and the
 enums of docs/snapshot.schema.json, equal to the C lists."""
@@ -18,5 +18,8 @@ HIST_OPS = ("alloc", "free", "oom", "step")
 FRAME_ROLES = ("cuda", "library", "user")
 VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked",
             "never_fits", "cache_released", "allocator_fragmentation")
+# What to try about an out-of-memory (GMT_REMEDIES in src/analyze/diagnose.h).
+REMEDIES = ("split_request", "expandable_segments", "smaller_batch", "checkpointing", "free_growing_site",
+            "shrink_largest_site", "trim_pools", "large_blocks_first", "other_device")
 # How an out-of-memory episode had ended (GMT_EPISODE_ENDS in src/analyze/capture.h).
 EPISODE_ENDS = ("open", "success", "gap", "other_device", "exit")

@@ -167,9 +167,20 @@ def live_since(since: int, device: int = ALL_DEVICES) -> Optional[Tuple[int, int
     return b.value, n.value
 
 
+_own_steps = False
+
+
 def step(number: int) -> None:
     """Marks step `number` of the program's loop (a training step): the
-    history notes it, and growth is judged on these steps too."""
+    history notes it, and growth is judged on these steps too. A program
+    that marks its own steps turns off the marks the PyTorch bootstrap
+    makes at each optimizer step."""
+    global _own_steps
+    _own_steps = True
+    _mark_step(number)
+
+
+def _mark_step(number: int) -> None:
     api = _has("step")
     if api is not None:
         _check(api.step(number), "step")

@@ -4,7 +4,9 @@ which `gpumemtrace run` and `check` put first on PYTHONPATH) calls
 on_import_torch() once `torch` has been imported — never earlier, never from
 a CUDA hook; a program that never imports torch gets nothing of this.
 
-When PyTorch initialises CUDA (torch.cuda._lazy_call), this turns on its
+At once, a global optimizer step hook marks each optimizer step as a step
+of the tracer's (gmt_step), unless the program marks its own. When PyTorch
+initialises CUDA (torch.cuda._lazy_call), this turns on its
 allocator history (torch.cuda.memory._record_memory_history: at most
 GPUMEMTRACE_HISTORY entries, Python frames only) and registers an
 out-of-memory observer. At each out-of-memory PyTorch reports — after its
@@ -39,6 +41,10 @@ MAX_FRAMES = 16
 _lock = threading.Lock()
 _count = 0
 _warned = False
+# Optimizer steps marked, and torch.cuda.memory_allocated() of the current
+# device at the latest mark.
+_steps = 0
+_step_allocated: Dict[int, int] = {}
 
 
 def _env_on(name: str, default: bool) -> bool:
@@ -92,8 +98,44 @@ def on_import_torch(torch: Any) -> None:
               "PyTorch's allocator state is not recorded")
         return
     cuda._lazy_call(lambda: _start(torch))
+    _mark_optimizer_steps(torch)
     if _exit_wanted():
         atexit.register(_at_exit, torch)
+
+
+def _mark_optimizer_steps(torch: Any) -> None:
+    """Each optimizer step marks a step of the tracer's (gmt_step), so that
+    the diagnosis knows a training step's own memory and a leak's bytes per
+    step — unless the program marks its own (gpumemtrace.step). PyTorch
+    before 2.0 has no global optimizer hook: no marks, no warning."""
+    register = getattr(getattr(getattr(torch, "optim", None), "optimizer", None),
+                       "register_optimizer_step_post_hook", None)
+    if register is None:
+        return
+    import gpumemtrace
+
+    def marked(optimizer: Any, args: Any, kwargs: Any) -> None:
+        global _steps
+        if gpumemtrace._own_steps:
+            return
+        _steps += 1
+        gpumemtrace._mark_step(_steps)
+        # PyTorch's own count at the step's start: its caching allocator
+        # serves a step from segments the driver gave long before, so the
+        # step's memory is measured in its counters (state_of).
+        if getattr(torch.cuda, "is_initialized", lambda: False)():
+            try:
+                dev = int(torch.cuda.current_device())
+                _step_allocated.clear()
+                _step_allocated[dev] = int(torch.cuda.memory_allocated(dev))
+            except Exception:  # noqa: BLE001 - a count not taken: the step stays marked
+                _step_allocated.clear()
+
+    try:
+        register(marked)
+    except Exception as e:  # noqa: BLE001 - PyTorch's own failure: the program goes on
+        _warn(f"torch {getattr(torch, '__version__', '?')}: optimizer steps are not marked "
+              f"({type(e).__name__}: {e})")
 
 
 def _backend(torch: Any) -> str:
@@ -210,7 +252,11 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
         segments.append({"device": dev, "address": int(s["address"]), "total_size": int(s["total_size"]),
                          "stream": int(s.get("stream", 0) or 0), "segment_type": str(s.get("segment_type", "")),
                          "is_expandable": bool(s.get("is_expandable", False)), "blocks": out})
+    # Steps the bootstrap marked, unless the program marks its own.
+    own = getattr(sys.modules.get("gpumemtrace"), "_own_steps", False)
     for d in devices.values():
         d["reserved_unallocated_bytes"] = d["reserved_bytes"] - d["allocated_bytes"]
+        if _steps and not own and d["device"] in _step_allocated:
+            d["step_allocated_bytes"] = _step_allocated[d["device"]]
     return {"name": "torch", "version": version, "reason": reason, "file": path, "oom": oom,
             "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated}

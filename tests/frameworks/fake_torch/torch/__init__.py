@@ -15,6 +15,8 @@ allocator shaped like PyTorch's (docs/guide.md, "PyTorch's own view").
     torch.cuda.OutOfMemoryError    raised after the allocator released its
                                    cache and the driver failed again, once
                                    the out-of-memory observers ran
+    torch.optim.Optimizer().step() runs the hooks registered with
+                                   torch.optim.optimizer.register_optimizer_step_post_hook
 
 Segments are whole multiples of 2 MiB (a small pool of 2 MiB segments for
 requests up to 1 MiB, as PyTorch's); blocks are 512-byte multiples, split
@@ -27,6 +29,7 @@ __version__ = "2.11.0+fake"
 
 from . import _C  # noqa: E402
 from . import cuda  # noqa: E402
+from . import optim  # noqa: E402
 
 
 def empty(nbytes, dtype=None, device="cuda"):

@@ -56,6 +56,10 @@ def _allocator():
     return _state
 
 
+def current_device():
+    return 0
+
+
 def memory_allocated(device=0):
     return _allocator().allocated()
 

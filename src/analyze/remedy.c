@@ -1,0 +1,243 @@
+/* The remedies (remedy.h). Each rule reads numbers the diagnosis wrote and
+ * offers its remedy only when they support it:
+ *
+ * - split_request: never_fits. The request (or the framework's) against all
+ *   the process could have of the device (capacity): at most capacity /
+ *   request of this batch, or ⌈request / capacity⌉ micro-batches, or the
+ *   model sharded.
+ * - expandable_segments: allocator_fragmentation of PyTorch's allocator whose
+ *   segments on the device are not expandable already: free inside its
+ *   segments ≥ its request > its largest free block.
+ * - smaller_batch, checkpointing: exhaustion is primary (the process's own
+ *   memory fills the device), the program marks its steps (gmt_step) and the
+ *   memory allocated since the current step began and still live — the
+ *   step's activations, temporaries and gradients — is more than the
+ *   shortfall: a batch of 1/k keeps about 1/k of it, enough for k ≥
+ *   ⌈step / (step − shortfall)⌉; checkpointing recomputes what the forward
+ *   keeps for the backward instead.
+ * - free_growing_site: growth applies; the site that gained most, its gain
+ *   and, with steps, its gain per whole step.
+ * - shrink_largest_site: exhaustion is primary and the stack holding the most
+ *   live memory on the device alone covers the shortfall.
+ * - trim_pools, large_blocks_first, other_device: pool_reservation,
+ *   fragmentation (stranded pages) and other_processes apply — each verdict's
+ *   bytes cover the shortfall.
+ *
+ * Mixed precision, torch.no_grad() and zero_grad(set_to_none=True) are never
+ * offered: the numbers they would rest on (element types, whether gradients
+ * are needed, which live memory is gradients) are not in a snapshot. */
+#define _GNU_SOURCE
+#include "analyze/remedy.h"
+#include "util/parse.h"
+#include "util/xlist.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const names[GMT_REMEDY_COUNT] = { GMT_REMEDIES(GMT_X_WORD) };
+
+const char *gmt__remedy_name(enum gmt__remedy_id id)
+{
+	return GMT_X_NAME(names, GMT_REMEDY_COUNT, id, "unknown");
+}
+
+static bool listed(const struct gmt__diagnosis *d, enum gmt__verdict v)
+{
+	for (int i = 0; i < d->nverdicts; i++) {
+		if (d->v[i].verdict == v)
+			return true;
+	}
+	return false;
+}
+
+/* part as a whole percentage of whole (at least 1 when part > 0). */
+static unsigned percent(uint64_t part, uint64_t whole)
+{
+	unsigned p;
+
+	if (whole == 0)
+		return 0;
+	p = (unsigned)((long double)part * 100 / whole);
+	return p == 0 && part > 0 ? 1 : p;
+}
+
+static struct gmt__remedy *offer(struct gmt__diagnosis *d, enum gmt__remedy_id id, enum gmt__verdict verdict,
+				 uint64_t bytes, uint32_t stack, const char *const rests_on[])
+{
+	struct gmt__remedy *r = &d->remedies[d->nremedies++];
+
+	memset(r, 0, sizeof(*r));
+	r->id = id;
+	r->verdict = verdict;
+	r->bytes = bytes;
+	r->stack = stack;
+	for (int k = 0; k < 5 && rests_on[k] != NULL; k++)
+		r->rests_on[k] = rests_on[k];
+	return r;
+}
+
+__attribute__((format(printf, 2, 3))) static void say(struct gmt__remedy *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->text, sizeof(r->text), fmt, ap);
+	va_end(ap);
+}
+
+static void split_request(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const rests[] = { "requested_bytes", "framework_requested_bytes", "capacity_bytes", NULL };
+	uint64_t asked = in->fw_requested > d->needed ? in->fw_requested : d->needed;
+	uint64_t pieces = d->capacity > 0 ? (asked + d->capacity - 1) / d->capacity : 0;
+	char a[32], b[32];
+	struct gmt__remedy *r;
+
+	if (d->primary != GMT_VERDICT_NEVER_FITS || d->capacity == 0)
+		return;
+	r = offer(d, GMT_REMEDY_SPLIT_REQUEST, GMT_VERDICT_NEVER_FITS, asked, 0, rests);
+	say(r,
+	    "split the work: the request (%s) is larger than the %s this process could ever have of the device, so "
+	    "a batch of at most %u%% of this one, gradient accumulation over %llu or more micro-batches, or the model "
+	    "sharded across devices",
+	    gmt__human_bytes(a, sizeof(a), asked), gmt__human_bytes(b, sizeof(b), d->capacity),
+	    percent(d->capacity, asked), (unsigned long long)(pieces < 2 ? 2 : pieces));
+}
+
+static void expandable(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const rests[] = { "reserved_unallocated_bytes", "largest_free_block_bytes",
+					     "framework_requested_bytes", "framework_expandable", NULL };
+	char a[32], b[32], c[32];
+	struct gmt__remedy *r;
+
+	if (d->primary != GMT_VERDICT_ALLOCATOR_FRAGMENTATION || !in->fw_torch || in->fw_expandable == 1)
+		return;
+	r = offer(d, GMT_REMEDY_EXPANDABLE, GMT_VERDICT_ALLOCATOR_FRAGMENTATION, in->fw_reserved_unallocated, 0, rests);
+	say(r,
+	    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: PyTorch holds %s free inside its segments, more than the "
+	    "%s it needed, but its largest free block is %s; expandable segments grow in place instead of leaving "
+	    "free pieces between blocks",
+	    gmt__human_bytes(a, sizeof(a), in->fw_reserved_unallocated), gmt__human_bytes(b, sizeof(b), in->fw_requested),
+	    gmt__human_bytes(c, sizeof(c), in->fw_largest_free));
+}
+
+static void step_memory(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const rests[] = { "step", "step_live_bytes", "tracked_total_bytes", "shortfall_bytes", NULL };
+	uint64_t x = in->step_live_bytes, f = d->shortfall, k;
+	enum gmt__verdict v = GMT_VERDICT_EXHAUSTION;
+	char a[32], b[32], c[32];
+	struct gmt__remedy *r;
+
+	if (!d->have_mem || !in->step_known || f == 0 || x <= f || d->primary != GMT_VERDICT_EXHAUSTION)
+		return;
+	/* 1/k of x leaves room when x - x/k >= f, i.e. k >= x / (x - f). */
+	k = (x + (x - f) - 1) / (x - f);
+	if (k < 2)
+		k = 2;
+	r = offer(d, GMT_REMEDY_SMALLER_BATCH, v, x, 0, rests);
+	say(r,
+	    "a smaller batch, or the same batch as micro-batches with gradient accumulation: the memory allocated "
+	    "since the program marked step %llu and still live is %s (%u%% of this process's on the device); a batch of 1/%llu "
+	    "keeps about %s and leaves room for the %s the request fell short",
+	    (unsigned long long)in->step, gmt__human_bytes(a, sizeof(a), x), percent(x, d->tracked_total),
+	    (unsigned long long)k, gmt__human_bytes(b, sizeof(b), x / k), gmt__human_bytes(c, sizeof(c), f));
+	r = offer(d, GMT_REMEDY_CHECKPOINTING, v, x, 0, rests);
+	say(r,
+	    "activation checkpointing (torch.utils.checkpoint, jax.checkpoint): recompute in the backward what the "
+	    "forward keeps for it; the %s allocated since step %llu and still live is the memory it trades for compute, more than "
+	    "the %s the request fell short",
+	    gmt__human_bytes(a, sizeof(a), x), (unsigned long long)in->step, gmt__human_bytes(b, sizeof(b), f));
+}
+
+static void free_growth(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const rests[] = { "growth_top_stack", "growth_top_bytes", "growth_top_step_bytes",
+					     "growth_top_steps", NULL };
+	uint64_t g = in->growth_top_bytes, n = in->growth_top_steps;
+	char a[32], b[32], c[32];
+	struct gmt__remedy *r;
+
+	if (!listed(d, GMT_VERDICT_GROWTH) || in->growth_top_stack == 0 || g == 0)
+		return;
+	r = offer(d, GMT_REMEDY_FREE_GROWTH, GMT_VERDICT_GROWTH, g, in->growth_top_stack, rests);
+	if (n > 0)
+		say(r,
+		    "drop what this growing site keeps by mistake (a list of tensors, a loss kept with its graph; "
+		    "`del` it%s): it gained %s, %s a step over %llu whole steps",
+		    in->fw_torch ? ", then torch.cuda.empty_cache()" : "", gmt__human_bytes(a, sizeof(a), g),
+		    gmt__human_bytes(b, sizeof(b), in->growth_top_step_bytes / n), (unsigned long long)n);
+	else
+		say(r,
+		    "drop what this growing site keeps by mistake (a list of tensors, a loss kept with its graph; "
+		    "`del` it%s): it gained %s of the %s the growing sites added",
+		    in->fw_torch ? ", then torch.cuda.empty_cache()" : "", gmt__human_bytes(a, sizeof(a), g),
+		    gmt__human_bytes(c, sizeof(c), in->growth_bytes));
+}
+
+static void largest_site(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const rests[] = { "largest_stack", "largest_stack_bytes", "tracked_total_bytes",
+					     "shortfall_bytes", NULL };
+	uint64_t x = in->largest_stack_bytes;
+	char a[32], b[32];
+	struct gmt__remedy *r;
+
+	if (!d->have_mem || d->primary != GMT_VERDICT_EXHAUSTION || d->shortfall == 0 || x < d->shortfall ||
+	    in->largest_stack == 0)
+		return;
+	r = offer(d, GMT_REMEDY_LARGEST_SITE, GMT_VERDICT_EXHAUSTION, x, in->largest_stack, rests);
+	say(r,
+	    "keep less of what this site allocates, or free it before this request: it holds %s live (%u%% of "
+	    "this process's on the device), more than the %s the request fell short",
+	    gmt__human_bytes(a, sizeof(a), x), percent(x, d->tracked_total), gmt__human_bytes(b, sizeof(b), d->shortfall));
+}
+
+static void verdict_bytes(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const pool[] = { "pool_unused_bytes", "shortfall_bytes", NULL };
+	static const char *const pages[] = { "stranded_bytes", "pages_partial", "granularity", "shortfall_bytes", NULL };
+	static const char *const others[] = { "other_processes_bytes", "shortfall_bytes", NULL };
+	const struct gmt__device_state *st = in->state;
+	char a[32], b[32], c[32];
+	struct gmt__remedy *r;
+
+	if (!d->have_mem || d->shortfall == 0)
+		return;
+	if (listed(d, GMT_VERDICT_POOL)) {
+		r = offer(d, GMT_REMEDY_TRIM_POOLS, GMT_VERDICT_POOL, d->pool_unused, 0, pool);
+		say(r,
+		    "cudaMemPoolTrimTo(pool, 0) before the allocation, or a lower cudaMemPoolAttrReleaseThreshold: the "
+		    "stream-ordered pools hold %s reserved and unused, more than the %s the request fell short",
+		    gmt__human_bytes(a, sizeof(a), d->pool_unused), gmt__human_bytes(b, sizeof(b), d->shortfall));
+	}
+	if (listed(d, GMT_VERDICT_FRAGMENTATION)) {
+		r = offer(d, GMT_REMEDY_LARGE_FIRST, GMT_VERDICT_FRAGMENTATION, in->pages.stranded_bytes, 0, pages);
+		say(r,
+		    "allocate the large blocks first, or give the small ones a pool (cudaMallocAsync, a caching "
+		    "allocator): %s lie unused in %llu partly used pages of %s, more than the %s the request fell short",
+		    gmt__human_bytes(a, sizeof(a), in->pages.stranded_bytes), (unsigned long long)in->pages.partial,
+		    gmt__human_bytes(b, sizeof(b), in->pages.granularity), gmt__human_bytes(c, sizeof(c), d->shortfall));
+	}
+	if (listed(d, GMT_VERDICT_OTHERS) && st != NULL && st->have_others) {
+		r = offer(d, GMT_REMEDY_OTHER_DEVICE, GMT_VERDICT_OTHERS, st->others_bytes, 0, others);
+		say(r,
+		    "run on a device the other processes do not use (CUDA_VISIBLE_DEVICES), or stop them: %d other "
+		    "process%s hold%s %s of this device, more than the %s the request fell short",
+		    st->nothers, st->nothers == 1 ? "" : "es", st->nothers == 1 ? "s" : "",
+		    gmt__human_bytes(a, sizeof(a), st->others_bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
+	}
+}
+
+void gmt__remedies(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	d->nremedies = 0;
+	split_request(in, d);
+	expandable(in, d);
+	step_memory(in, d);
+	free_growth(in, d);
+	largest_site(in, d);
+	verdict_bytes(in, d);
+}

@@ -582,7 +582,8 @@ static CUresult mem_free(uint64_t dptr)
 
 	gmtsim__lock();
 	r = gmtsim__current_device(&dev, NULL);
-	if (r == CUDA_SUCCESS)
+	/* A free of 0 frees nothing and succeeds, as the real driver's does. */
+	if (r == CUDA_SUCCESS && dptr != 0)
 		r = gmtsim__free_device_kind(dptr, false);
 	gmtsim__unlock();
 	return r;

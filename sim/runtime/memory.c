@@ -96,15 +96,15 @@ GMTRT_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct 
 	return gmtrt__result(r);
 }
 
-/* cudaFree(NULL) is the idiom that initialises the runtime and the context. */
+/* cudaFree(NULL) is the idiom that initialises the runtime and the context;
+ * NVIDIA's cudart passes it on to the driver as cuMemFree_v2(0) (seen on an
+ * H100), which frees nothing. */
 GMTRT_API cudaError_t cudaFree(void *devPtr)
 {
 	cudaError_t err = gmtrt__enter_ctx();
 
 	if (err != cudaSuccess)
 		return err;
-	if (!devPtr)
-		return cudaSuccess;
 	GMTRT_REQUIRE(cuMemFree);
 	return gmtrt__result(gmtrt__drv.cuMemFree((CUdeviceptr)(uintptr_t)devPtr));
 }

@@ -237,7 +237,9 @@ static uint64_t record_op(const struct gmt__call *c, enum gmt__op op, enum gmt__
 
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr)
 {
-	if (!c->record)
+	/* A free of NULL frees nothing: cudaFree(0), the idiom that creates a
+	 * context, reaches the driver as cuMemFree_v2(0). */
+	if (!c->record || addr == 0)
 		return 0;
 	gmt__tls.free_addr = addr;
 	gmt__tls.free_kind = (uint8_t)kind;

@@ -362,6 +362,14 @@ def check_pages(label: str, snap: dict[str, Any]) -> list[str]:
     return problems
 
 
+def check_unknown_frees(label: str, snap: dict[str, Any]) -> list[str]:
+    """No program of the suite frees what it did not allocate: a free the
+    tracer could not match is one it missed an allocation of (a free of NULL,
+    cudaFree(0), frees nothing and is no such free)."""
+    n = (snap.get("stats") or {}).get("unknown_frees", 0)
+    return [f"{label}: stats.unknown_frees is {n}: the tracer saw frees of memory it never saw allocated"] if n else []
+
+
 def check_meminfo(label: str, device: int, free: int, total: int, snap: dict[str, Any],
                   tolerance: int) -> list[str]:
     dev = device_of(snap, device)
@@ -461,6 +469,7 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
             problems += check_live(label, exp.live.get(label, []), exp.cover[label], snap)
             matched += len(exp.live.get(label, []))
         problems += check_pages(label, snap)
+        problems += check_unknown_frees(label, snap)
         for (lb, device), (free, total) in exp.meminfo.items():
             if lb == label:
                 problems += check_meminfo(label, device, free, total, snap, tolerance)

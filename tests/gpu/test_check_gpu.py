@@ -119,6 +119,12 @@ def case_wrong_kind(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
+def case_unknown_frees(sc: Scenario) -> dict[str, Any]:
+    sc.checkpoint("start", snapshot("api", [], [device(free=1000 * MIB)], stats={"unknown_frees": 1}),
+                  meminfo=(1000 * MIB, 1024 * MIB))
+    return {}
+
+
 def case_delta(sc: Scenario) -> dict[str, Any]:
     base(sc, free_after=988 * MIB)
     return {"tolerance": MIB}
@@ -458,6 +464,7 @@ CASES: list[Case] = [
     ("pass", case_ok, None),
     ("fail", case_missing, "live set differs"),
     ("fail", case_wrong_kind, "live set differs"),
+    ("fail", case_unknown_frees, "stats.unknown_frees is 1"),
     ("fail", case_delta, "free bytes fell by 12.00 MiB"),
     ("pass", case_delta_tolerated, None),
     ("fail", case_snapshot_free, "cudaMemGetInfo right after"),

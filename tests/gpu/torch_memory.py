@@ -214,7 +214,8 @@ def main(argv: list[str]) -> int:
         run_train_oom(torch)
     else:
         run_allocator(torch, mode)
-    gp.note(f"torch {torch.__version__}, memory_reserved() up to {PEAK[0]} bytes")
+    # train-oom's start checkpoint is before its allocations: no peak to tell.
+    gp.note(f"torch {torch.__version__}" + (f", memory_reserved() up to {PEAK[0]} bytes" if PEAK[0] else ""))
     gp.checkpoint_at("exit", "@exit")
     return 0
 

@@ -93,6 +93,8 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 	  "at exit, scan host memory for references to live allocations")                    \
 	X(gate, "GPUMEMTRACE_GATE", BOOL, false,                                              \
 	  "set by gpumemtrace check: mark each process pending until its exit snapshot is written") \
+	X(frameworks, "GPUMEMTRACE_FRAMEWORKS", BOOL, true,                                   \
+	  "read by the Python bootstrap: record PyTorch's allocator and CuPy's pool")        \
 	X(verbose, "GPUMEMTRACE_VERBOSE", BOOL, false, "print the options and progress")
 
 #define GMT_OPTION_TYPE_BOOL bool

@@ -127,7 +127,7 @@ def base_env(source: str) -> Dict[str, str]:
            if not k.startswith(("GPUMEMTRACE_", "GMTSIM_")) and k not in ("LD_PRELOAD", "PYTHONPATH")}
     env["GMTSIM_MEMORY"] = "1G"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONPATH"] = os.path.join(HERE, "fake_torch")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_torch"), os.path.join(HERE, "fake_common")])
     if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
         env["LD_PRELOAD"] = os.environ["GMT_TEST_ASAN_RUNTIME"]
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
@@ -158,6 +158,28 @@ def schema_ok(source: str, paths: List[str], what: str) -> None:
     r = subprocess.run([sys.executable, os.path.join(source, "tools", "validate_snapshot.py"), *paths],
                        capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, f"{what}: every snapshot valid against the schema", r.stdout[-800:] + r.stderr[-400:])
+
+
+def exit_framework(tmp: str) -> Tuple[List[str], dict]:
+    """The run's exit snapshots, and the framework section of the one."""
+    exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
+    if len(exits) != 1:
+        return exits, {}
+    with open(exits[0], encoding="utf-8") as f:
+        return exits, json.load(f).get("framework") or {}
+
+
+def view_counters(launcher: str, env: Dict[str, str], source: str, path: str, allocated: int, reserved: int,
+                  unallocated: int) -> Tuple[subprocess.CompletedProcess, str, bool]:
+    """The viewer's summary of a snapshot, its words on one line, and
+    whether it shows the framework's counters on device 0 as given."""
+    sys.path.insert(0, os.path.join(source, "tools"))
+    from gmtview.model import fmt_bytes
+    v = subprocess.run([launcher, "view", path], env=env, capture_output=True, text=True, timeout=60)
+    flat = " ".join(v.stdout.split())
+    line = (f"GPU 0: allocated {fmt_bytes(allocated)}, reserved {fmt_bytes(reserved)}, "
+            f"reserved but unallocated {fmt_bytes(unallocated)}")
+    return v, flat, line in flat
 
 
 def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
@@ -206,23 +228,14 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
             with open(pick, "rb") as f:
                 ok = "segments" in pickle.load(f)
         check(ok, "join: PyTorch's snapshot saved beside it", pick)
-        exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
-        exit_fw = {}
-        if len(exits) == 1:
-            with open(exits[0], encoding="utf-8") as f:
-                exit_fw = json.load(f).get("framework") or {}
+        exits, exit_fw = exit_framework(tmp)
         check(exit_fw.get("reason") == "exit" and (exit_fw.get("devices") or [{}])[0].get("reserved_bytes") == reserved,
               "join: the exit snapshot has the state handed over at exit", exit_fw.get("reason"))
         check("MODULES ['gpumemtrace', 'gpumemtrace.frameworks']" in r.stdout, "join: the bootstrap loaded its module",
               r.stdout)
         schema_ok(source, ooms + exits, "join")
-        sys.path.insert(0, os.path.join(source, "tools"))
-        from gmtview.model import fmt_bytes
-        v = subprocess.run([launcher, "view", ooms[0]], env=env, capture_output=True, text=True, timeout=60)
-        flat = " ".join(v.stdout.split())
-        want_line = (f"GPU 0: allocated {fmt_bytes(allocated)}, reserved {fmt_bytes(reserved)}, "
-                     f"reserved but unallocated {fmt_bytes(cached_free)}")
-        check(v.returncode == 0 and want_line in flat and f"{len(want)} of {len(want)} segments joined" in flat,
+        v, flat, counters = view_counters(launcher, env, source, ooms[0], allocated, reserved, cached_free)
+        check(v.returncode == 0 and counters and f"{len(want)} of {len(want)} segments joined" in flat,
               "join: the viewer's summary shows the framework's counters", v.stdout[-1500:] + v.stderr)
 
 

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 16
+#define NOPTIONS 17
 #define MAX_ENV 4
 #define MAX_WANT 3
 
@@ -30,7 +30,7 @@ struct option_case {
 	const char *never;            /* must not appear in the log */
 };
 
-enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32, F_HISTORY = 64 };
+enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32, F_HISTORY = 64, F_FRAMEWORKS = 128 };
 
 #define BAD(var, value, shown)                                                          \
 	{ .env = { var "=" value }, .lines = 1,                                         \
@@ -66,6 +66,10 @@ static const struct option_case cases[] = {
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=64" }, .want.ring_events = 64, .set = F_RING },
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=1048576" }, .want.ring_events = 1048576, .set = F_RING },
 	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=0" }, .want.python_stacks = false, .set = F_PYTHON },
+	/* Read by the Python bootstrap; known here, so that it is checked and
+	 * never called unknown. */
+	{ .env = { "GPUMEMTRACE_FRAMEWORKS=0" }, .want.frameworks = false, .set = F_FRAMEWORKS },
+	{ .env = { "GPUMEMTRACE_FRAMEWORKS=off" }, .want.frameworks = false, .set = F_FRAMEWORKS },
 	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=on" }, .want.python_stacks = true, .set = F_PYTHON },
 	{ .env = { "GPUMEMTRACE_VERBOSE=0" }, .want.verbose = false, .set = F_VERBOSE },
 	{ .env = { "GPUMEMTRACE_VERBOSE=false" }, .want.verbose = false, .set = F_VERBOSE },
@@ -123,6 +127,7 @@ static const struct option_case cases[] = {
 	BAD("GPUMEMTRACE_RING_EVENTS", "2097152", "2097152"),
 	BAD("GPUMEMTRACE_RING_EVENTS", "4k", "4k"),
 	BAD("GPUMEMTRACE_PYTHON_STACKS", "python", "python"),
+	BAD("GPUMEMTRACE_FRAMEWORKS", "maybe", "maybe"),
 	BAD("GPUMEMTRACE_VERBOSE", "", ""),
 	BAD("GPUMEMTRACE_VERBOSE", "2", "2"),
 	BAD("GPUMEMTRACE_VERBOSE", "y", "y"),
@@ -232,6 +237,8 @@ static int run_case(const struct option_case *c, int log_rd)
 		want.python_stacks = c->want.python_stacks;
 	if (c->set & F_HISTORY)
 		want.history = c->want.history;
+	if (c->set & F_FRAMEWORKS)
+		want.frameworks = c->want.frameworks;
 
 	gmt__options_parse(&got, (char *const *)c->env);
 	bad += compare(&got, &want);

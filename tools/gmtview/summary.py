@@ -639,10 +639,13 @@ def _framework(t: _Text, fw: Dict[str, Any]) -> None:
     t.wrap(f"{fw['joined']} of {_plural(fw['segments'], 'segment')} joined to the driver's allocations",
            indent=2, hang=4)
     for d in fw["devices"]:
-        t.flow(f"  {device_name(d['device'])}: ",
-               [f"allocated {fmt_bytes(d['allocated_bytes'])},", f"reserved {fmt_bytes(d['reserved_bytes'])},",
-                ("reserved but unallocated " + fmt_bytes(d["reserved_unallocated_bytes"]), "bold"),
-                f"(largest free block {fmt_bytes(d['largest_free_block_bytes'])})"], hang=4, sep=" ")
+        words: List[Any] = [f"allocated {fmt_bytes(d['allocated_bytes'])},", f"reserved {fmt_bytes(d['reserved_bytes'])},",
+                            ("reserved but unallocated " + fmt_bytes(d["reserved_unallocated_bytes"]), "bold")]
+        if d.get("largest_free_block_bytes") is not None:
+            words.append(f"(largest free block {fmt_bytes(d['largest_free_block_bytes'])})")
+        if d.get("limit_bytes"):
+            words.append(f"of a limit of {fmt_bytes(d['limit_bytes'])}")
+        t.flow(f"  {device_name(d['device'])}: ", words, hang=4, sep=" ")
     if fw.get("file"):
         t.wrap(fw["file"], indent=2, hang=4, first=["its own snapshot: "])
 

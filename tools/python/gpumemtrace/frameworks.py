@@ -16,7 +16,17 @@ torch.cuda.memory._snapshot() beside the tracer's snapshot
 and hands the tracer its segments and blocks (gmt_framework), which the
 tracer joins to the driver's allocations by address in the episode's
 snapshot; at exit, when exit snapshots are on, the same for the exit
-snapshot. GPUMEMTRACE_FRAMEWORKS=0 turns all of it off.
+snapshot.
+
+CuPy has no out-of-memory observer: on_import_cupy() wraps the constructor of
+its cupy.cuda.memory.OutOfMemoryError, which its pool raises after it freed
+its cached blocks and the driver failed again, so that the state of the pool
+the program allocates from (used, total and free bytes, its limit) is handed
+over at that moment, before any handler of the program runs; at exit as for
+PyTorch. CuPy's pools say no block sizes: no segments, and no largest free
+block.
+
+GPUMEMTRACE_FRAMEWORKS=0 turns all of it off.
 
 Programs started without the launcher, with libgpumemtrace.so preloaded:
 
@@ -260,3 +270,73 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
             d["step_allocated_bytes"] = _step_allocated[d["device"]]
     return {"name": "torch", "version": version, "reason": reason, "file": path, "oom": oom,
             "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated}
+
+
+def on_import_cupy(cupy: Any) -> None:
+    """Called by the bootstrap once `cupy` is imported."""
+    if not enabled():
+        return
+    error = getattr(getattr(getattr(cupy, "cuda", None), "memory", None), "OutOfMemoryError", None)
+    init = getattr(error, "__init__", None)
+    if error is None or init is None:
+        _warn(f"cupy {getattr(cupy, '__version__', '?')} has no cuda.memory.OutOfMemoryError: "
+              "its pool's state is not recorded")
+        return
+
+    def observed(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        # OutOfMemoryError(size, total, limit): the request, the pool's bytes.
+        requested = args[0] if args else kwargs.get("size")
+        _hand_over_cupy(cupy, "oom", requested)
+
+    try:
+        error.__init__ = observed
+    except (AttributeError, TypeError) as e:
+        _warn(f"cupy {getattr(cupy, '__version__', '?')}: its out-of-memory error cannot be observed "
+              f"({type(e).__name__}: {e}): its pool's state is not recorded")
+        return
+    if _exit_wanted():
+        atexit.register(_hand_over_cupy, cupy, "exit", None)
+
+
+def _cupy_pool(cupy: Any) -> Any:
+    """The pool the program allocates from: the owner of the current
+    allocator (the default pool's malloc unless the program set another —
+    a MemoryAsyncPool's counts as well), or None for an allocator that is
+    no pool's."""
+    get = getattr(cupy.cuda, "get_allocator", None)
+    pool = getattr(get(), "__self__", None) if get is not None else cupy.get_default_memory_pool()
+    if all(hasattr(pool, n) for n in ("used_bytes", "total_bytes", "free_bytes")):
+        return pool
+    return None
+
+
+def cupy_state(cupy: Any, reason: str, requested: Optional[int]) -> Optional[Dict[str, Any]]:
+    """The state the tracer takes (docs/snapshot-format.md, "framework") from
+    a CuPy pool on the current device: allocated = used_bytes(), reserved =
+    total_bytes(), reserved but unallocated = free_bytes(); None when the
+    program allocates from no pool."""
+    pool = _cupy_pool(cupy)
+    if pool is None:
+        return None
+    dev = int(cupy.cuda.runtime.getDevice())
+    d = {"device": dev, "allocated_bytes": int(pool.used_bytes()), "reserved_bytes": int(pool.total_bytes()),
+         "reserved_unallocated_bytes": int(pool.free_bytes()), "largest_free_block_bytes": None}
+    limit = getattr(pool, "get_limit", None)
+    d["limit_bytes"] = (int(limit()) or None) if limit is not None else None
+    oom = None
+    if reason == "oom" and requested is not None:
+        oom = {"device": dev, "requested_bytes": int(requested), "device_allocated_bytes": d["allocated_bytes"]}
+    return {"name": "cupy", "version": str(getattr(cupy, "__version__", "")), "reason": reason, "file": None,
+            "oom": oom, "devices": [d], "segments": [], "truncated": False}
+
+
+def _hand_over_cupy(cupy: Any, reason: str, requested: Optional[int]) -> None:
+    try:
+        state = cupy_state(cupy, reason, requested)
+        if state is None:
+            return
+        import gpumemtrace
+        gpumemtrace.framework(json.dumps(state))
+    except Exception as e:  # noqa: BLE001 - never the program's failure
+        _warn(f"CuPy's pool state could not be handed over ({type(e).__name__}: {e})")

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The Python bootstrap and CuPy's pool (docs/guide.md, "CuPy's pool"), on
+the simulated GPU with a test double of CuPy (fake_cupy/: its toy pool over
+libcuda through ctypes, its OutOfMemoryError), under `gpumemtrace run`:
+
+- oom: a program keeps 103 MiB, caches three 64 MiB chunks and asks for
+  1 TiB: the pool frees its cache and fails twice more; the episode's
+  snapshot holds a "framework" section of CuPy's whose allocated, reserved
+  and reserved-but-unallocated bytes are what the program's pool said in its
+  handler (used_bytes, total_bytes, free_bytes), whose reserved bytes are
+  exactly the live driver allocations of the snapshot, with the request the
+  error was raised for, no largest free block (CuPy says none) and no
+  fragmentation verdict; the exit snapshot has the state at exit; the viewer
+  shows the pool's counters;
+- limit: the pool's own limit refuses a request with no driver failure: no
+  snapshot, nothing on stderr, the program runs (docs: such out-of-memory
+  errors make no episode);
+- a CuPy whose error cannot be observed (FAKE_CUPY_NO_ERROR=1): one
+  warning, the program runs, no framework section;
+- off: GPUMEMTRACE_FRAMEWORKS=0: no framework section.
+
+Every snapshot is checked against docs/snapshot.schema.json.
+
+Usage: test_cupy_double.py LAUNCHER SOURCE_ROOT"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+import tempfile
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_torch_double as common  # noqa: E402
+from test_torch_double import check, run, schema_ok  # noqa: E402
+
+MIB = 1 << 20
+
+PROGRAM = r'''
+import cupy
+MIB = 1 << 20
+pool = cupy.get_default_memory_pool()
+keep = [cupy.empty(100 * MIB), cupy.empty(3 * MIB)]
+cached = [cupy.empty(64 * MIB) for _ in range(3)]
+del cached
+try:
+    cupy.empty(1 << 40)
+except cupy.cuda.memory.OutOfMemoryError as e:
+    print("STATE", pool.used_bytes(), pool.total_bytes(), pool.free_bytes())
+    print("ERROR", e)
+'''
+
+LIMITED = r'''
+import cupy
+MIB = 1 << 20
+pool = cupy.get_default_memory_pool()
+pool.set_limit(size=200 * MIB)
+keep = cupy.empty(150 * MIB)
+try:
+    cupy.empty(100 * MIB)
+except cupy.cuda.memory.OutOfMemoryError as e:
+    print("LIMITED", e)
+'''
+
+
+def cupy_env(source: str) -> Dict[str, str]:
+    env = common.base_env(source)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_cupy"), os.path.join(HERE, "fake_common")])
+    return env
+
+
+def test_oom(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, env, tmp, PROGRAM, "oom.py")
+        m = re.search(r"^STATE (\d+) (\d+) (\d+)$", r.stdout, re.M)
+        ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+        check(r.returncode == 0 and m is not None and len(ooms) == 1, "oom: one oom snapshot",
+              r.stdout + r.stderr[-800:])
+        if m is None or len(ooms) != 1:
+            return
+        used, total, free = map(int, m.groups())
+        with open(ooms[0], encoding="utf-8") as f:
+            doc = json.load(f)
+        fw = doc.get("framework") or {}
+        check((fw.get("name"), fw.get("reason"), fw.get("segments")) == ("cupy", "oom", []),
+              "oom: CuPy's framework section, at the oom, with no segments", {k: fw.get(k) for k in ("name", "reason")})
+        dev = (fw.get("devices") or [{}])[0]
+        got = (dev.get("allocated_bytes"), dev.get("reserved_bytes"), dev.get("reserved_unallocated_bytes"))
+        check(got == (used, total, free), "oom: allocated, reserved, unallocated = used_bytes, total_bytes, free_bytes",
+              (got, (used, total, free)))
+        check(used == 103 * MIB and free == 0, "oom: the pool freed its cache before raising", (used, free))
+        driver = sum(a["size"] for a in doc["allocations"] if a["kind"] == "device")
+        check(driver == total, "oom: the pool's total is exactly the live driver allocations", (driver, total))
+        check(dev.get("largest_free_block_bytes", 0) is None and dev.get("limit_bytes", 0) is None,
+              "oom: no largest free block and no limit (CuPy says none, none set)", dev)
+        check((fw.get("oom") or {}).get("requested_bytes") == 1 << 40, "oom: the request the error was raised for",
+              fw.get("oom"))
+        dg = doc.get("diagnosis") or {}
+        names = [v["name"] for v in dg.get("verdicts", [])]
+        check("allocator_fragmentation" not in names and dg.get("verdict") == "never_fits",
+              "oom: never_fits, and no fragmentation verdict without a largest free block", names)
+        ep = doc.get("episode") or {}
+        check(ep.get("failures") == 3 and ep["freed"]["bytes"] == 192 * MIB,
+              "oom: the episode: three failures, the cache (192 MiB) released between them",
+              (ep.get("failures"), (ep.get("freed") or {}).get("bytes")))
+        exits, exit_fw = common.exit_framework(tmp)
+        check(exit_fw.get("reason") == "exit" and
+              (exit_fw.get("devices") or [{}])[0].get("reserved_bytes") == total,
+              "oom: the exit snapshot has the pool's state at exit", exit_fw)
+        schema_ok(source, ooms + exits, "oom")
+        v, flat, counters = common.view_counters(launcher, env, source, ooms[0], used, total, free)
+        check(v.returncode == 0 and counters and "cupy 14.2.0+fake" in flat and "largest free block" not in flat,
+              "oom: the viewer's summary shows the pool's counters", v.stdout[-1500:] + v.stderr)
+
+
+def test_limit(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, env, tmp, LIMITED, "limit.py", on="oom")
+        check(r.returncode == 0 and "LIMITED Out of memory allocating 104,857,600 bytes" in r.stdout,
+              "limit: the pool's limit refused the request", r.stdout + r.stderr)
+        check(not glob.glob(os.path.join(tmp, "gpumemtrace.*.json")) and "gpumemtrace:" not in r.stderr,
+              "limit: no driver failure, no snapshot, nothing on stderr", r.stderr)
+
+
+def test_unobservable(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, dict(env, FAKE_CUPY_NO_ERROR="1"), tmp,
+                "import cupy\nx = cupy.empty(1 << 20)\nprint('RAN')\n", "old.py")
+        warn = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:")]
+        check(r.returncode == 0 and "RAN" in r.stdout and len(warn) == 1 and "OutOfMemoryError" in warn[0],
+              "unobservable: one warning, the program runs", r.stderr)
+        exits = common.snapshots(tmp)
+        check(len(exits) == 1 and "framework" not in exits[0], "unobservable: no framework section", len(exits))
+
+
+def test_off(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, PROGRAM, "off.py")
+        docs = common.snapshots(tmp)
+        check(r.returncode == 0 and len(docs) == 2 and not any("framework" in d for d in docs),
+              "off: GPUMEMTRACE_FRAMEWORKS=0: no framework section", (len(docs), r.stderr[-400:]))
+        check(not [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:") and "out of memory" not in ln
+                   and not ln.startswith("gpumemtrace:   ")],
+              "off: no warning (the tracer knows the bootstrap's option)", r.stderr[-600:])
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.rstrip(), file=sys.stderr)
+        return 2
+    launcher, source = os.path.abspath(argv[0]), argv[1]
+    env = cupy_env(source)
+    test_oom(launcher, source, env)
+    test_limit(launcher, env)
+    test_unobservable(launcher, env)
+    test_off(launcher, env)
+    print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")
+    return 1 if common.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

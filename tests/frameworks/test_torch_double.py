@@ -237,6 +237,21 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
         v, flat, counters = view_counters(launcher, env, source, ooms[0], allocated, reserved, cached_free)
         check(v.returncode == 0 and counters and f"{len(want)} of {len(want)} segments joined" in flat,
               "join: the viewer's summary shows the framework's counters", v.stdout[-1500:] + v.stderr)
+        check(f"segments, most free first ({min(5, len(want))} of {len(want)})" in flat,
+              "join: the viewer's summary lists the segments with their blocks", v.stdout[-1500:])
+        export = os.path.join(tmp, "export.pickle")
+        e = subprocess.run([launcher, "view", "--pytorch", export, ooms[0]], env=env, capture_output=True,
+                           text=True, timeout=60)
+        segs = {}
+        if e.returncode == 0:
+            with open(export, "rb") as f:
+                segs = {sg["address"]: sg for sg in pickle.load(f)["segments"]}
+        blocks = sorted((b["address"], b["size"], b["state"]) for sg in fw.get("segments", []) for b in sg["blocks"])
+        exported = sorted((b["address"], b["size"], b["state"]) for a, _ in want for b in segs.get(a, {}).get("blocks", []))
+        check(e.returncode == 0 and exported == blocks and
+              sum(segs[a]["allocated_size"] for a, _ in want if a in segs) == allocated,
+              "join: the PyTorch export holds PyTorch's blocks, allocated = memory_allocated()",
+              (e.stderr[-400:], len(exported), len(blocks)))
 
 
 def run_to_oom(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str, line: str,

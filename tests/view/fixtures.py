@@ -254,6 +254,30 @@ def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, d
     return doc, truth
 
 
+def with_torch_state(raw: Dict[str, Any], stream: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """A fixture with PyTorch's state handed over: its first device-kind
+    allocation a segment of PyTorch's (an active block, a free one, another
+    active one; `stream`), and the address of an allocation that no segment
+    of PyTorch's holds. Returns the segment and that allocation."""
+    dev = [a for a in raw["allocations"] if a["kind"] == "device" and a["size"] >= 8192]
+    seg_a, other = dev[0], dev[1]
+    addr, size = int(seg_a["address"], 16), seg_a["size"]
+    third = size // 4 // 512 * 512
+    blocks = [{"address": addr, "size": third, "requested_size": third - 100, "state": "active_allocated",
+               "frames": [{"name": "forward", "filename": "/w/model.py", "line": 12}]},
+              {"address": addr + third, "size": third, "requested_size": third, "state": "inactive", "frames": []},
+              {"address": addr + 2 * third, "size": size - 2 * third, "requested_size": size - 2 * third,
+               "state": "active_allocated", "frames": []}]
+    seg = {"device": seg_a["device"], "address": addr, "total_size": size, "stream": stream,
+           "segment_type": "large", "is_expandable": False, "allocation": True, "blocks": blocks}
+    raw["framework"] = {"name": "torch", "version": "2.11.0", "reason": "oom", "file": None, "oom": None,
+                        "devices": [{"device": seg_a["device"], "allocated_bytes": size - third,
+                                     "reserved_bytes": size, "reserved_unallocated_bytes": third,
+                                     "largest_free_block_bytes": third}],
+                        "segments": [seg], "segments_joined": 1, "truncated": False}
+    return seg, other
+
+
 def hostile(**kw: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """synthetic() with markup, script and control characters in every name."""
     kw.setdefault("evil", HOSTILE)

@@ -572,6 +572,35 @@ def test_pytorch_single() -> None:
     ok(alive, "device 1 has allocations")
 
 
+def test_pytorch_framework() -> None:
+    """Where PyTorch's state was handed over, its joined segments are
+    exported as PyTorch has them: real blocks (free ones too) and streams;
+    the trace leaves their history out (memory_viz's replay is checked)."""
+    raw, truth = fixtures.synthetic(n=300, sites=8, seed=21)
+    seg, other = fixtures.with_torch_state(raw, stream=0x3FAE5C90)
+    addr = seg["address"]
+    hist = raw["history"]["events"]
+    a = next(x for x in raw["allocations"] if int(x["address"], 16) == addr)
+    hist.insert(0, dict({k: a[k] for k in ("address", "size", "kind", "device", "api", "thread", "stack")},
+                        op="alloc", seq=900001, time_ns=hist[0]["time_ns"] - 10))
+    snap = pytorch_roundtrip([checked(raw)])
+    got = next(s for s in snap["segments"] if s["address"] == addr)
+    eq([(b["address"], b["size"], b["state"], b["requested_size"]) for b in got["blocks"]],
+       [(b["address"], b["size"], b["state"], b["requested_size"]) for b in seg["blocks"]], "PyTorch's blocks")
+    eq(got["blocks"][0]["frames"], [{"filename": "/w/model.py", "line": 12, "name": "forward"}], "a block's frames")
+    active = [b for b in seg["blocks"] if b["state"] == "active_allocated"]
+    eq((got["stream"], got["allocated_size"], got["active_size"], got["requested_size"]),
+       (0x3FAE5C90, sum(b["size"] for b in active), sum(b["size"] for b in active),
+        sum(b["requested_size"] for b in active)), "the segment's stream and counters")
+    plain = next(s for s in snap["segments"] if s["address"] == int(other["address"], 16))
+    eq((len(plain["blocks"]), plain["stream"], plain["blocks"][0]["size"]), (1, 0, other["size"]),
+       "an allocation PyTorch does not hold: one block, as before")
+    want = sum(v for k, v in truth["devices"].get(0, {}).items() if k not in HOST_KINDS)
+    eq(sum(s["total_size"] for s in snap["segments"] if s["device"] == 0), want, "segments total = live bytes")
+    at = [e for e in snap["device_traces"][seg["device"]] if e.get("addr") == addr]
+    eq(at, [], "the trace leaves the segment's history to PyTorch's own")
+
+
 def test_pytorch_inconsistent_history() -> None:
     """Events that disagree with the live allocations are left out, so that
     memory_viz's replay cannot fail."""
@@ -749,7 +778,7 @@ TESTS: List[Callable[[], None]] = [
     test_trace_steps,
     test_trace_single, test_trace_ranks_align, test_trace_same_process, test_trace_hostile,
     test_speedscope, test_speedscope_several,
-    test_pytorch_single, test_pytorch_inconsistent_history, test_pytorch_oom_unknown_free,
+    test_pytorch_single, test_pytorch_framework, test_pytorch_inconsistent_history, test_pytorch_oom_unknown_free,
     test_pytorch_several,
     test_empty, test_cli,
 ]

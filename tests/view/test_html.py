@@ -451,6 +451,27 @@ class TestEdges(unittest.TestCase):
         self.assertLess(text.index("512 MiB 2 device"), text.index("256 MiB 1 device"))
         self.assertNotIn("Out-of-memory episode", html.report([doc_of(fixtures.synthetic(n=100)[0])], "single", ["x"]))
 
+    def test_framework(self) -> None:
+        """The framework's allocator: its counters, and each segment opening
+        to its blocks (address, size, requested, state, frame)."""
+        raw, _ = fixtures.synthetic(n=100, sites=6)
+        seg, _ = fixtures.with_torch_state(raw, stream=7)
+        page = html.report([doc_of(raw)], "single", ["x"])
+        text = " ".join(" ".join(parse_page(page).text).split())
+        fw = raw["framework"]["devices"][0]
+        third = seg["blocks"][1]["size"]
+        self.assertIn("Framework's allocator torch 2.11.0", text)
+        self.assertIn(f"{model.fmt_bytes(fw['allocated_bytes'])} {model.fmt_bytes(fw['reserved_bytes'])} "
+                      f"{model.fmt_bytes(third)} {model.fmt_bytes(third)} none", text)
+        self.assertIn(f"{model.fmt_bytes(seg['total_size'])} at {seg['address']:#x} on device {seg['device']} "
+                      f"(large, stream 7): {model.fmt_bytes(seg['total_size'] - third)} in 2 active, "
+                      f"{model.fmt_bytes(third)} free in 1", text)
+        b = seg["blocks"][0]
+        self.assertIn(f"{b['address']:#x} {model.fmt_bytes(b['size'])} {model.fmt_bytes(b['requested_size'])} active "
+                      "forward (model.py:12)", text)
+        self.assertIn(f"{seg['blocks'][1]['address']:#x} {model.fmt_bytes(third)} free", text)
+        self.assertNotIn("Framework's allocator", html.report([doc_of(fixtures.synthetic(n=100)[0])], "single", ["x"]))
+
     def test_no_sites_section(self) -> None:
         raw, truth = fixtures.synthetic(n=200)
         del raw["sites"]

@@ -585,6 +585,46 @@ def episode_section() -> None:
 
 
 @test
+def framework_two_levels() -> None:
+    """The framework's counters, then its segments — most free bytes
+    first — each with its blocks: active ones with the innermost frame
+    outside the framework's package, free ones bare."""
+    raw, _ = fixtures.synthetic(sites=6)
+    seg, _ = fixtures.with_torch_state(raw, stream=7)
+    seg["blocks"][0]["frames"].insert(0, {"name": "linear", "filename": "/v/site-packages/torch/nn/functional.py",
+                                         "line": 5})
+    small = {"device": seg["device"], "address": 1 << 40, "total_size": 2 << 20, "stream": 0,
+             "segment_type": "small", "is_expandable": False, "allocation": False,
+             "blocks": [{"address": 1 << 40, "size": 2 << 20, "requested_size": 100, "state": "active_allocated",
+                         "frames": []}]}
+    raw["framework"]["segments"].append(small)
+    doc = checked(raw)
+    text = summary.summary(doc, width=80)
+    check_width(text, 80, "framework")
+    fw = section(text, "Framework's allocator")
+    third = seg["blocks"][1]["size"]
+    has(fw, "segments, most free first (2 of 2):", "the segments' heading")
+    flat = " ".join(fw.split())
+    has(flat, f"{fmt_bytes(seg['total_size'])} at {seg['address']:#x} on GPU {seg['device']} (large, stream 7): "
+              f"{fmt_bytes(seg['total_size'] - third)} in 2 active blocks, {fmt_bytes(third)} free in 1", "the segment")
+    has(flat, f"{fmt_bytes(seg['blocks'][0]['size'])} active forward (model.py:12)", "an active block's own frame")
+    has(flat, f"{fmt_bytes(third)} free", "a free block")
+    has(flat, f"2.00 MiB at {1 << 40:#x} on GPU {seg['device']} (small, stream 0): 2.00 MiB in 1 active block, "
+              "no free block — no driver allocation starts there", "an unjoined segment, after the one with free bytes")
+    if fw.index(f"{seg['address']:#x}") > fw.index(f"{1 << 40:#x}"):
+        raise AssertionError(f"the segment with free bytes not first:\n{fw}")
+    # CuPy's pool: no segments, no largest free block.
+    raw, _ = fixtures.synthetic(sites=6)
+    fixtures.with_torch_state(raw, stream=0)
+    raw["framework"].update(name="cupy", segments=[], segments_joined=0)
+    raw["framework"]["devices"][0].update(largest_free_block_bytes=None, limit_bytes=1 << 30)
+    fw = " ".join(section(summary.summary(checked(raw), width=80), "Framework's allocator").split())
+    has(fw, "of a limit of 1.00 GiB", "the pool's limit")
+    if "segments, most free first" in fw or "largest free block" in fw:
+        raise AssertionError(f"segments or a largest free block CuPy does not say:\n{fw}")
+
+
+@test
 def episode_bad_input() -> None:
     for change, part in [(lambda e: e.update(end="later"), "/episode/end: 'later' is none of"),
                          (lambda e: e["listed"][0].update(stack=999), "/episode/listed/0/stack: stack 999"),

@@ -451,7 +451,9 @@ def speedscope(docs: Sequence[Doc]) -> Dict[str, Any]:
 def pytorch_snapshot(docs: Sequence[Doc]) -> Dict[str, Any]:
     """The snapshots as the dict torch.cuda.memory._snapshot() returns:
     "segments" (each live device-side allocation is a segment holding one
-    active block) and "device_traces" (per device, the history: alloc as
+    active block — but where PyTorch's own state was handed over, its
+    segments with their real blocks, free ones included, and streams) and
+    "device_traces" (per device, the history: alloc as
     segment_alloc + alloc, free as free_requested + free_completed +
     segment_free, out of memory as oom). Pinned host memory is left out.
 
@@ -503,6 +505,12 @@ class _TorchDoc:
         self.doc = doc
         self.frames_cache: Dict[int, List[Dict[str, Any]]] = {}
         self.meta_cache: Dict[Tuple[int, str, str], str] = {}
+        # PyTorch's own segments, by (device, address), where its state was
+        # handed over and the segment joined a live driver allocation.
+        fw = doc.get("framework")
+        self.torch: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        if fw and fw.get("name") == "torch":
+            self.torch = {(sg["device"], sg["address"]): sg for sg in fw["segments"] if sg.get("allocation")}
 
     def frames(self, sid: int) -> List[Dict[str, Any]]:
         """The stack's frames, innermost first as PyTorch has them; one list
@@ -540,6 +548,10 @@ class _TorchDoc:
             addr, size = int(a["address"], 16), a["size"]
             frames = self.frames(a["stack"])
             meta = self.meta(a["stack"], a["kind"], a.get("api"))
+            own = self.torch.get((a["device"], addr)) if a["kind"] == "device" else None
+            if own is not None:
+                out.append(self._torch_segment(own, slots[(i, a["device"])], frames, meta))
+                continue
             block = {"address": addr, "size": size, "requested_size": size, "state": "active_allocated",
                      "frames": frames, "user_metadata": meta}
             # NOTE: PyTorch's small pool holds requests of at most 1 MiB
@@ -550,6 +562,26 @@ class _TorchDoc:
                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames,
                         "user_metadata": meta, "blocks": [block]})
         return out
+
+    @staticmethod
+    def _torch_segment(sg: Dict[str, Any], device: int, frames: List[Dict[str, Any]], meta: str) -> Dict[str, Any]:
+        """PyTorch's own segment, as its state was handed over: its blocks
+        (active or free inside it, requested sizes, their Python frames) and
+        its stream; the frames of the segment are the driver allocation's."""
+        blocks = []
+        for b in sg["blocks"]:
+            blocks.append({"address": b["address"], "size": b["size"],
+                           "requested_size": b.get("requested_size", b["size"]), "state": b["state"],
+                           "frames": [{"filename": f.get("filename") or "??", "line": f.get("line") or 0,
+                                       "name": f.get("name") or "??"} for f in b.get("frames") or []]})
+        active = [b for b in blocks if b["state"].startswith("active")]
+        allocated = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
+        return {"device": device, "address": sg["address"], "total_size": sg["total_size"],
+                "allocated_size": allocated, "active_size": sum(b["size"] for b in active),
+                "requested_size": sum(b["requested_size"] for b in active), "stream": sg.get("stream") or 0,
+                "segment_type": sg.get("segment_type") or ("small" if sg["total_size"] <= (2 << 20) else "large"),
+                "segment_pool_id": (0, 0), "is_expandable": bool(sg.get("is_expandable")), "frames": frames,
+                "user_metadata": meta, "blocks": blocks}
 
     def trace(self, dev: int) -> Tuple[List[Dict[str, Any]], int]:
         """The device's history as PyTorch trace entries, and how many events
@@ -563,8 +595,13 @@ class _TorchDoc:
         doc = self.doc
         live = {int(a["address"], 16) for a in doc["allocations"]
                 if a["device"] == dev and a["kind"] not in HOST_KINDS}
+        # NOTE: the history at the address of one of PyTorch's own segments
+        # is left out: its blocks were allocated inside it after it came, and
+        # their events are PyTorch's (the pickle saved beside the snapshot),
+        # so a replay would meet the segment's alloc under live blocks.
         evs = [e for e in doc["history"]["events"]
-               if e["device"] == dev and e.get("kind") not in HOST_KINDS]
+               if e["device"] == dev and e.get("kind") not in HOST_KINDS
+               and not (e.get("address") is not None and (dev, int(e["address"], 16)) in self.torch)]
         keep = [False] * len(evs)
         for k in range(len(evs) - 1, -1, -1):
             e = evs[k]

@@ -272,6 +272,42 @@ def _episode_html(doc: Doc) -> str:
     return "".join(out)
 
 
+def _framework_html(doc: Doc) -> str:
+    """The framework allocator's own view: its counters per device, and its
+    segments, most free bytes first, each opening to its blocks."""
+    fw = doc.get("framework")
+    if not fw:
+        return ""
+    f = summary.framework_facts(fw)
+    out = [f'<h3>Framework\'s allocator <span class="muted">{esc(f["name"])} {esc(f["version"])}</span></h3>',
+           f"<p>{_n(f['joined'])} of {_n(f['segments'])} segments joined to the driver's allocations.</p>"]
+    rows = []
+    for d in f["devices"]:
+        rows.append([esc(_device_name(d["device"])), _b(d["allocated_bytes"]), _b(d["reserved_bytes"]),
+                     f"<strong>{_b(d['reserved_unallocated_bytes'])}</strong>",
+                     _b(d.get("largest_free_block_bytes"), "not said"), _b(d.get("limit_bytes"), "none")])
+    out.append(_table(["device", "allocated", "reserved", "reserved but unallocated", "largest free block", "limit"],
+                      rows, "static framework", num=(1, 2, 3, 4, 5)))
+    for s in f["by_free"][:50]:
+        head = (f"{_b(s['size'])} at <code>{s['address']:#x}</code> on {esc(_device_name(s['device']))} "
+                f"({esc(s['type'] or 'segment')}, stream {esc(s['stream'])}{', expandable' if s['expandable'] else ''}): "
+                f"{_b(s['active_bytes'])} in {_n(s['active_count'])} active, "
+                f"<strong>{_b(s['free_bytes'])}</strong> free in {_n(s['free_count'])}"
+                + ("" if s["joined"] else ' <span class="bad">no driver allocation starts there</span>'))
+        rows = [[f"<code>{b['address']:#x}</code>" if isinstance(b["address"], int) else "", _b(b["size"]),
+                 _b(b["requested"], "") if summary.block_state(b["state"]) != "free" else "",
+                 esc(summary.block_state(b["state"])),
+                 esc(b["frame"] or "") if summary.block_state(b["state"]) != "free" else ""] for b in s["blocks"]]
+        out.append(f"<details><summary>{head}</summary>"
+                   + _table(["block", "size", "requested", "state", "allocated at"], rows, "static blocks",
+                            num=(1, 2)) + "</details>")
+    if len(f["by_free"]) > 50:
+        out.append(f'<p class="muted">{_n(len(f["by_free"]) - 50)} more segments: the snapshot has them.</p>')
+    if f["file"]:
+        out.append(f'<p>Its own snapshot: <code>{esc(f["file"])}</code></p>')
+    return "".join(out)
+
+
 def _ident(s: str) -> str:
     return re.sub(r"[^a-z_]", "", s.lower())[:40] or "other"
 
@@ -299,6 +335,7 @@ def _diagnosis_section(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> 
         out.append(_oom_html(d) + _leak_totals(d))
         out.append(_overview(d, files[0]))
         out.append("<h3>Devices</h3>" + _devices_table(d))
+        out.append(_framework_html(d))
     elif mode == "diff":
         old, new = docs
         rows = model.diff(old, new)

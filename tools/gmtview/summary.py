@@ -8,6 +8,7 @@ and format characters visible, so a snapshot cannot drive the terminal."""
 from __future__ import annotations
 
 import datetime
+import os
 import shlex
 import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -423,9 +424,7 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
         out["episode"] = episode_facts(ep)
     fw = doc.get("framework")
     if fw:
-        out["framework"] = {"name": fw["name"], "version": fw.get("version") or "", "file": fw.get("file"),
-                            "devices": [dict(x) for x in fw["devices"]],
-                            "segments": len(fw["segments"]), "joined": fw["segments_joined"]}
+        out["framework"] = framework_facts(fw)
 
     devs = []
     for d in sorted(doc["devices"], key=lambda d: d["index"]):
@@ -521,6 +520,52 @@ def episode_facts(ep: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+# Block states PyTorch's allocator reports (torch.cuda.memory._snapshot()):
+# what is handed out, and what is free inside a segment.
+_ACTIVE = ("active_allocated", "active_pending_free")
+_FREE = ("inactive",)
+
+
+def _block_frame(b: Dict[str, Any], package: str) -> Optional[str]:
+    """A block's innermost frame outside the framework's own package (its
+    modules' forward, its autograd), else its innermost: `name (file:line)`."""
+    frames = [f for f in b.get("frames") or [] if isinstance(f, dict) and (f.get("name") or f.get("filename"))]
+    inside = (f"/{package}/", f"\\{package}\\")
+    own = [f for f in frames if not any(x in str(f.get("filename") or "") for x in inside)]
+    for f in own[:1] or frames[:1]:
+        where = os.path.basename(str(f.get("filename") or "")) or "?"
+        return f"{f.get('name') or '?'} ({where}:{f.get('line') or 0})"
+    return None
+
+
+def framework_facts(fw: Dict[str, Any]) -> Dict[str, Any]:
+    """A snapshot's framework section (docs/snapshot-format.md,
+    "framework"): its counters per device, and its segments with their
+    blocks — most free bytes first, the fragmentation inside the allocator —
+    each with its active and free bytes and largest free block."""
+    segs = []
+    for s in fw["segments"]:
+        blocks = [b for b in s.get("blocks") or [] if isinstance(b, dict)]
+        active = [b["size"] for b in blocks if b.get("state") in _ACTIVE]
+        free = [b["size"] for b in blocks if b.get("state") in _FREE]
+        segs.append({"device": s["device"], "address": s["address"], "size": s["total_size"],
+                     "stream": s.get("stream"), "type": s.get("segment_type") or "",
+                     "expandable": bool(s.get("is_expandable")), "joined": s["allocation"],
+                     "active_bytes": sum(active), "active_count": len(active),
+                     "free_bytes": sum(free), "free_count": len(free), "largest_free": max(free, default=0),
+                     "blocks": [{"address": b.get("address"), "size": b["size"], "state": b.get("state") or "",
+                                 "requested": b.get("requested_size"), "frame": _block_frame(b, fw["name"])} for b in blocks]})
+    segs.sort(key=lambda x: (-x["free_bytes"], -x["size"], x["address"]))
+    return {"name": fw["name"], "version": fw.get("version") or "", "file": fw.get("file"),
+            "devices": [dict(x) for x in fw["devices"]], "segments": len(fw["segments"]),
+            "joined": fw["segments_joined"], "truncated": bool(fw.get("truncated")), "by_free": segs}
+
+
+def block_state(state: str) -> str:
+    """A block's state in the views' words."""
+    return "active" if state in _ACTIVE else "free" if state in _FREE else state
+
+
 def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frames: int = 3) -> str:
     """The terminal summary of one snapshot."""
     f = facts(doc, top, frames)
@@ -532,7 +577,7 @@ def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frame
     if "episode" in f:
         _episode(t, doc, f["episode"], top)
     if "framework" in f:
-        _framework(t, f["framework"])
+        _framework(t, f["framework"], top)
     _devices(t, f)
     _sites(t, doc, f)
     if "leaks" in f:
@@ -632,9 +677,15 @@ def _episode(t: _Text, doc: Doc, ep: Dict[str, Any], top: int) -> None:
             t.add(f"    {fmt_bytes(fd['other_bytes'])} in {_plural(fd['other_count'], 'allocation')} of other sites")
 
 
-def _framework(t: _Text, fw: Dict[str, Any]) -> None:
+# Segments and blocks of each segment the summary lists at most.
+SEGMENTS_SHOWN = 5
+BLOCKS_SHOWN = 6
+
+
+def _framework(t: _Text, fw: Dict[str, Any], top: int) -> None:
     """The framework allocator's own counters (PyTorch: memory_allocated,
-    memory_reserved), and how its segments joined the driver's memory."""
+    memory_reserved), how its segments joined the driver's memory, and its
+    two levels: the segments with most free bytes, each with its blocks."""
     t.heading("Framework's allocator", f"{fw['name']} {fw['version']}")
     t.wrap(f"{fw['joined']} of {_plural(fw['segments'], 'segment')} joined to the driver's allocations",
            indent=2, hang=4)
@@ -646,6 +697,24 @@ def _framework(t: _Text, fw: Dict[str, Any]) -> None:
         if d.get("limit_bytes"):
             words.append(f"of a limit of {fmt_bytes(d['limit_bytes'])}")
         t.flow(f"  {device_name(d['device'])}: ", words, hang=4, sep=" ")
+    segs = fw["by_free"]
+    shown = segs[:min(top, SEGMENTS_SHOWN)]
+    if shown:
+        t.add(f"  segments, most free first ({len(shown)} of {fw['segments']}):")
+    for s in shown:
+        t.flow(f"    {fmt_bytes(s['size'])} at {s['address']:#x} on {device_name(s['device'])} ",
+               [f"({s['type'] or 'segment'}, stream {s['stream'] if s['stream'] is not None else '?'}"
+                + (", expandable)" if s["expandable"] else "):"),
+                f"{fmt_bytes(s['active_bytes'])} in {_plural(s['active_count'], 'active block')},",
+                (f"{fmt_bytes(s['free_bytes'])} free in {s['free_count']}", "bold") if s["free_count"]
+                else "no free block"]
+               + ([f"(largest {fmt_bytes(s['largest_free'])})"] if s["free_count"] > 1 else [])
+               + ([] if s["joined"] else ["— no driver allocation starts there"]), hang=6, sep=" ")
+        for b in s["blocks"][:BLOCKS_SHOWN]:
+            t.add(f"      {fmt_bytes(b['size']):>9}  {block_state(b['state']):<7}"
+                  + (f"  {b['frame']}" if b["frame"] and block_state(b["state"]) != "free" else ""))
+        if len(s["blocks"]) > BLOCKS_SHOWN:
+            t.add(f"      … {_plural(len(s['blocks']) - BLOCKS_SHOWN, 'more block')}")
     if fw.get("file"):
         t.wrap(fw["file"], indent=2, hang=4, first=["its own snapshot: "])
 

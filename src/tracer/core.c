@@ -634,6 +634,19 @@ int gmt__api_framework(const char *json)
 		return -E2BIG;
 	doc = json_loads(json, JSON_REJECT_DUPLICATES, &err);
 	reason = doc != NULL ? json_object_get(doc, "reason") : NULL;
+	if (json_is_string(reason) && strcmp(json_string_value(reason), "watch") == 0) {
+		/* Its out-of-memory errors are reported from now on. */
+		json_t *name = json_object_get(doc, "name");
+		int r = json_is_string(name) && json_string_length(name) > 0 && json_string_length(name) < 24 &&
+				strlen(json_string_value(name)) == json_string_length(name)
+			? 0
+			: -EINVAL;
+
+		if (r == 0)
+			gmt__episode_watch(json_string_value(name));
+		json_decref(doc);
+		return r;
+	}
 	if (!json_is_object(doc) || !json_is_string(reason) ||
 	    (strcmp(json_string_value(reason), "oom") != 0 && strcmp(json_string_value(reason), "exit") != 0)) {
 		json_decref(doc);

@@ -19,8 +19,10 @@
 #include "tracer/tracer.h"
 
 #include "util/log.h"
+#include "util/parse.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,16 +142,45 @@ static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
 	ep->doc.described = described == 0 ? ep->doc.failures : described;
 }
 
+/* Whether the episode is one the watching framework recovered from: it
+ * reported none of its failures to the tracer (its observer runs before the
+ * program is told), and a device allocation succeeded after them. */
+static bool recovered(const struct gmt__oom_episode *ep, enum gmt__episode_end end)
+{
+	return end == GMT_EPISODE_SUCCESS && ep->framework == NULL && gmt__core.watching[0] != '\0';
+}
+
 /* Ends the episode: a snapshot at its end when failures came after the last
- * written one, then its report. Lock and write_lock held. */
+ * written one, then its report — one line for an episode the framework
+ * recovered from, which the program never saw. Lock and write_lock held. */
 static void end_episode(struct gmt__oom_episode *ep, enum gmt__episode_end end)
 {
+	char size[32];
+
 	ep->doc.end = end;
 	if (ep->doc.described < ep->doc.failures)
 		write_episode(ep, 0);
-	if (ep->out.report[0] != '\0')
+	if (recovered(ep, end)) {
+		STAT_ADD(oom_recovered, 1);
+		gmt__report("out of memory, recovered: %s of %s on device %d failed %llu time%s; %s reported "
+			    "no out-of-memory and a later allocation succeeded (its allocator freed and retried)",
+			    ep->last.api, gmt__human_bytes(size, sizeof(size), ep->last.size), ep->last.device,
+			    (unsigned long long)ep->doc.failures, ep->doc.failures == 1 ? "" : "s", gmt__core.watching);
+		if (ep->out.result < 0)
+			gmt__report("  snapshot: not written (%s)", strerror(-ep->out.result));
+		else if (ep->out.path[0] != '\0')
+			gmt__report("  snapshot: %s", ep->out.path);
+	} else if (ep->out.report[0] != '\0') {
 		gmt__oom_report(ep->out.report, ep->out.path, ep->out.result);
+	}
 	ep->open = false;
+}
+
+void gmt__episode_watch(const char *name)
+{
+	gmt__core_lock();
+	snprintf(gmt__core.watching, sizeof(gmt__core.watching), "%s", name);
+	gmt__core_unlock();
 }
 
 void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,

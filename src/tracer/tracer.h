@@ -81,6 +81,7 @@
 	X(python_stacks_nogil, "of those, read from memory on a thread without the GIL")      \
 	X(python_frames_dropped, "Python frames left out: not readable consistently without the GIL") \
 	X(oom_suppressed, "out-of-memory results no snapshot was taken at (a storm in an episode)") \
+	X(oom_recovered, "out-of-memory episodes the watching framework recovered from (not reported)") \
 	X(snapshots, "snapshots written")                                                     \
 	X(snapshot_errors, "snapshots that could not be written")
 
@@ -184,6 +185,11 @@ struct gmt__core {
 	uint64_t oom_failures;
 	struct gmt__oom_episode episode;
 	char *framework_exit; /* a framework's state for the exit snapshot (gmt_framework), or NULL */
+	/* The framework whose out-of-memory errors are reported to the tracer
+	 * (gmt_framework "watch": its observer is in), or "": an episode it
+	 * did not report, ended by a success, is one its allocator recovered
+	 * from. */
+	char watching[24];
 	/* Peak snapshots: armed (by the consumer, once the interval has passed)
 	 * means a new high-water mark past peak_next_bytes is due; the consumer
 	 * stops applying events there (stop_at_peak) and writes it. */
@@ -332,6 +338,9 @@ void gmt__episode_settle(bool exiting);
  * rewritten with it; an "exit" one waits for the exit snapshot. Takes the
  * locks. */
 void gmt__episode_framework(char *json, bool exit);
+/* Notes the framework whose out-of-memory errors are reported from now on
+ * (gmt_framework "watch"). */
+void gmt__episode_watch(const char *name);
 /* Around fork (before the core's lock is taken): no write in flight; the
  * child starts with no episode. */
 void gmt__episode_fork_prepare(void);

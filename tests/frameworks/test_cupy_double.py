@@ -12,6 +12,8 @@ libcuda through ctypes, its OutOfMemoryError), under `gpumemtrace run`:
   error was raised for, no largest free block (CuPy says none) and no
   fragmentation verdict; the exit snapshot has the state at exit; the viewer
   shows the pool's counters;
+- recovered: a failure the pool recovers from is one line on stderr, the
+  one it raises after a full report;
 - limit: the pool's own limit refuses a request with no driver failure: no
   snapshot, nothing on stderr, the program runs (docs: such out-of-memory
   errors make no episode);
@@ -52,6 +54,21 @@ try:
 except cupy.cuda.memory.OutOfMemoryError as e:
     print("STATE", pool.used_bytes(), pool.total_bytes(), pool.free_bytes())
     print("ERROR", e)
+'''
+
+# The pool recovers from one failure (its cache freed, the retry succeeds),
+# then raises at another.
+RECOVER = r'''
+import cupy
+MIB = 1 << 20
+cached = [cupy.empty(400 * MIB) for _ in range(2)]
+del cached
+x = cupy.empty(600 * MIB)
+print("RECOVERED")
+try:
+    cupy.empty(1 << 40)
+except cupy.cuda.memory.OutOfMemoryError:
+    print("RAISED")
 '''
 
 LIMITED = r'''
@@ -117,6 +134,11 @@ def test_oom(launcher: str, source: str, env: Dict[str, str]) -> None:
               "oom: the viewer's summary shows the pool's counters", v.stdout[-1500:] + v.stderr)
 
 
+def test_recovered(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        common.recovered_then_raised(launcher, env, tmp, RECOVER, "recover.py", "cupy", "recovered")
+
+
 def test_limit(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         r = run(launcher, env, tmp, LIMITED, "limit.py", on="oom")
@@ -155,6 +177,7 @@ def main(argv: List[str]) -> int:
     launcher, source = os.path.abspath(argv[0]), argv[1]
     env = cupy_env(source)
     test_oom(launcher, source, env)
+    test_recovered(launcher, env)
     test_limit(launcher, env)
     test_unobservable(launcher, env)
     test_off(launcher, env)

@@ -16,6 +16,9 @@ bootstrap uses), under `gpumemtrace run`:
 - fragmentation: free bytes inside the allocator's segments cover a
   request but no free block does: the verdict allocator_fragmentation, on
   the allocator's own numbers;
+- recovered: a failure the toy allocator recovers from (its cache freed,
+  the retry succeeded) is one line on stderr, the one it raises after a full
+  report; without the bootstrap both are full reports;
 - chain: a program with its own sitecustomize on PYTHONPATH still runs it;
 - no torch: a program that never imports torch loads nothing of
   gpumemtrace's Python, writes no framework file, prints what it prints
@@ -106,6 +109,22 @@ for n in range(1, 7):
     opt.step()
     steps += 1
     at_step = torch.cuda.memory_allocated()
+'''
+
+# A failure the allocator recovers from: 800 MiB cached, 600 MiB asked of a
+# 1 GiB device (the driver fails, the cache goes, the retry succeeds); then
+# one it raises.
+RECOVER = r'''
+import torch
+MIB = 1 << 20
+cached = [torch.empty(400 * MIB) for _ in range(2)]
+del cached
+x = torch.empty(600 * MIB)
+print("RECOVERED", torch.cuda.memory_allocated())
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("RAISED")
 '''
 
 PLAIN = r'''
@@ -327,6 +346,36 @@ def test_steps(launcher: str, source: str, env: Dict[str, str]) -> None:
               "steps: the program's own marks, not the bootstrap's", (nums.get("step"), nums.get("step_live_source")))
 
 
+def recovered_then_raised(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str,
+                          framework: str, what: str) -> None:
+    """A program whose allocator recovers from one failure, then raises at
+    another: one line for the first episode, the full report for the
+    second, a snapshot each, and stats.oom_recovered 1 at exit."""
+    r = run(launcher, env, tmp, text, name)
+    check(r.returncode == 0 and "RECOVERED" in r.stdout and "RAISED" in r.stdout, f"{what}: the program ran",
+          r.stdout + r.stderr[-800:])
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:")]
+    first = [ln for ln in lines if "out of memory, recovered:" in ln]
+    check(len(first) == 1 and f"of 600 MiB on device 0 failed 1 time; {framework} reported no out-of-memory" in first[0],
+          f"{what}: the recovered failure is one line", lines)
+    check(r.stderr.count("verdict:") == 1 and r.stderr.index("recovered:") < r.stderr.index("verdict:"),
+          f"{what}: the failure the program saw has the full report", r.stderr[-1200:])
+    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    exits = [d for d in snapshots(tmp) if d.get("reason") == "exit"]
+    check(len(ooms) == 2 and len(exits) == 1 and exits[0]["stats"].get("oom_recovered") == 1,
+          f"{what}: a snapshot of each episode, oom_recovered 1", (len(ooms), [d["stats"].get("oom_recovered")
+                                                                          for d in exits]))
+
+
+def test_recovered(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        recovered_then_raised(launcher, env, tmp, RECOVER, "recover.py", "torch", "recovered")
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, RECOVER, "recover-off.py")
+        check("recovered:" not in r.stderr and r.stderr.count("verdict:") == 2,
+              "recovered: without the bootstrap's observer, both failures are full reports", r.stderr[-1200:])
+
+
 def test_chain(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
         own = os.path.join(tmp, "own")
@@ -398,6 +447,7 @@ def main(argv: List[str]) -> int:
     test_join(launcher, source, env)
     test_fragmentation(launcher, source, env)
     test_steps(launcher, source, env)
+    test_recovered(launcher, env)
     test_chain(launcher, env)
     test_no_torch(launcher, env)
     test_old_torch(launcher, env)

@@ -172,6 +172,20 @@ def _start(torch: Any) -> None:
         torch._C._cuda_attach_out_of_memory_observer(lambda *a: _observe(torch, *a))
     except Exception as e:  # noqa: BLE001 - PyTorch's own failure: the program goes on
         _warn(f"torch {torch.__version__}: {type(e).__name__}: {e}: PyTorch's allocator state is not recorded")
+        return
+    _watch("torch")
+
+
+def _watch(name: str) -> None:
+    """Tells the tracer that this framework's out-of-memory errors are
+    handed over from now on, so that an episode it does not report — its
+    allocator freed its cache and the retry succeeded — is told as
+    recovered, in one line."""
+    try:
+        import gpumemtrace
+        gpumemtrace.framework(json.dumps({"name": name, "reason": "watch"}))
+    except Exception as e:  # noqa: BLE001 - never the program's failure
+        _warn(f"{name}: the tracer was not told of its observer ({type(e).__name__}: {e})")
 
 
 def _observe(torch: Any, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
@@ -295,6 +309,7 @@ def on_import_cupy(cupy: Any) -> None:
         _warn(f"cupy {getattr(cupy, '__version__', '?')}: its out-of-memory error cannot be observed "
               f"({type(e).__name__}: {e}): its pool's state is not recorded")
         return
+    _watch("cupy")
     if _exit_wanted():
         atexit.register(_hand_over_cupy, cupy, "exit", None)
 

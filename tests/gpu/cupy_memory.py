@@ -10,12 +10,18 @@
            512 bytes) from the device's current pool, whose release
            threshold it sets to UINT64_MAX: each array's block is an async
            allocation, and pool.total_bytes() (the pool's reserved bytes) is
-           what the snapshot's pools say.
+           what the snapshot's pools say;
+  oom      the default pool at its out-of-memory: 8 MiB kept, three 64 MiB
+           blocks cached, then an array of twice the device. The pool frees
+           its cache and asks again, then raises OutOfMemoryError: the
+           episode's snapshot names the request and never_fits, and holds
+           CuPy's state (the bootstrap's hand-over at the error) equal to
+           what the program's pool says in its handler (FRAMEWORK).
 
 Only cupy.empty: no kernel is compiled or run. Every mode also compares
 cudaMemGetInfo with the snapshots' footprint between checkpoints. Without
 CuPy, or without a GPU for it, the script says SKIP.
-Usage: cupy_memory.py default|async
+Usage: cupy_memory.py default|async|oom
 """
 from __future__ import annotations
 
@@ -43,8 +49,28 @@ def report(cupy, label: str, mode: str, pool, blocks: list[tuple[int, int]]) -> 
         gp.pool(label, DEV, pool.total_bytes())
 
 
+def run_oom(cupy, pool) -> None:
+    keep = cupy.empty(8 * MIB, dtype=cupy.uint8)
+    cached = [cupy.empty(64 * MIB, dtype=cupy.uint8) for _ in range(3)]
+    del cached
+    cupy.cuda.Stream.null.synchronize()
+    _, total = cupy.cuda.runtime.memGetInfo()
+    try:
+        cupy.empty(2 * total, dtype=cupy.uint8)
+    except cupy.cuda.memory.OutOfMemoryError:
+        used, reserved = pool.used_bytes(), pool.total_bytes()
+    else:
+        sys.exit("cupy_memory.py oom: no out-of-memory")
+    gp.checkpoint_at("oom", "@oom")
+    gp.oom("oom", "*", 2 * total, DEV, exact=False)
+    gp.verdict("oom", "never_fits", primary=True)
+    gp.framework("oom", DEV, used, reserved)
+    gp.note(f"at the out-of-memory the pool held {used} bytes used of {reserved}")
+    del keep
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] not in ("default", "async"):
+    if len(argv) != 1 or argv[0] not in ("default", "async", "oom"):
         print(__doc__.rstrip(), file=sys.stderr)
         return 2
     mode = argv[0]
@@ -60,7 +86,7 @@ def main(argv: list[str]) -> int:
     if count == 0:
         gp.skip(f"cupy {cupy.__version__} sees no CUDA device")
     cupy.cuda.Device(DEV).use()
-    if mode == "default":
+    if mode in ("default", "oom"):
         pool = cupy.get_default_memory_pool()
     else:
         pool = cupy.cuda.MemoryAsyncPool()
@@ -70,7 +96,11 @@ def main(argv: list[str]) -> int:
     del warm
     cupy.cuda.Stream.null.synchronize()
     pool.free_all_blocks()
-    report(cupy, "start", mode, pool, [])
+    report(cupy, "start", "default" if mode == "oom" else mode, pool, [])
+    if mode == "oom":
+        run_oom(cupy, pool)
+        gp.checkpoint_at("exit", "@exit")
+        return 0
 
     arrays = [cupy.empty(n, dtype=cupy.uint8) for n in SIZES]
     cupy.cuda.Stream.null.synchronize()

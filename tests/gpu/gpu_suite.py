@@ -85,6 +85,7 @@ CASES = [
     Case("torch-train-oom", "torch_memory.py", ["train-oom"]),
     Case("cupy-default", "cupy_memory.py", ["default"]),
     Case("cupy-async", "cupy_memory.py", ["async"]),
+    Case("cupy-oom", "cupy_memory.py", ["oom"]),
     Case("jax-platform", "jax_platform.py",
          env={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
 ]

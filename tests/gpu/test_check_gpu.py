@@ -334,7 +334,7 @@ def case_oom_unexpected(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
-def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB) -> None:
+def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB, cupy: bool = False) -> None:
     """An oom snapshot with PyTorch's state: one 20 MiB segment at A (the
     live driver allocation) with an 8 MiB active block and 12 MiB free."""
     doc = oom_doc(16 * MIB, ["exhaustion"])
@@ -347,11 +347,20 @@ def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB) -> 
         "segments": [{"device": 0, "address": A, "total_size": 20 * MIB, "allocation": joined,
                       "blocks": [{"address": A, "size": active, "state": "active_allocated"},
                                  {"address": A + active, "size": 20 * MIB - active, "state": "inactive"}]}]}
+    if cupy:  # CuPy's pool: its counters, no segments, no largest free block
+        doc["framework"].update(name="cupy", segments=[], segments_joined=0)
+        doc["framework"]["devices"][0]["largest_free_block_bytes"] = None
     sc.checkpoint("oom", doc, where="@oom", live=[(A, 20 * MIB, "device", 0)])
 
 
 def case_framework(sc: Scenario) -> dict[str, Any]:
     framework_base(sc)
+    sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
+    return {}
+
+
+def case_framework_cupy(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc, cupy=True)
     sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
     return {}
 
@@ -432,6 +441,12 @@ def case_oom_report(sc: Scenario) -> dict[str, Any]:
                       "gpumemtrace:   verdict: exhaustion\n"}
 
 
+def case_recovered_report(sc: Scenario) -> dict[str, Any]:
+    base(sc)
+    return {"stderr": "gpumemtrace: out of memory, recovered: cuMemAlloc_v2 of 256 MiB on device 0 failed 1 time; "
+                      "torch reported no out-of-memory\ngpumemtrace:   snapshot: ./gpumemtrace.1.oom.1.json\n"}
+
+
 def case_malformed(sc: Scenario) -> dict[str, Any]:
     base(sc)
     sc.lines.append("LIVE allocated 0x10 many device 0")
@@ -495,6 +510,7 @@ CASES: list[Case] = [
     ("pass", case_leaks, None),
     ("fail", case_leaks_wrong, "the leak check counts 1"),
     ("pass", case_framework, None),
+    ("pass", case_framework_cupy, None),
     ("fail", case_framework_counters, "the framework says allocated 8388608"),
     ("fail", case_framework_blocks, "its active blocks add up to 6291456"),
     ("fail", case_framework_unjoined, "1 of 1 segments joined to no driver allocation"),
@@ -506,6 +522,7 @@ CASES: list[Case] = [
     ("fail", case_status, "exit status 1"),
     ("fail", case_tracer_message, "unexpected messages"),
     ("pass", case_oom_report, None),
+    ("pass", case_recovered_report, None),
     ("fail", case_malformed, "malformed LIVE"),
     ("fail", case_no_test, "no TEST line"),
     ("fail", case_unknown_label, "which is no checkpoint"),

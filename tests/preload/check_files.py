@@ -24,7 +24,8 @@ writer alone):
   must behave as without the tracer, and nothing may be left;
 - errors-counted: the directory is read-only until that one warning, writable
   afterwards: the later snapshots are written, and the exit snapshot counts the
-  failure in stats.snapshot_errors;
+  failures in stats.snapshot_errors (the first, and those the tracer
+  attempted before the test could open the directory);
 - symlink: a symlink to a file outside the directory planted at the name of the
   first oom snapshot (by the shell whose pid the program inherits through
   exec): the file keeps its content, the symlink stays, and the snapshot is
@@ -440,9 +441,12 @@ def case_errors_counted(setup: Setup) -> list[str]:
     if len(ooms) < 1:
         problems.append("no oom snapshot of a later episode once the directory was writable")
     stats = load(next(iter(exits.values())))["stats"]
-    if stats.get("snapshot_errors") != 1:
-        problems.append(f"stats.snapshot_errors is {stats.get('snapshot_errors')}, 1 expected "
-                        "(the first oom snapshot)")
+    # The first write fails; the directory opens when the test reads the
+    # warning, and a loaded machine may let the episode's next rewrites (at
+    # most 8 and its end) and the second episode's first write fail before.
+    if not 1 <= (stats.get("snapshot_errors") or 0) <= 10:
+        problems.append(f"stats.snapshot_errors is {stats.get('snapshot_errors')}, 1 to 10 expected "
+                        "(the writes before the directory opened)")
     if stats.get("snapshots") != len(ooms):
         problems.append(f"stats.snapshots is {stats.get('snapshots')}, {len(ooms)} oom snapshots were written")
     names = {os.path.basename(p) for p in list(ooms.values()) + list(exits.values())}

@@ -178,8 +178,19 @@ static void end_episode(struct gmt__oom_episode *ep, enum gmt__episode_end end)
 
 void gmt__episode_watch(const char *name)
 {
+	char *w = gmt__core.watching;
+	size_t n, len = strlen(name);
+	const char *at;
+
 	gmt__core_lock();
-	snprintf(gmt__core.watching, sizeof(gmt__core.watching), "%s", name);
+	/* Each framework once, in the order they came: "torch/cupy". */
+	for (at = w; (at = strstr(at, name)) != NULL; at += len) {
+		if ((at == w || at[-1] == '/') && (at[len] == '\0' || at[len] == '/'))
+			break;
+	}
+	n = strlen(w);
+	if (at == NULL && n + (n > 0) + len < sizeof(gmt__core.watching))
+		snprintf(w + n, sizeof(gmt__core.watching) - n, "%s%s", n > 0 ? "/" : "", name);
 	gmt__core_unlock();
 }
 

@@ -185,11 +185,11 @@ struct gmt__core {
 	uint64_t oom_failures;
 	struct gmt__oom_episode episode;
 	char *framework_exit; /* a framework's state for the exit snapshot (gmt_framework), or NULL */
-	/* The framework whose out-of-memory errors are reported to the tracer
-	 * (gmt_framework "watch": its observer is in), or "": an episode it
-	 * did not report, ended by a success, is one its allocator recovered
-	 * from. */
-	char watching[24];
+	/* The frameworks whose out-of-memory errors are reported to the tracer
+	 * (gmt_framework "watch": their observers are in), "torch/cupy", or "":
+	 * an episode none reported, ended by a success, is one an allocator
+	 * recovered from. */
+	char watching[64];
 	/* Peak snapshots: armed (by the consumer, once the interval has passed)
 	 * means a new high-water mark past peak_next_bytes is due; the consumer
 	 * stops applying events there (stop_at_peak) and writes it. */

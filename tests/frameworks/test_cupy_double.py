@@ -13,7 +13,8 @@ libcuda through ctypes, its OutOfMemoryError), under `gpumemtrace run`:
   fragmentation verdict; the exit snapshot has the state at exit; the viewer
   shows the pool's counters;
 - recovered: a failure the pool recovers from is one line on stderr, the
-  one it raises after a full report;
+  one it raises after a full report; with PyTorch watching too, the line
+  names both;
 - limit: the pool's own limit refuses a request with no driver failure: no
   snapshot, nothing on stderr, the program runs (docs: such out-of-memory
   errors make no episode);
@@ -139,6 +140,15 @@ def test_recovered(launcher: str, env: Dict[str, str]) -> None:
         common.recovered_then_raised(launcher, env, tmp, RECOVER, "recover.py", "cupy", "recovered")
 
 
+def test_both(launcher: str, env: Dict[str, str]) -> None:
+    """PyTorch and CuPy in one program: both watch, and the recovered line
+    names them both."""
+    both = dict(env, PYTHONPATH=os.pathsep.join([env["PYTHONPATH"], os.path.join(HERE, "fake_torch")]))
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        text = "import torch\ntorch.cuda.init()\n" + RECOVER
+        common.recovered_then_raised(launcher, both, tmp, text, "both.py", "torch/cupy", "both")
+
+
 def test_limit(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         r = run(launcher, env, tmp, LIMITED, "limit.py", on="oom")
@@ -178,6 +188,7 @@ def main(argv: List[str]) -> int:
     env = cupy_env(source)
     test_oom(launcher, source, env)
     test_recovered(launcher, env)
+    test_both(launcher, env)
     test_limit(launcher, env)
     test_unobservable(launcher, env)
     test_off(launcher, env)

@@ -116,6 +116,7 @@ static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_
 	ep->mark_bytes = d->freed_bytes;
 	ep->mark_count = d->freed_count;
 	ep->last = *req;
+	ep->awaiting = true;
 	ep->last_mono = now;
 	ep->have_state = state != NULL;
 	if (state != NULL)
@@ -158,21 +159,22 @@ static void end_episode(struct gmt__oom_episode *ep, enum gmt__episode_end end)
 	char size[32];
 
 	ep->doc.end = end;
-	if (ep->doc.described < ep->doc.failures)
-		write_episode(ep, 0);
 	if (recovered(ep, end)) {
+		/* Never written (its failures waited for the framework's word):
+		 * the program was not told, so no snapshot. */
 		STAT_ADD(oom_recovered, 1);
 		gmt__report("out of memory, recovered: %s of %s on device %d failed %llu time%s; %s reported "
-			    "no out-of-memory and a later allocation succeeded (its allocator freed and retried)",
+			    "no out-of-memory and a later allocation succeeded (its allocator freed and retried): "
+			    "no snapshot",
 			    ep->last.api, gmt__human_bytes(size, sizeof(size), ep->last.size), ep->last.device,
 			    (unsigned long long)ep->doc.failures, ep->doc.failures == 1 ? "" : "s", gmt__core.watching);
-		if (ep->out.result < 0)
-			gmt__report("  snapshot: not written (%s)", strerror(-ep->out.result));
-		else if (ep->out.path[0] != '\0')
-			gmt__report("  snapshot: %s", ep->out.path);
-	} else if (ep->out.report[0] != '\0') {
-		gmt__oom_report(ep->out.report, ep->out.path, ep->out.result);
+		ep->open = false;
+		return;
 	}
+	if (ep->doc.described < ep->doc.failures)
+		write_episode(ep, 0);
+	if (ep->out.report[0] != '\0')
+		gmt__oom_report(ep->out.report, ep->out.path, ep->out.result);
 	ep->open = false;
 }
 
@@ -231,9 +233,17 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 	if (!ep->open)
 		open_episode(ep, req->device);
 	add_failure(ep, req, api, state, now);
-	/* A storm: past the first few, at most one write a second; a write at
-	 * the end takes in the rest. */
-	if (ep->doc.failures > GMT_EPISODE_WRITES && now - ep->written_mono < GMT_EPISODE_REWRITE_NS) {
+	if (gmt__core.watching[0] != '\0') {
+		/* A watching framework reports its out-of-memory errors right
+		 * after its last failure (gmt_framework), with nothing allocated
+		 * between: the snapshot is written then — or at the episode's end
+		 * when it reported none and no allocation succeeded — so a
+		 * failure it recovers from holds up no call with a write. */
+		ep->doc.not_written++;
+		ep->latest_deferred = true;
+	} else if (ep->doc.failures > GMT_EPISODE_WRITES && now - ep->written_mono < GMT_EPISODE_REWRITE_NS) {
+		/* A storm: past the first few, at most one write a second; a
+		 * write at the end takes in the rest. */
 		ep->doc.not_written++;
 		STAT_ADD(oom_suppressed, 1);
 	} else {
@@ -281,12 +291,21 @@ void gmt__episode_framework(char *json, bool exit)
 	if (exit) {
 		free(gmt__core.framework_exit);
 		gmt__core.framework_exit = json;
-	} else if (ep->file_seq != 0) {
-		/* The latest episode's file (its framework's observer runs right
-		 * after the failure it was told of): rewritten with it. */
+	} else if (ep->open && ep->awaiting) {
+		/* The episode's latest failure (the framework's observer runs
+		 * right after the failure it was told of, before any allocation
+		 * could end the episode): its file written or rewritten with it,
+		 * of that failure. An out-of-memory of the framework's own with no
+		 * driver failure since the last hand-over (a pool's limit) joins
+		 * no episode. */
+		ep->awaiting = false;
 		free(ep->framework);
 		ep->framework = json;
-		write_episode(ep, ep->doc.described);
+		if (ep->latest_deferred) {
+			ep->latest_deferred = false;
+			ep->doc.not_written--;
+		}
+		write_episode(ep, ep->doc.failures);
 	} else {
 		free(json); /* no out-of-memory snapshot to join it to */
 	}

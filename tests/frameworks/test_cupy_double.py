@@ -84,6 +84,24 @@ except cupy.cuda.memory.OutOfMemoryError as e:
     print("LIMITED", e)
 '''
 
+# A driver failure the program sees, then the pool's limit refuses a request:
+# the second is no episode, and the first episode's file keeps its own state.
+AFTER = r'''
+import cupy
+MIB = 1 << 20
+pool = cupy.get_default_memory_pool()
+keep = cupy.empty(150 * MIB)
+try:
+    cupy.empty(1 << 40)
+except cupy.cuda.memory.OutOfMemoryError:
+    print("RAISED")
+pool.set_limit(size=200 * MIB)
+try:
+    cupy.empty(100 * MIB)
+except cupy.cuda.memory.OutOfMemoryError as e:
+    print("LIMITED", e)
+'''
+
 
 def cupy_env(source: str) -> Dict[str, str]:
     env = common.base_env(source)
@@ -156,6 +174,13 @@ def test_limit(launcher: str, env: Dict[str, str]) -> None:
               "limit: the pool's limit refused the request", r.stdout + r.stderr)
         check(not glob.glob(os.path.join(tmp, "gpumemtrace.*.json")) and "gpumemtrace:" not in r.stderr,
               "limit: no driver failure, no snapshot, nothing on stderr", r.stderr)
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, env, tmp, AFTER, "after.py", on="oom")
+        ooms, doc = common.oom_snapshot(tmp)
+        fw = doc.get("framework") or {}
+        check(r.returncode == 0 and "RAISED" in r.stdout and "LIMITED" in r.stdout and len(ooms) == 1 and
+              (fw.get("oom") or {}).get("requested_bytes") == 1 << 40,
+              "limit: a later refusal leaves the earlier episode's file as it was", (r.stdout, len(ooms), fw.get("oom")))
 
 
 def test_unobservable(launcher: str, env: Dict[str, str]) -> None:

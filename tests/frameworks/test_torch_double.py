@@ -18,7 +18,8 @@ bootstrap uses), under `gpumemtrace run`:
   the allocator's own numbers;
 - recovered: a failure the toy allocator recovers from (its cache freed,
   the retry succeeded) is one line on stderr, the one it raises after a full
-  report; without the bootstrap both are full reports;
+  report; without the bootstrap both are full reports; a failure PyTorch
+  never reports is written when its episode ends;
 - chain: a program with its own sitecustomize on PYTHONPATH still runs it;
 - no torch: a program that never imports torch loads nothing of
   gpumemtrace's Python, writes no framework file, prints what it prints
@@ -127,6 +128,15 @@ except torch.cuda.OutOfMemoryError:
     print("RAISED")
 '''
 
+# A failure that is not the framework's: the driver asked directly (as a
+# library's own cudaMalloc would) while PyTorch watches, then the end.
+UNREPORTED = r'''
+import torch
+from gmt_sim_driver import Driver
+torch.cuda.init()
+print("FAILED", Driver().malloc(2 << 30) is None)
+'''
+
 PLAIN = r'''
 import sys
 print("PLAIN", sorted(m for m in sys.modules if m.startswith(("gpumemtrace", "torch"))))
@@ -159,7 +169,7 @@ def run(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str,
     with open(script, "w", encoding="utf-8") as f:
         f.write(text)
     return subprocess.run([launcher, "run", "--dir", tmp, "--snapshot-on", on, "--", sys.executable, script],
-                          env=env, cwd=tmp, capture_output=True, text=True, timeout=120)
+                          env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
 
 
 def snapshots(d: str) -> List[dict]:
@@ -177,6 +187,15 @@ def schema_ok(source: str, paths: List[str], what: str) -> None:
     r = subprocess.run([sys.executable, os.path.join(source, "tools", "validate_snapshot.py"), *paths],
                        capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, f"{what}: every snapshot valid against the schema", r.stdout[-800:] + r.stderr[-400:])
+
+
+def oom_snapshot(tmp: str) -> Tuple[List[str], dict]:
+    """The run's oom snapshots, and the one when there is exactly one."""
+    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    if len(ooms) != 1:
+        return ooms, {}
+    with open(ooms[0], encoding="utf-8") as f:
+        return ooms, json.load(f)
 
 
 def exit_framework(tmp: str) -> Tuple[List[str], dict]:
@@ -238,7 +257,8 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
                   for f in b["frames"][:3]]
         check("<module>" in frames, "join: the blocks carry the allocating Python frames", frames[:6])
         ep = doc.get("episode") or {}
-        check(ep.get("failures") == 2 and ep.get("described") == 2 and ep["freed"]["bytes"] == 192 * MIB,
+        check(ep.get("failures") == 2 and ep.get("described") == 2 and ep.get("not_written") == 1 and
+              ep["freed"]["bytes"] == 192 * MIB,
               "join: the episode: a failure, the cache released (192 MiB), a failure",
               (ep.get("failures"), ep.get("described"), (ep.get("freed") or {}).get("bytes")))
         pick = fw.get("file")
@@ -349,22 +369,25 @@ def test_steps(launcher: str, source: str, env: Dict[str, str]) -> None:
 def recovered_then_raised(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str,
                           framework: str, what: str) -> None:
     """A program whose allocator recovers from one failure, then raises at
-    another: one line for the first episode, the full report for the
-    second, a snapshot each, and stats.oom_recovered 1 at exit."""
+    another: one line and no snapshot for the first episode (no write held
+    up the failing call), the full report and the snapshot for the second,
+    and stats.oom_recovered 1 at exit."""
     r = run(launcher, env, tmp, text, name)
     check(r.returncode == 0 and "RECOVERED" in r.stdout and "RAISED" in r.stdout, f"{what}: the program ran",
           r.stdout + r.stderr[-800:])
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:")]
     first = [ln for ln in lines if "out of memory, recovered:" in ln]
-    check(len(first) == 1 and f"of 600 MiB on device 0 failed 1 time; {framework} reported no out-of-memory" in first[0],
-          f"{what}: the recovered failure is one line", lines)
+    check(len(first) == 1 and f"of 600 MiB on device 0 failed 1 time; {framework} reported no out-of-memory" in first[0]
+          and first[0].endswith(": no snapshot"),
+          f"{what}: the recovered failure is one line, no snapshot", lines)
     check(r.stderr.count("verdict:") == 1 and r.stderr.index("recovered:") < r.stderr.index("verdict:"),
           f"{what}: the failure the program saw has the full report", r.stderr[-1200:])
-    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    ooms, raised = oom_snapshot(tmp)
     exits = [d for d in snapshots(tmp) if d.get("reason") == "exit"]
-    check(len(ooms) == 2 and len(exits) == 1 and exits[0]["stats"].get("oom_recovered") == 1,
-          f"{what}: a snapshot of each episode, oom_recovered 1", (len(ooms), [d["stats"].get("oom_recovered")
-                                                                          for d in exits]))
+    check(len(ooms) == 1 and (raised.get("failed_request") or {}).get("size") == 1 << 40 and
+          len(exits) == 1 and exits[0]["stats"].get("oom_recovered") == 1,
+          f"{what}: one snapshot, of the failure the program saw; oom_recovered 1",
+          (len(ooms), [d["stats"].get("oom_recovered") for d in exits]))
 
 
 def test_recovered(launcher: str, env: Dict[str, str]) -> None:
@@ -374,6 +397,19 @@ def test_recovered(launcher: str, env: Dict[str, str]) -> None:
         r = run(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, RECOVER, "recover-off.py")
         check("recovered:" not in r.stderr and r.stderr.count("verdict:") == 2,
               "recovered: without the bootstrap's observer, both failures are full reports", r.stderr[-1200:])
+
+
+def test_unreported(launcher: str, env: Dict[str, str]) -> None:
+    """A failure PyTorch never reports, with no success after it: written
+    when the episode ends (at exit), with the full report."""
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, env, tmp, UNREPORTED, "unreported.py", on="oom")
+        _, doc = oom_snapshot(tmp)
+        ep = doc.get("episode") or {}
+        check(r.returncode == 0 and "FAILED True" in r.stdout and "verdict:" in r.stderr and
+              "recovered" not in r.stderr, "unreported: the full report", r.stdout + r.stderr[-800:])
+        check((ep.get("end"), ep.get("described"), ep.get("not_written")) == ("exit", 0, 1),
+              "unreported: one snapshot, taken when the episode ended", ep)
 
 
 def test_chain(launcher: str, env: Dict[str, str]) -> None:
@@ -448,6 +484,7 @@ def main(argv: List[str]) -> int:
     test_fragmentation(launcher, source, env)
     test_steps(launcher, source, env)
     test_recovered(launcher, env)
+    test_unreported(launcher, env)
     test_chain(launcher, env)
     test_no_torch(launcher, env)
     test_old_torch(launcher, env)

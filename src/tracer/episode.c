@@ -240,7 +240,6 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 		 * when it reported none and no allocation succeeded — so a
 		 * failure it recovers from holds up no call with a write. */
 		ep->doc.not_written++;
-		ep->latest_deferred = true;
 	} else if (ep->doc.failures > GMT_EPISODE_WRITES && now - ep->written_mono < GMT_EPISODE_REWRITE_NS) {
 		/* A storm: past the first few, at most one write a second; a
 		 * write at the end takes in the rest. */
@@ -301,10 +300,10 @@ void gmt__episode_framework(char *json, bool exit)
 		ep->awaiting = false;
 		free(ep->framework);
 		ep->framework = json;
-		if (ep->latest_deferred) {
-			ep->latest_deferred = false;
+		/* Its latest failure, counted unwritten (deferred, or a storm's),
+		 * gets its snapshot now. */
+		if (ep->doc.described < ep->doc.failures)
 			ep->doc.not_written--;
-		}
 		write_episode(ep, ep->doc.failures);
 	} else {
 		free(json); /* no out-of-memory snapshot to join it to */

@@ -129,10 +129,8 @@ struct gmt__oom_episode {
 	/* A framework's allocator state handed over during the episode
 	 * (gmt_framework, malloc'd), or NULL. */
 	char *framework;
-	/* Its latest failure waits for the watching framework's word (no
-	 * snapshot taken at it yet); no framework's state was handed over since
-	 * its latest failure. */
-	bool latest_deferred, awaiting;
+	/* No framework's state was handed over since its latest failure. */
+	bool awaiting;
 	/* The episode's file's number (0: none yet), and what its latest write
 	 * left: filled by the writer without the core's lock, under
 	 * tracer/episode.c's write lock, which every reader holds too. */

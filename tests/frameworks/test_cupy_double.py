@@ -15,6 +15,8 @@ libcuda through ctypes, its OutOfMemoryError), under `gpumemtrace run`:
 - recovered: a failure the pool recovers from is one line on stderr, the
   one it raises after a full report; with PyTorch watching too, the line
   names both;
+- no pool (an allocator of no pool's): the error still marks the episode
+  as the program's — full report, snapshot with the request alone;
 - limit: the pool's own limit refuses a request with no driver failure: no
   snapshot, nothing on stderr, the program runs (docs: such out-of-memory
   errors make no episode);
@@ -32,6 +34,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from typing import Dict, List
@@ -167,6 +170,41 @@ def test_both(launcher: str, env: Dict[str, str]) -> None:
         common.recovered_then_raised(launcher, both, tmp, text, "both.py", "torch/cupy", "both")
 
 
+# No pool: the error is raised at the first failure; then an allocation
+# succeeds, as a program that handles it goes on.
+DIRECT = r'''
+import cupy
+MIB = 1 << 20
+cupy.cuda.set_allocator(cupy.cuda.memory.malloc_direct)
+keep = cupy.empty(100 * MIB)
+try:
+    cupy.empty(1 << 40)
+except cupy.cuda.memory.OutOfMemoryError:
+    print("RAISED")
+more = cupy.empty(1 * MIB)
+'''
+
+
+def test_no_pool(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """An allocator that is no pool's: the error still tells the tracer the
+    program saw the out-of-memory — not recovered, its snapshot written with
+    the request and no pool's counters."""
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, env, tmp, DIRECT, "direct.py", on="oom")
+        ooms, doc = common.oom_snapshot(tmp)
+        fw = doc.get("framework") or {}
+        check(r.returncode == 0 and "RAISED" in r.stdout and "recovered" not in r.stderr and
+              r.stderr.count("verdict:") == 1 and len(ooms) == 1,
+              "no pool: the full report and the snapshot", r.stdout + r.stderr[-800:])
+        check(fw.get("devices") == [] and (fw.get("oom") or {}).get("requested_bytes") == 1 << 40,
+              "no pool: the request, no counters", fw)
+        if ooms:
+            v = subprocess.run([launcher, "view", ooms[0]], env=env, capture_output=True, text=True, timeout=60)
+            check(v.returncode == 0 and "no counters: its allocator keeps no pool" in v.stdout,
+                  "no pool: the viewer says so", v.stdout[-800:] + v.stderr)
+        schema_ok(source, ooms, "no pool")
+
+
 def test_limit(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         r = run(launcher, env, tmp, LIMITED, "limit.py", on="oom")
@@ -214,6 +252,7 @@ def main(argv: List[str]) -> int:
     test_oom(launcher, source, env)
     test_recovered(launcher, env)
     test_both(launcher, env)
+    test_no_pool(launcher, source, env)
     test_limit(launcher, env)
     test_unobservable(launcher, env)
     test_off(launcher, env)

@@ -279,8 +279,11 @@ def _framework_html(doc: Doc) -> str:
     if not fw:
         return ""
     f = summary.framework_facts(fw)
-    out = [f'<h3>Framework\'s allocator <span class="muted">{esc(f["name"])} {esc(f["version"])}</span></h3>',
-           f"<p>{_n(f['joined'])} of {_n(f['segments'])} segments joined to the driver's allocations.</p>"]
+    out = [f'<h3>Framework\'s allocator <span class="muted">{esc(f["name"])} {esc(f["version"])}</span></h3>']
+    if f["segments"]:
+        out.append(f"<p>{_n(f['joined'])} of {_n(f['segments'])} segments joined to the driver's allocations.</p>")
+    if not f["devices"]:
+        out.append("<p>No counters: its allocator keeps no pool (the request alone was handed over).</p>")
     rows = []
     for d in f["devices"]:
         rows.append([esc(_device_name(d["device"])), _b(d["allocated_bytes"]), _b(d["reserved_bytes"]),

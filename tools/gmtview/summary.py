@@ -687,8 +687,11 @@ def _framework(t: _Text, fw: Dict[str, Any], top: int) -> None:
     memory_reserved), how its segments joined the driver's memory, and its
     two levels: the segments with most free bytes, each with its blocks."""
     t.heading("Framework's allocator", f"{fw['name']} {fw['version']}")
-    t.wrap(f"{fw['joined']} of {_plural(fw['segments'], 'segment')} joined to the driver's allocations",
-           indent=2, hang=4)
+    if fw["segments"]:
+        t.wrap(f"{fw['joined']} of {_plural(fw['segments'], 'segment')} joined to the driver's allocations",
+               indent=2, hang=4)
+    if not fw["devices"]:
+        t.wrap("no counters: its allocator keeps no pool (the request alone was handed over)", indent=2, hang=4)
     for d in fw["devices"]:
         words: List[Any] = [f"allocated {fmt_bytes(d['allocated_bytes'])},", f"reserved {fmt_bytes(d['reserved_bytes'])},",
                             ("reserved but unallocated " + fmt_bytes(d["reserved_unallocated_bytes"]), "bold")]

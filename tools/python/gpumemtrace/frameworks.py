@@ -326,30 +326,34 @@ def _cupy_pool(cupy: Any) -> Any:
     return None
 
 
-def cupy_state(cupy: Any, reason: str, requested: Optional[int]) -> Optional[Dict[str, Any]]:
+def cupy_state(cupy: Any, reason: str, requested: Optional[int]) -> Dict[str, Any]:
     """The state the tracer takes (docs/snapshot-format.md, "framework") from
     a CuPy pool on the current device: allocated = used_bytes(), reserved =
-    total_bytes(), reserved but unallocated = free_bytes(); None when the
-    program allocates from no pool."""
+    total_bytes(), reserved but unallocated = free_bytes(). A program that
+    allocates from no pool hands over the request alone (no devices), so that
+    the tracer still knows the program was told of the out-of-memory."""
     pool = _cupy_pool(cupy)
-    if pool is None:
-        return None
     dev = int(cupy.cuda.runtime.getDevice())
-    d = {"device": dev, "allocated_bytes": int(pool.used_bytes()), "reserved_bytes": int(pool.total_bytes()),
-         "reserved_unallocated_bytes": int(pool.free_bytes()), "largest_free_block_bytes": None}
-    limit = getattr(pool, "get_limit", None)
-    d["limit_bytes"] = (int(limit()) or None) if limit is not None else None
+    devices = []
+    if pool is not None:
+        d = {"device": dev, "allocated_bytes": int(pool.used_bytes()), "reserved_bytes": int(pool.total_bytes()),
+             "reserved_unallocated_bytes": int(pool.free_bytes()), "largest_free_block_bytes": None}
+        limit = getattr(pool, "get_limit", None)
+        d["limit_bytes"] = (int(limit()) or None) if limit is not None else None
+        devices.append(d)
     oom = None
     if reason == "oom" and requested is not None:
-        oom = {"device": dev, "requested_bytes": int(requested), "device_allocated_bytes": d["allocated_bytes"]}
+        oom = {"device": dev, "requested_bytes": int(requested)}
+        if devices:
+            oom["device_allocated_bytes"] = devices[0]["allocated_bytes"]
     return {"name": "cupy", "version": str(getattr(cupy, "__version__", "")), "reason": reason, "file": None,
-            "oom": oom, "devices": [d], "segments": [], "truncated": False}
+            "oom": oom, "devices": devices, "segments": [], "truncated": False}
 
 
 def _hand_over_cupy(cupy: Any, reason: str, requested: Optional[int]) -> None:
     try:
         state = cupy_state(cupy, reason, requested)
-        if state is None:
+        if reason == "exit" and not state["devices"]:
             return
         import gpumemtrace
         gpumemtrace.framework(json.dumps(state))

@@ -8,7 +8,9 @@ shaped like CuPy's default one (docs/guide.md, "CuPy's pool").
                                        free_bytes(), free_all_blocks(),
                                        set_limit(size=), get_limit()
     cupy.cuda.get_allocator()          the pool's malloc (a bound method)
-    cupy.cuda.set_allocator(fn)
+    cupy.cuda.set_allocator(fn)         fn: a pool's malloc, or
+                                       cupy.cuda.memory.malloc_direct (no
+                                       pool: each array a driver allocation)
     cupy.cuda.runtime.getDevice()      0
     cupy.cuda.memory.OutOfMemoryError  raised as CuPy's pool raises it: after
                                        a driver failure, its cached chunks

@@ -42,6 +42,25 @@ class MemoryPointer:
         self._pool._give_back(self.ptr, self.size)
 
 
+class _Direct:
+    """A chunk straight from the driver, freed with its last reference."""
+
+    def __init__(self, ptr, size):
+        self.ptr, self.size = ptr, size
+
+    def __del__(self):
+        _driver().free(self.ptr)
+
+
+def malloc_direct(size):
+    """An allocator that is no pool's (as cupy.cuda.set_allocator(None)
+    makes CuPy's): each array its own driver allocation."""
+    ptr = _driver().malloc(size)
+    if ptr is None:
+        raise OutOfMemoryError(size, 0)
+    return _Direct(ptr, size)
+
+
 class MemoryPool:
     def __init__(self):
         self._used = {}   # address -> size

@@ -165,12 +165,15 @@ static inline int gmt_step(unsigned long long step)
 
 /* Hands the tracer the state of a framework's allocator: a JSON object as
  * docs/snapshot-format.md ("framework") describes, with "reason" "oom" (at an
- * out-of-memory: the open episode's file is rewritten with it) or "exit"
- * (the exit snapshot takes it); or {"name": NAME, "reason": "watch"}: from
- * now on that framework hands over its state at each out-of-memory it
- * reports, so an episode it did not report, ended by a successful
- * allocation, is one its allocator recovered from (a one-line report). The
- * Python bootstrap calls it for PyTorch and CuPy; a program rarely needs to.
+ * out-of-memory: the open episode's file is rewritten with it when a driver
+ * failure awaits it; with none, the framework's own allocator refused, and
+ * the request its "oom" object names is a failure of its own, with a
+ * snapshot of its own) or "exit" (the exit snapshot takes it); or
+ * {"name": NAME, "reason": "watch"}: from now on that framework hands over
+ * its state at each out-of-memory it reports, so an episode it did not
+ * report, ended by a successful allocation, is one its allocator recovered
+ * from (a one-line report). The Python bootstrap calls it for PyTorch, CuPy
+ * and JAX; a program rarely needs to.
  * Returns 0, -EINVAL (not such an object), -E2BIG (over 256 MiB), -ENOMEM or
  * -ENOSYS. */
 static inline int gmt_framework(const char *json)

@@ -34,7 +34,8 @@ struct gmt__snapshot_process {
 };
 
 struct gmt__snapshot_request {
-	const char *api;       /* the entry point that failed, e.g. "cuMemAlloc_v2" */
+	const char *api;       /* the entry point that failed, e.g. "cuMemAlloc_v2"; or the framework */
+	bool by_framework;     /* a framework's allocator refused it without a driver failure (api: its name) */
 	uint64_t size;
 	int device;
 	int result;            /* the CUresult it returned */
@@ -60,6 +61,7 @@ struct gmt__snapshot_request {
 	X(SUCCESS, "success") /* an allocation of device memory succeeded there */    \
 	X(GAP, "gap")         /* no further failure within GMT_EPISODE_GAP_NS */      \
 	X(OTHER_DEVICE, "other_device") /* a failure on another device began one */   \
+	X(REPORTED, "reported") /* its framework told the program; another failure came */ \
 	X(EXIT, "exit")       /* the process exited */
 
 enum gmt__episode_end {

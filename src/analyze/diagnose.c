@@ -1,14 +1,17 @@
 /* The out-of-memory diagnosis (diagnose.h). The rules, in order:
  *
  * 0. With a framework allocator's own state: its request (what it asked of
- *    itself, which it may ask of the driver in pieces) counts for rule 1;
- *    and when the free bytes inside its segments cover that request but no
- *    free block is that large, allocator_fragmentation: the allocator's
- *    segments are fragmented (PyTorch: expandable segments).
+ *    itself, which it may ask of the driver in pieces) counts for rule 1.
  * 1. A request larger than all this process could ever have of the device —
  *    what is free plus its own footprint, i.e. the device less other
  *    processes' memory and the untracked (the context) — never_fits: nothing
  *    the process frees makes room.
+ * 1a. The framework's allocated bytes and its request past its own limit
+ *    (JAX's bytes_limit, a CuPy pool's set_limit): framework_limit — its
+ *    allocator refused without asking the driver.
+ * 1b. The free bytes inside the framework's segments cover its request but
+ *    no free block is that large: allocator_fragmentation — its segments are
+ *    fragmented (PyTorch: expandable segments).
  * 2. A request no larger than what the driver reports free: fragmentation (the
  *    free bytes are not usable in one piece).
  * 3. Otherwise the request fell `shortfall` bytes short. Each candidate names
@@ -86,6 +89,20 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 			 "largest free block is %s: its segments are fragmented",
 			 gmt__human_bytes(a, sizeof(a), in->fw_reserved_unallocated),
 			 gmt__human_bytes(b, sizeof(b), in->fw_requested), gmt__human_bytes(c, sizeof(c), in->fw_largest_free));
+		break;
+	case GMT_VERDICT_FRAMEWORK_LIMIT:
+		rests(v, "framework_requested_bytes", "framework_allocated_bytes", "framework_limit_bytes", "free_bytes",
+		      NULL);
+		snprintf(v->detail, sizeof(v->detail),
+			 "%s's allocator refused it on its own: the %s it holds and the %s asked exceed its limit of %s",
+			 in->fw_name != NULL ? in->fw_name : "the framework", gmt__human_bytes(a, sizeof(a), in->fw_allocated),
+			 gmt__human_bytes(b, sizeof(b), in->fw_requested), gmt__human_bytes(c, sizeof(c), in->fw_limit));
+		if (d->have_mem) {
+			size_t at = strlen(v->detail);
+
+			snprintf(v->detail + at, sizeof(v->detail) - at, " (the device has %s free)",
+				 gmt__human_bytes(a, sizeof(a), in->state->free_bytes));
+		}
 		break;
 	case GMT_VERDICT_CACHE_RELEASED:
 		rests(v, "released_bytes", "released_count", "episode_failures", "tracked_total_bytes", NULL);
@@ -204,6 +221,21 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 		       in->tracked[GMT_KIND_VMM] + in->tracked[GMT_KIND_ARRAY];
 	others = st != NULL && st->have_others ? st->others_bytes : 0;
 
+	if (d->have_mem) {
+		d->used = st->total_bytes - st->free_bytes;
+		d->shortfall = d->needed > st->free_bytes ? d->needed - st->free_bytes : 0;
+		d->have_untracked = true;
+		d->untracked = d->used > d->footprint + others ? d->used - d->footprint - others : 0;
+		d->capacity = st->free_bytes + d->footprint;
+		if (d->needed > d->capacity || in->fw_requested > d->capacity) {
+			add(d, GMT_VERDICT_NEVER_FITS, d->needed > in->fw_requested ? d->needed : in->fw_requested);
+			goto done;
+		}
+	}
+	if (in->fw_limit > 0 && in->fw_requested > 0 && in->fw_allocated + in->fw_requested > in->fw_limit) {
+		add(d, GMT_VERDICT_FRAMEWORK_LIMIT, in->fw_limit);
+		goto done;
+	}
 	if (!d->have_mem) {
 		/* Without the driver's numbers only growth can be judged. */
 		if (in->growth_sites > 0 && in->growth_bytes > 0)
@@ -211,17 +243,8 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 		add(d, GMT_VERDICT_EXHAUSTION, own);
 		goto done;
 	}
-	d->used = st->total_bytes - st->free_bytes;
-	d->shortfall = d->needed > st->free_bytes ? d->needed - st->free_bytes : 0;
-	d->have_untracked = true;
-	d->untracked = d->used > d->footprint + others ? d->used - d->footprint - others : 0;
-
-	d->capacity = st->free_bytes + d->footprint;
-	if (d->needed > d->capacity || in->fw_requested > d->capacity) {
-		add(d, GMT_VERDICT_NEVER_FITS, d->needed > in->fw_requested ? d->needed : in->fw_requested);
-		goto done;
-	}
-	if (in->fw_known && in->fw_requested > 0 && in->fw_reserved_unallocated >= in->fw_requested &&
+	if (in->fw_known && in->fw_largest_known && in->fw_requested > 0 &&
+	    in->fw_reserved_unallocated >= in->fw_requested &&
 	    in->fw_largest_free < in->fw_requested) {
 		add(d, GMT_VERDICT_ALLOCATOR_FRAGMENTATION, in->fw_reserved_unallocated);
 		goto done;

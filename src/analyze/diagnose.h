@@ -27,7 +27,8 @@
 	X(UNTRACKED, "untracked")         /* used memory the tracer did not see */          \
 	X(NEVER_FITS, "never_fits")       /* more than this process could ever have */      \
 	X(CACHE_RELEASED, "cache_released") /* memory freed during the episode did not help */ \
-	X(ALLOCATOR_FRAGMENTATION, "allocator_fragmentation") /* free inside a framework's segments, not in one block */
+	X(ALLOCATOR_FRAGMENTATION, "allocator_fragmentation") /* free inside a framework's segments, not in one block */ \
+	X(FRAMEWORK_LIMIT, "framework_limit") /* a framework's allocator refused past its own limit */
 
 enum gmt__verdict {
 #define GMT_X(id, word) GMT_VERDICT_##id,
@@ -48,7 +49,8 @@ enum gmt__verdict {
 	X(LARGEST_SITE, "shrink_largest_site")  /* one site alone covers the shortfall */        \
 	X(TRIM_POOLS, "trim_pools")             /* pool_reservation */                           \
 	X(LARGE_FIRST, "large_blocks_first")    /* fragmentation: stranded pages */              \
-	X(OTHER_DEVICE, "other_device")         /* other_processes */
+	X(OTHER_DEVICE, "other_device")         /* other_processes */          \
+	X(RAISE_LIMIT, "raise_framework_limit") /* framework_limit, the device has room */
 
 enum gmt__remedy_id {
 #define GMT_X(id, word) GMT_REMEDY_##id,
@@ -89,12 +91,17 @@ struct gmt__diag_input {
 	 * program freed on the device since the first (capture.h). */
 	uint64_t episode_failures;
 	uint64_t released_bytes, released_count;
-	/* A framework allocator's own state (PyTorch's, capture.h "framework"):
-	 * known, its free bytes inside its segments and its largest free block
-	 * on the device, and the request its observer was told of (0: none). */
-	bool fw_known;
+	/* A framework allocator's own state (capture.h "framework"): its
+	 * counters known (allocated, free inside its segments), its largest
+	 * free block known (not CuPy's), their values on the device, and the
+	 * request its error or observer named (0: none). */
+	bool fw_known, fw_largest_known;
 	uint64_t fw_reserved_unallocated, fw_largest_free, fw_requested;
 	bool fw_torch;           /* the framework is PyTorch */
+	const char *fw_name;     /* its name ("torch", "cupy", "jax"), or NULL */
+	/* Its allocated bytes and its own limit on the device (0: none
+	 * known), whether or not the rest of its state is. */
+	uint64_t fw_allocated, fw_limit;
 	int fw_expandable;       /* its segments there expandable: 1, not: 0, not known: -1 */
 	/* Step markers (gmt_step): whether one came before the failure, its
 	 * number, the steps marked, and the live bytes on the device allocated

@@ -19,6 +19,11 @@
  *   and, with steps, its gain per whole step.
  * - shrink_largest_site: exhaustion is primary and the stack holding the most
  *   live memory on the device alone covers the shortfall.
+ * - raise_framework_limit: framework_limit is primary and what the framework
+ *   holds of the device (allocated + free inside its pool) and what the
+ *   driver has free cover its allocated bytes and the request: the limit
+ *   raised to cover them (JAX: the smallest XLA_PYTHON_CLIENT_MEM_FRACTION in
+ *   hundredths that does; CuPy: the pool's set_limit).
  * - trim_pools, large_blocks_first, other_device: pool_reservation,
  *   fragmentation (stranded pages) and other_processes apply — each verdict's
  *   bytes cover the shortfall.
@@ -231,6 +236,51 @@ static void verdict_bytes(const struct gmt__diag_input *in, struct gmt__diagnosi
 	}
 }
 
+static void raise_limit(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
+{
+	static const char *const rests[] = { "framework_allocated_bytes", "framework_requested_bytes",
+					     "framework_limit_bytes", "reserved_unallocated_bytes", "free_bytes", NULL };
+	const struct gmt__device_state *st = in->state;
+	uint64_t want = in->fw_allocated + in->fw_requested, more = want - in->fw_limit;
+	/* What it holds of the device already, and all it could hold. */
+	uint64_t held = in->fw_known ? in->fw_allocated + in->fw_reserved_unallocated : 0;
+	char a[32], b[32], c[32], e[32], f[32];
+	struct gmt__remedy *r;
+
+	if (d->primary != GMT_VERDICT_FRAMEWORK_LIMIT || !d->have_mem || st->total_bytes == 0 ||
+	    held + st->free_bytes < want)
+		return;
+	if (in->fw_name != NULL && strcmp(in->fw_name, "jax") == 0) {
+		/* XLA's limit is the fraction of the device's total. */
+		unsigned hundredths = (unsigned)((want * 100 + st->total_bytes - 1) / st->total_bytes);
+
+		if (hundredths > 100 || (long double)hundredths * st->total_bytes / 100 > held + st->free_bytes)
+			return;
+		r = offer(d, GMT_REMEDY_RAISE_LIMIT, GMT_VERDICT_FRAMEWORK_LIMIT, more, 0, rests);
+		say(r,
+		    "XLA_PYTHON_CLIENT_MEM_FRACTION=%u.%02u: JAX's allocator may use %s (%u%% of the device's %s) and "
+		    "needed %s with this request; the device has %s free besides the %s it holds",
+		    hundredths / 100, hundredths % 100, gmt__human_bytes(a, sizeof(a), in->fw_limit),
+		    percent(in->fw_limit, st->total_bytes), gmt__human_bytes(b, sizeof(b), st->total_bytes),
+		    gmt__human_bytes(c, sizeof(c), want), gmt__human_bytes(e, sizeof(e), st->free_bytes),
+		    gmt__human_bytes(f, sizeof(f), held));
+		return;
+	}
+	r = offer(d, GMT_REMEDY_RAISE_LIMIT, GMT_VERDICT_FRAMEWORK_LIMIT, more, 0, rests);
+	if (in->fw_name != NULL && strcmp(in->fw_name, "cupy") == 0)
+		say(r,
+		    "raise the pool's limit to at least %s (cupy.get_default_memory_pool().set_limit(size=%llu), or "
+		    "CUPY_GPU_MEMORY_LIMIT): it is %s; the pool holds %s and the device has %s free",
+		    gmt__human_bytes(a, sizeof(a), want), (unsigned long long)want,
+		    gmt__human_bytes(b, sizeof(b), in->fw_limit), gmt__human_bytes(c, sizeof(c), held),
+		    gmt__human_bytes(e, sizeof(e), st->free_bytes));
+	else
+		say(r, "raise %s's own limit to at least %s: it is %s; it holds %s and the device has %s free",
+		    in->fw_name != NULL ? in->fw_name : "the framework", gmt__human_bytes(a, sizeof(a), want),
+		    gmt__human_bytes(b, sizeof(b), in->fw_limit), gmt__human_bytes(c, sizeof(c), held),
+		    gmt__human_bytes(e, sizeof(e), st->free_bytes));
+}
+
 void gmt__remedies(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 {
 	d->nremedies = 0;
@@ -240,4 +290,5 @@ void gmt__remedies(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	free_growth(in, d);
 	largest_site(in, d);
 	verdict_bytes(in, d);
+	raise_limit(in, d);
 }

@@ -194,6 +194,19 @@ static uint64_t json_u64(const json_t *o, const char *key, bool *ok)
 	return (uint64_t)json_integer_value(v);
 }
 
+/* The name of a framework the diagnosis knows by name (its remedies), or
+ * NULL. */
+static const char *known_framework(const char *name)
+{
+	static const char *const known[] = { "torch", "cupy", "jax" };
+
+	for (size_t i = 0; name != NULL && i < sizeof(known) / sizeof(known[0]); i++) {
+		if (strcmp(name, known[i]) == 0)
+			return known[i];
+	}
+	return NULL;
+}
+
 /* What a framework's allocator state (s->framework, checked JSON) says of
  * `device`: its counters, and the request its out-of-memory observer was
  * told of when it was on that device. */
@@ -210,8 +223,8 @@ static void framework_on_device(const char *text, int device, struct gmt__diag_i
 
 		if (!ok || dev != (uint64_t)device)
 			continue;
-		in->fw_torch = json_is_string(json_object_get(doc, "name")) &&
-			       strcmp(json_string_value(json_object_get(doc, "name")), "torch") == 0;
+		in->fw_name = known_framework(json_string_value(json_object_get(doc, "name")));
+		in->fw_torch = in->fw_name != NULL && strcmp(in->fw_name, "torch") == 0;
 		if (json_is_integer(json_object_get(d, "step_allocated_bytes"))) {
 			bool step_ok = true;
 			uint64_t now = json_u64(d, "allocated_bytes", &step_ok), then = json_u64(d, "step_allocated_bytes", &step_ok);
@@ -221,9 +234,16 @@ static void framework_on_device(const char *text, int device, struct gmt__diag_i
 				in->step_live_bytes = now > then ? now - then : 0;
 			}
 		}
+		in->fw_allocated = json_u64(d, "allocated_bytes", &ok);
 		in->fw_reserved_unallocated = json_u64(d, "reserved_unallocated_bytes", &ok);
-		in->fw_largest_free = json_u64(d, "largest_free_block_bytes", &ok);
 		in->fw_known = ok;
+		in->fw_largest_known = true;
+		in->fw_largest_free = json_u64(d, "largest_free_block_bytes", &in->fw_largest_known);
+		if (json_is_integer(json_object_get(d, "limit_bytes"))) {
+			bool limit_ok = true;
+
+			in->fw_limit = json_u64(d, "limit_bytes", &limit_ok);
+		}
 		break;
 	}
 	/* Expandable when any of its segments there is, not when it has

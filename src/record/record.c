@@ -120,6 +120,50 @@ static uint32_t capture(void)
 	return gmt__stack_intern_at(ips + first, n + py - first, gmt__modules_epoch());
 }
 
+/* Whether a Python frame's file is one of the tracer's own package
+ * (gpumemtrace/__init__.py, gpumemtrace/frameworks.py): the frames that hand
+ * a framework's state over. */
+static bool own_python(uintptr_t word)
+{
+	static const char *const own[] = { "/gpumemtrace/__init__.py", "/gpumemtrace/frameworks.py" };
+	const char *function, *file;
+	size_t n;
+	int line;
+
+	if (gmt__py_frame(word, &function, &file, &line) != 0 || file == NULL)
+		return false;
+	n = strlen(file);
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+		size_t k = strlen(own[i]);
+
+		if (n >= k && strcmp(file + n - k, own[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The stack of a failure a framework reported from Python: the thread's
+ * Python frames without the tracer's own (its native frames are the
+ * interpreter's and ctypes'), and its open region tags. */
+static uint32_t capture_python(void)
+{
+	uintptr_t words[GMT_STACK_MAX_DEPTH + GMT_STACK_MAX_TAGS];
+	struct gmt__py_capture_info pyinfo = { 0 };
+	int n = 0, first = 0;
+
+	if (gmt__core.depth == 0 && gmt__tls.ntags == 0)
+		return 0;
+	if (gmt__core.depth > 0 && gmt__core.python)
+		n = gmt__py_capture(words, GMT_STACK_MAX_DEPTH, &pyinfo);
+	while (first < n && own_python(words[first]))
+		first++;
+	if (n - first > gmt__core.depth)
+		n = first + gmt__core.depth;
+	for (int t = 0; t < gmt__tls.ntags && t < GMT_STACK_MAX_TAGS; t++)
+		words[n++] = GMT_WORD_TAG | gmt__tls.tags[t];
+	return gmt__stack_intern_at(words + first, n - first, gmt__modules_epoch());
+}
+
 /* Stamps and pushes one event; returns its sequence number, 0 when not
  * recorded. */
 static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
@@ -360,5 +404,36 @@ void gmt__on_failure(const struct gmt__call *c, CUresult r, enum gmt__kind kind,
 		.kind = kind, .stack = stack,
 	};
 	gmt__snapshot_oom(&req, asked ? &state : NULL, (uint16_t)c->api, gmt__tls.tid);
+	errno = saved;
+}
+
+void gmt__on_framework_oom(char *json, uint16_t label, uint64_t size, int device)
+{
+	struct gmt__snapshot_request req;
+	struct gmt__device_state state;
+	int saved = errno;
+	bool asked = false;
+
+	if (gmt__tls.tid == 0)
+		gmt__tls.tid = (uint32_t)syscall(SYS_gettid);
+	if (device == GMT_DEVICE_CURRENT) {
+		uintptr_t ctx;
+
+		device = gmt__current_device(&ctx);
+	}
+	req = (struct gmt__snapshot_request){
+		.api = gmt__labels[label], .by_framework = true, .size = size, .device = device,
+		.result = CUDA_ERROR_OUT_OF_MEMORY, .kind = GMT_KIND_DEVICE,
+	};
+	/* Its own failure only: the state of one a driver failure awaits is
+	 * that failure's. */
+	if (!gmt__episode_awaits()) {
+		req.stack = capture_python();
+		asked = (gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM) &&
+			!atomic_load_explicit(&gmt__core.stopping, memory_order_relaxed);
+		if (asked)
+			gmt__device_query(device, &state);
+	}
+	gmt__episode_reported(json, &req, asked ? &state : NULL, label, gmt__tls.tid);
 	errno = saved;
 }

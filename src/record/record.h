@@ -72,6 +72,13 @@ void gmt__on_primary_gone(const struct gmt__call *c, int device);
  * call, and the failed request with its stack. */
 void gmt__on_failure(const struct gmt__call *c, CUresult r, enum gmt__kind kind, uint64_t size, int device);
 
+/* A framework's out-of-memory error, handed over from Python (gmt_framework
+ * "oom"; json taken over): joined to the driver failure that awaits it, or,
+ * with none, a failure of the framework's own allocator — `size` on `device`
+ * (GMT_DEVICE_CURRENT: the thread's), labelled `label` (tracer.h), with the
+ * thread's Python stack. Not from a hook. */
+void gmt__on_framework_oom(char *json, uint16_t label, uint64_t size, int device);
+
 /* The public API behind gmt_api_v1 (api.c, gpumemtrace.h documents them):
  * each returns -ENOSYS when tracing is off or from inside a hook. */
 int gmt__api_dump(char *path, size_t len);

@@ -242,7 +242,7 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 		gmt__json_string(o, r->text);
 		gmt__json_str(o, "}");
 	}
-	p = gmt__json_room(o, 5 * GMT_JSON_RECORD_BYTES);
+	p = gmt__json_room(o, 6 * GMT_JSON_RECORD_BYTES);
 	p = gmt__put_lit(p, "],\n  \"numbers\": {\"device\": ");
 	p = gmt__put_i64(p, in->device);
 	p = gmt__put_lit(p, ", \"requested_bytes\": ");
@@ -289,7 +289,11 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_lit(p, ", \"reserved_unallocated_bytes\": ");
 	p = put_u64_or_null(p, in->fw_known, in->fw_reserved_unallocated);
 	p = gmt__put_lit(p, ", \"largest_free_block_bytes\": ");
-	p = put_u64_or_null(p, in->fw_known, in->fw_largest_free);
+	p = put_u64_or_null(p, in->fw_largest_known, in->fw_largest_free);
+	p = gmt__put_lit(p, ", \"framework_allocated_bytes\": ");
+	p = put_u64_or_null(p, in->fw_known, in->fw_allocated);
+	p = gmt__put_lit(p, ", \"framework_limit_bytes\": ");
+	p = put_u64_or_null(p, in->fw_limit > 0, in->fw_limit);
 	p = gmt__put_lit(p, ",\n   \"pages\": ");
 	p = gmt__put_u64(p, in->pages.pages);
 	p = gmt__put_lit(p, ", \"pages_partial\": ");

@@ -12,8 +12,10 @@
 /* The format's additions to version 1 (docs/snapshot-format.md): 1, the
  * site rule's stacks[].site and frames[].role; 2, the episode of an oom
  * snapshot, and the verdicts never_fits and cache_released; 3, the
- * diagnosis's remedies; 4, framework sections of CuPy's pool. */
-#define GMT_SNAPSHOT_MINOR "4"
+ * diagnosis's remedies; 4, framework sections of CuPy's pool; 5, failures a
+ * framework's allocator refused on its own (failed_request.refused_by), the
+ * verdict framework_limit, JAX's framework section. */
+#define GMT_SNAPSHOT_MINOR "5"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

@@ -257,9 +257,14 @@ void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model
 	size_t at;
 	int n;
 
-	n = snprintf(s->report, s->report_len, "out of memory: %s of %s on device %d failed",
-		     s->failed->api != NULL ? s->failed->api : "an allocation",
-		     gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
+	if (s->failed->by_framework)
+		n = snprintf(s->report, s->report_len,
+			     "out of memory: %s's allocator refused %s on device %d (no driver call failed)",
+			     s->failed->api, gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
+	else
+		n = snprintf(s->report, s->report_len, "out of memory: %s of %s on device %d failed",
+			     s->failed->api != NULL ? s->failed->api : "an allocation",
+			     gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
 	at = n > 0 ? (size_t)n : 0;
 	if (at < s->report_len && st != NULL && st->have_mem)
 		at += (size_t)snprintf(s->report + at, s->report_len - at, " with %s free of %s",

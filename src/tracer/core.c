@@ -615,12 +615,33 @@ int gmt__api_step(unsigned long long step)
 	return 0;
 }
 
+const char *const gmt__labels[GMT_LABEL_COUNT] = {
+#define GMT_X_NAME(sym, base, ver, ptsz) [GMT_API_##sym] = #sym,
+	GMT_HOOKS(GMT_X_NAME)
+#undef GMT_X_NAME
+#define GMT_X_LABEL(name) [GMT_LABEL_##name] = #name,
+	GMT_FRAMEWORK_LABELS(GMT_X_LABEL)
+#undef GMT_X_LABEL
+};
+
+enum gmt__label gmt__framework_label(const char *name)
+{
+	for (int i = GMT_API_COUNT; i < GMT_LABEL_COUNT; i++) {
+		if (strcmp(gmt__labels[i], name) == 0)
+			return (enum gmt__label)i;
+	}
+	return GMT_LABEL_framework;
+}
+
 /* The largest framework state taken: a snapshot's worth of blocks and
  * frames, never a program's memory. */
 #define GMT_FRAMEWORK_MAX (256u << 20)
 
 int gmt__api_framework(const char *json)
 {
+	enum gmt__label label = GMT_LABEL_framework;
+	int device = GMT_DEVICE_CURRENT;
+	uint64_t size = 0;
 	json_error_t err;
 	json_t *doc, *reason;
 	char *text;
@@ -653,13 +674,27 @@ int gmt__api_framework(const char *json)
 		return -EINVAL;
 	}
 	exit = strcmp(json_string_value(reason), "exit") == 0;
+	if (!exit) {
+		/* The request its error named, and where. */
+		json_t *oom = json_object_get(doc, "oom"), *name = json_object_get(doc, "name");
+		json_t *dev = json_object_get(oom, "device"), *req = json_object_get(oom, "requested_bytes");
+
+		label = gmt__framework_label(json_is_string(name) ? json_string_value(name) : "");
+		if (json_is_integer(dev) && json_integer_value(dev) >= 0 && json_integer_value(dev) < GMT_MAX_DEVICES)
+			device = (int)json_integer_value(dev);
+		if (json_is_integer(req) && json_integer_value(req) >= 0)
+			size = (uint64_t)json_integer_value(req);
+	}
 	/* Written into the document as jansson writes it: valid JSON whatever
 	 * the caller's spacing. */
 	text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(doc);
 	if (text == NULL)
 		return -ENOMEM;
-	gmt__episode_framework(text, exit);
+	if (exit)
+		gmt__episode_framework_exit(text);
+	else
+		gmt__on_framework_oom(text, (uint16_t)label, size, device);
 	return 0;
 }
 

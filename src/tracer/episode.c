@@ -196,18 +196,19 @@ void gmt__episode_watch(const char *name)
 	gmt__core_unlock();
 }
 
-void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
-		       uint32_t tid)
+/* A failure the program saw or may see (req, in call or framework `api`):
+ * its number, the history, and its episode — continued, or a new one — whose
+ * snapshot is written now or deferred. `framework`: the state of the
+ * framework that reported it itself (taken over), or NULL for a driver
+ * failure. Lock held, and write_lock when oom snapshots are on. */
+static void fail(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
+		 uint32_t tid, char *framework)
 {
 	struct gmt__oom_episode *ep = &gmt__core.episode;
-	bool on = gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM;
 	uint64_t now;
 
-	if (on)
-		pthread_mutex_lock(&write_lock);
 	/* Everything this thread or any other completed before the failing call
 	 * has its number already: apply up to the current one. */
-	gmt__core_lock();
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	req->failure = ++gmt__core.oom_failures;
 	if (gmt__core.have_hist) {
@@ -217,8 +218,8 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 
 		gmt__history_oom(&gmt__core.hist, &cause, req->size, (uint8_t)req->kind, req->device, req->stack);
 	}
-	if (!on) {
-		gmt__core_unlock();
+	if (!(gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM)) {
+		free(framework);
 		return;
 	}
 	now = gmt__now_ns(CLOCK_MONOTONIC);
@@ -227,13 +228,22 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 			end_episode(ep, ep->ended);
 		else if (req->device != ep->doc.device)
 			end_episode(ep, GMT_EPISODE_OTHER_DEVICE);
+		else if (ep->reported)
+			end_episode(ep, GMT_EPISODE_REPORTED);
 		else if (now - quiet_since(ep) > GMT_EPISODE_GAP_NS)
 			end_episode(ep, GMT_EPISODE_GAP);
 	}
 	if (!ep->open)
 		open_episode(ep, req->device);
 	add_failure(ep, req, api, state, now);
-	if (gmt__core.watching[0] != '\0') {
+	if (framework != NULL) {
+		/* The framework's own refusal, reported as the program is told. */
+		free(ep->framework);
+		ep->framework = framework;
+		ep->awaiting = false;
+		ep->reported = true;
+	}
+	if (framework == NULL && gmt__core.watching[0] != '\0') {
 		/* A watching framework reports its out-of-memory errors right
 		 * after its last failure (gmt_framework), with nothing allocated
 		 * between: the snapshot is written then — or at the episode's end
@@ -248,8 +258,20 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 	} else {
 		write_episode(ep, ep->doc.failures);
 	}
+}
+
+void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
+		       uint32_t tid)
+{
+	bool on = gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM;
+
+	if (on)
+		pthread_mutex_lock(&write_lock);
+	gmt__core_lock();
+	fail(req, state, api, tid, NULL);
 	gmt__core_unlock();
-	pthread_mutex_unlock(&write_lock);
+	if (on)
+		pthread_mutex_unlock(&write_lock);
 }
 
 void gmt__episode_settle(bool exiting)
@@ -281,23 +303,38 @@ void gmt__episode_settle(bool exiting)
 	pthread_mutex_unlock(&write_lock);
 }
 
-void gmt__episode_framework(char *json, bool exit)
+void gmt__episode_framework_exit(char *json)
+{
+	gmt__core_lock();
+	free(gmt__core.framework_exit);
+	gmt__core.framework_exit = json;
+	gmt__core_unlock();
+}
+
+bool gmt__episode_awaits(void)
+{
+	bool awaits;
+
+	gmt__core_lock();
+	awaits = gmt__core.episode.open && gmt__core.episode.awaiting;
+	gmt__core_unlock();
+	return awaits;
+}
+
+void gmt__episode_reported(char *json, struct gmt__snapshot_request *req, const struct gmt__device_state *state,
+			   uint16_t label, uint32_t tid)
 {
 	struct gmt__oom_episode *ep = &gmt__core.episode;
 
 	pthread_mutex_lock(&write_lock);
 	gmt__core_lock();
-	if (exit) {
-		free(gmt__core.framework_exit);
-		gmt__core.framework_exit = json;
-	} else if (ep->open && ep->awaiting) {
+	if (ep->open && ep->awaiting) {
 		/* The episode's latest failure (the framework's observer runs
 		 * right after the failure it was told of, before any allocation
 		 * could end the episode): its file written or rewritten with it,
-		 * of that failure. An out-of-memory of the framework's own with no
-		 * driver failure since the last hand-over (a pool's limit) joins
-		 * no episode. */
+		 * of that failure. */
 		ep->awaiting = false;
+		ep->reported = true;
 		free(ep->framework);
 		ep->framework = json;
 		/* Its latest failure, counted unwritten (deferred, or a storm's),
@@ -306,7 +343,9 @@ void gmt__episode_framework(char *json, bool exit)
 			ep->doc.not_written--;
 		write_episode(ep, ep->doc.failures);
 	} else {
-		free(json); /* no out-of-memory snapshot to join it to */
+		/* No driver failure since its last report: its allocator
+		 * refused on its own. */
+		fail(req, state, label, tid, json);
 	}
 	gmt__core_unlock();
 	pthread_mutex_unlock(&write_lock);

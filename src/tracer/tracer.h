@@ -11,6 +11,7 @@
 #include "analyze/capture.h"
 #include "analyze/suppress.h"
 #include "intercept/device.h"
+#include "intercept/hooks.h"
 #include "record/event.h"
 #include "record/ring.h"
 #include "record/stacks.h"
@@ -96,6 +97,27 @@ struct gmt__stats {
 
 enum { GMT_UNINIT, GMT_INITIALISING, GMT_READY, GMT_OFF };
 
+/* What labels a failure, an allocation or a free (failed_request.api, the
+ * history's and the episode's "api"): a hooked entry point's name, or the
+ * name of the framework whose own allocator refused a request without a
+ * driver failure (gmt_framework "oom" with none awaiting; tracer/episode.c),
+ * "framework" for one of another name. Indices GMT_API_COUNT and up. */
+#define GMT_FRAMEWORK_LABELS(X) X(torch) X(cupy) X(jax) X(framework)
+
+enum gmt__label {
+	GMT_LABEL_BEFORE_FRAMEWORKS = GMT_API_COUNT - 1,
+#define GMT_X_LABEL(name) GMT_LABEL_##name,
+	GMT_FRAMEWORK_LABELS(GMT_X_LABEL)
+#undef GMT_X_LABEL
+	GMT_LABEL_COUNT
+};
+
+/* Label index → name: the hooks' names, then the frameworks' (tracer/core.c). */
+extern const char *const gmt__labels[GMT_LABEL_COUNT];
+
+/* The label of framework `name` (GMT_LABEL_framework when it has none). */
+enum gmt__label gmt__framework_label(const char *name);
+
 /* What a removal did, so that a failed real call can put it back. */
 struct gmt__undo {
 	uint64_t seq;
@@ -131,6 +153,10 @@ struct gmt__oom_episode {
 	char *framework;
 	/* No framework's state was handed over since its latest failure. */
 	bool awaiting;
+	/* A framework handed its state over at the episode's latest failure:
+	 * the program was told of it, and a later failure is another need of
+	 * memory (a new episode). */
+	bool reported;
 	/* The episode's file's number (0: none yet), and what its latest write
 	 * left: filled by the writer without the core's lock, under
 	 * tracer/episode.c's write lock, which every reader holds too. */
@@ -336,10 +362,20 @@ void gmt__episode_allocated(const struct gmt__entry *e);
  * and on return (released in between when it writes). */
 void gmt__episode_settle(bool exiting);
 /* A framework's allocator state (gmt_framework; `json` checked, malloc'd,
- * taken over): an "oom" one goes into the open episode, whose file is
- * rewritten with it; an "exit" one waits for the exit snapshot. Takes the
- * locks. */
-void gmt__episode_framework(char *json, bool exit);
+ * taken over) for the exit snapshot. Takes the locks. */
+void gmt__episode_framework_exit(char *json);
+/* Whether the open episode's latest failure awaits a framework's hand-over
+ * (a peek: the answer may be stale by the time it is used). */
+bool gmt__episode_awaits(void);
+/* A framework's out-of-memory error, as its bootstrap handed its state over
+ * (json, taken over): joined to the open episode when a driver failure
+ * awaits it — the file rewritten with it, of that failure; else the
+ * framework's allocator refused on its own (its limit, memory it reserved
+ * before), a failure of its own labelled `label` (req: the request its error
+ * named, the thread's stack; state as above), in the history and an episode,
+ * written at once. Takes the locks. */
+void gmt__episode_reported(char *json, struct gmt__snapshot_request *req, const struct gmt__device_state *state,
+			   uint16_t label, uint32_t tid);
 /* Notes the framework whose out-of-memory errors are reported from now on
  * (gmt_framework "watch"). */
 void gmt__episode_watch(const char *name);

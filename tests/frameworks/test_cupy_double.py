@@ -17,9 +17,10 @@ libcuda through ctypes, its OutOfMemoryError), under `gpumemtrace run`:
   names both;
 - no pool (an allocator of no pool's): the error still marks the episode
   as the program's — full report, snapshot with the request alone;
-- limit: the pool's own limit refuses a request with no driver failure: no
-  snapshot, nothing on stderr, the program runs (docs: such out-of-memory
-  errors make no episode);
+- limit: the pool's own limit refuses a request with no driver failure: its
+  error still makes it a failure of the tracer's — a snapshot of CuPy's
+  refusal, the verdict framework_limit and the limit that would fit; after
+  a driver failure the program saw, such a refusal is an episode of its own;
 - a CuPy whose error cannot be observed (FAKE_CUPY_NO_ERROR=1): one
   warning, the program runs, no framework section;
 - off: GPUMEMTRACE_FRAMEWORKS=0: no framework section.
@@ -88,7 +89,8 @@ except cupy.cuda.memory.OutOfMemoryError as e:
 '''
 
 # A driver failure the program sees, then the pool's limit refuses a request:
-# the second is no episode, and the first episode's file keeps its own state.
+# the second is an episode of its own, and the first episode's file keeps its
+# own state.
 AFTER = r'''
 import cupy
 MIB = 1 << 20
@@ -205,20 +207,38 @@ def test_no_pool(launcher: str, source: str, env: Dict[str, str]) -> None:
         schema_ok(source, ooms, "no pool")
 
 
-def test_limit(launcher: str, env: Dict[str, str]) -> None:
+def test_limit(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """The pool's own limit refuses with no driver failure: CuPy's error
+    makes the failure the tracer's all the same — a snapshot of the refusal,
+    framework_limit, the limit that would have fitted."""
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         r = run(launcher, env, tmp, LIMITED, "limit.py", on="oom")
-        check(r.returncode == 0 and "LIMITED Out of memory allocating 104,857,600 bytes" in r.stdout,
-              "limit: the pool's limit refused the request", r.stdout + r.stderr)
-        check(not glob.glob(os.path.join(tmp, "gpumemtrace.*.json")) and "gpumemtrace:" not in r.stderr,
-              "limit: no driver failure, no snapshot, nothing on stderr", r.stderr)
+        ooms, doc = common.oom_snapshot(tmp)
+        fr = doc.get("failed_request") or {}
+        dg = doc.get("diagnosis") or {}
+        nums = dg.get("numbers") or {}
+        check(r.returncode == 0 and "LIMITED Out of memory allocating 104,857,600 bytes" in r.stdout and
+              len(ooms) == 1, "limit: the pool's limit refused the request; its snapshot", r.stdout + r.stderr)
+        check((fr.get("api"), fr.get("refused_by"), fr.get("size")) == ("cupy", "framework", 100 * MIB),
+              "limit: the failed request is CuPy's", fr)
+        check(dg.get("verdict") == "framework_limit" and
+              (nums.get("framework_allocated_bytes"), nums.get("framework_limit_bytes")) == (150 * MIB, 200 * MIB),
+              "limit: framework_limit, on the pool's numbers", (dg.get("verdict"), dg.get("summary")))
+        remedies = dg.get("remedies") or []
+        check([x["name"] for x in remedies] == ["raise_framework_limit"] and
+              f"set_limit(size={250 * MIB})" in remedies[0]["text"] and
+              f"try: raise the pool's limit to at least 250 MiB" in r.stderr,
+              "limit: the limit that fits, offered", (remedies, r.stderr[-800:]))
+        schema_ok(source, ooms, "limit")
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         r = run(launcher, env, tmp, AFTER, "after.py", on="oom")
-        ooms, doc = common.oom_snapshot(tmp)
-        fw = doc.get("framework") or {}
-        check(r.returncode == 0 and "RAISED" in r.stdout and "LIMITED" in r.stdout and len(ooms) == 1 and
-              (fw.get("oom") or {}).get("requested_bytes") == 1 << 40,
-              "limit: a later refusal leaves the earlier episode's file as it was", (r.stdout, len(ooms), fw.get("oom")))
+        docs = sorted((d for d in common.snapshots(tmp) if d.get("reason") == "oom"),
+                      key=lambda d: d["episode"]["id"])
+        got = [((d.get("framework") or {}).get("oom") or {}).get("requested_bytes") for d in docs]
+        check(r.returncode == 0 and "RAISED" in r.stdout and "LIMITED" in r.stdout and
+              got == [1 << 40, 100 * MIB] and [d["failed_request"]["refused_by"] for d in docs] == ["driver", "framework"],
+              "limit: a refusal after a failure the program saw is an episode of its own; the first file keeps its state",
+              (r.stdout, got))
 
 
 def test_unobservable(launcher: str, env: Dict[str, str]) -> None:
@@ -253,7 +273,7 @@ def main(argv: List[str]) -> int:
     test_recovered(launcher, env)
     test_both(launcher, env)
     test_no_pool(launcher, source, env)
-    test_limit(launcher, env)
+    test_limit(launcher, source, env)
     test_unobservable(launcher, env)
     test_off(launcher, env)
     print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Iterable, NoReturn
+from typing import Any, Iterable, NoReturn
 
 _DUMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
 _LIVE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong))
@@ -49,6 +49,23 @@ def skip(reason: str) -> NoReturn:
     """The script cannot check here: the suite counts it skipped."""
     print(f"SKIP {reason}", flush=True)
     sys.exit(0)
+
+
+def jax_gpu() -> tuple[Any, Any, int]:
+    """JAX, its first GPU device and that device's CUDA ordinal; SKIP when
+    JAX does not import or has no GPU."""
+    try:
+        import jax
+    except Exception as e:  # noqa: BLE001 (any import failure: no JAX here)
+        skip(f"jax does not import: {type(e).__name__}: {e}")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError as e:
+        skip(f"jax {jax.__version__} has no GPU backend: {e}")
+    if not gpus:
+        skip(f"jax {jax.__version__} sees no GPU")
+    ordinal = getattr(gpus[0], "local_hardware_id", None)
+    return jax, gpus[0], gpus[0].id if ordinal is None else ordinal
 
 
 def line(*words: object) -> None:

@@ -86,6 +86,7 @@ CASES = [
     Case("cupy-default", "cupy_memory.py", ["default"]),
     Case("cupy-async", "cupy_memory.py", ["async"]),
     Case("cupy-oom", "cupy_memory.py", ["oom"]),
+    Case("jax-oom", "jax_memory.py", ["oom"]),
     Case("jax-platform", "jax_platform.py",
          env={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
 ]

@@ -42,20 +42,8 @@ def main(argv: list[str]) -> int:
     gp.begin("jax-platform")
     if os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR") != "platform":
         sys.exit("jax_platform.py: run with XLA_PYTHON_CLIENT_ALLOCATOR=platform")
-    try:
-        import jax
-        import numpy as np
-    except Exception as e:  # noqa: BLE001 (any import failure: no JAX here)
-        gp.skip(f"jax does not import: {type(e).__name__}: {e}")
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError as e:
-        gp.skip(f"jax {jax.__version__} has no GPU backend: {e}")
-    if not gpus:
-        gp.skip(f"jax {jax.__version__} sees no GPU")
-    device = gpus[0]
-    ordinal = getattr(device, "local_hardware_id", None)
-    ordinal = device.id if ordinal is None else ordinal
+    jax, device, ordinal = gp.jax_gpu()
+    import numpy as np
 
     arrays = [jax.device_put(np.ones(n // 4, np.float32), device) for n in SIZES]
     for a in arrays:

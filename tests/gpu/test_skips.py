@@ -27,6 +27,7 @@ SCRIPTS = [
     ("torch_memory.py", ["oom"], {}),
     ("cupy_memory.py", ["default"], {}),
     ("cupy_memory.py", ["async"], {}),
+    ("jax_memory.py", ["oom"], {}),
     ("jax_platform.py", [], {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
 ]
 

@@ -133,7 +133,7 @@ static void test_allocator_fragmentation(void)
 
 	/* PyTorch needed 2 GiB: 3 GiB free inside its segments, none of its
 	 * free blocks larger than 512 MiB. */
-	in.fw_known = true;
+	in.fw_known = in.fw_largest_known = true;
 	in.fw_requested = 2 * GIB;
 	in.fw_reserved_unallocated = 3 * GIB;
 	in.fw_largest_free = 512 * MIB;
@@ -160,6 +160,96 @@ static void test_allocator_fragmentation(void)
 	CHECK_STR(names(&d), "never_fits");
 	CHECK(rests_on(&d.v[0], "framework_requested_bytes"));
 	CHECK(strstr(d.v[0].detail, "the framework's request alone (17.0 GiB) is larger than the device") != NULL);
+}
+
+/* JAX's allocator: 12 GiB taken from the 16 GiB device at start (its
+ * limit), 11.5 GiB of it in use, 1 GiB asked. */
+static struct gmt__diag_input jax_input(const struct gmt__device_state *st)
+{
+	struct gmt__diag_input in = input(st, 1 * GIB, 12 * GIB);
+
+	in.fw_known = in.fw_largest_known = true;
+	in.fw_name = "jax";
+	in.fw_allocated = 11 * GIB + 512 * MIB;
+	in.fw_reserved_unallocated = 512 * MIB;
+	in.fw_largest_free = 512 * MIB;
+	in.fw_limit = 12 * GIB;
+	in.fw_requested = 1 * GIB;
+	return in;
+}
+
+static void test_framework_limit(void)
+{
+	struct gmt__device_state st = device(4 * GIB);
+	struct gmt__diag_input in = jax_input(&st);
+	struct gmt__diagnosis d;
+
+	/* In use and the request past the limit: refused inside the pool,
+	 * however much the device has free. */
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "framework_limit");
+	CHECK_U64(d.v[0].bytes, 12 * GIB);
+	CHECK(rests_on(&d.v[0], "framework_limit_bytes") && rests_on(&d.v[0], "framework_allocated_bytes"));
+	CHECK(strstr(d.v[0].detail, "jax's allocator refused it on its own: the 11.5 GiB it holds and the 1.00 GiB "
+				    "asked exceed its limit of 12.0 GiB (the device has 4.00 GiB free)") != NULL);
+	/* The fraction that covers 12.5 GiB of 16: 0.79. */
+	CHECK_STR(remedies(&d), "raise_framework_limit");
+	CHECK_U64(d.remedies[0].bytes, 512 * MIB);
+	CHECK(remedy_rests_on(&d.remedies[0], "framework_limit_bytes"));
+	CHECK(strstr(d.remedies[0].text, "XLA_PYTHON_CLIENT_MEM_FRACTION=0.79: JAX's allocator may use 12.0 GiB (75% "
+					 "of the device's 16.0 GiB) and needed 12.5 GiB") != NULL);
+
+	/* The device without the room: the verdict, no remedy. */
+	st = device(256 * MIB);
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "framework_limit");
+	CHECK_STR(remedies(&d), "");
+
+	/* Without the driver's numbers: the verdict still, no remedy. */
+	in.state = NULL;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "framework_limit");
+	CHECK(strstr(d.v[0].detail, "device has") == NULL);
+	CHECK_STR(remedies(&d), "");
+
+	/* A request larger than the process could ever have: never_fits first. */
+	st = device(4 * GIB);
+	in = jax_input(&st);
+	in.requested = in.fw_requested = 17 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "never_fits");
+
+	/* Within the limit, the free bytes in the pool cover the request but no
+	 * block does: allocator_fragmentation, and no remedy of PyTorch's. */
+	in = jax_input(&st);
+	in.fw_allocated = 10 * GIB;
+	in.fw_reserved_unallocated = 2 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "allocator_fragmentation");
+	CHECK_STR(remedies(&d), "");
+
+	/* CuPy's pool: its limit set to 200 MiB, 150 MiB used, 100 MiB asked. */
+	st = device(15 * GIB);
+	in = input(&st, 100 * MIB, 150 * MIB);
+	in.fw_known = true;
+	in.fw_name = "cupy";
+	in.fw_allocated = 150 * MIB;
+	in.fw_limit = 200 * MIB;
+	in.fw_requested = 100 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "framework_limit");
+	CHECK_STR(remedies(&d), "raise_framework_limit");
+	CHECK(strstr(d.remedies[0].text, "raise the pool's limit to at least 250 MiB "
+					 "(cupy.get_default_memory_pool().set_limit(size=262144000), or CUPY_GPU_MEMORY_LIMIT): "
+					 "it is 200 MiB; the pool holds 150 MiB and the device has 15.0 GiB free") != NULL);
+
+	/* No limit known, or within it: never this verdict. */
+	in.fw_limit = 0;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(names(&d), "framework_limit") == NULL);
+	in.fw_limit = 1 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(names(&d), "framework_limit") == NULL);
 }
 
 static void test_cache_released(void)
@@ -460,7 +550,7 @@ static void test_remedies_verdicts(void)
 	 * unless they are on already or the framework is another. */
 	st = device(1 * GIB);
 	in = input(&st, 20 * MIB, 15 * GIB);
-	in.fw_known = in.fw_torch = true;
+	in.fw_known = in.fw_largest_known = in.fw_torch = true;
 	in.fw_expandable = 0;
 	in.fw_requested = 2 * GIB;
 	in.fw_reserved_unallocated = 3 * GIB;
@@ -533,6 +623,7 @@ int main(void)
 	test_never_fits();
 	test_cache_released();
 	test_allocator_fragmentation();
+	test_framework_limit();
 	test_fragmentation();
 	test_pool();
 	test_others();

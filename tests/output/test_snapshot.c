@@ -421,7 +421,8 @@ static void test_document(void)
 
 	v = json_object_get(doc, "failed_request");
 	CHECK_STR(jstr(v, "api"), "cuMemAlloc_v2");
-	CHECK_INT(json_object_size(v), 7);
+	CHECK_INT(json_object_size(v), 8);
+	CHECK_STR(jstr(v, "refused_by"), "driver");
 	CHECK_INT(jint(v, "failure"), 3);
 	CHECK_STR(jstr(v, "kind"), "device");
 	CHECK_INT(jint(v, "stack"), 0);
@@ -693,7 +694,7 @@ static void test_episode(void)
 	CHECK(doc != NULL);
 	if (doc == NULL)
 		return;
-	CHECK_INT(jint(doc, "minor"), 4);
+	CHECK_INT(jint(doc, "minor"), 5);
 	e = json_object_get(doc, "episode");
 	CHECK_INT(jint(e, "id"), 2);
 	CHECK_INT(jint(e, "failures"), 3);

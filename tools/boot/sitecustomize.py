@@ -4,11 +4,12 @@ put this directory first on PYTHONPATH, so Python's `site` runs it at start-up
 
 It does two things and imports nothing of gpumemtrace's until needed:
 
-- it watches for `import torch` and `import cupy`: once the package has
-  run, it calls gpumemtrace.frameworks.on_import_torch() (PyTorch's
-  allocator history and out-of-memory observer, its snapshot beside the
-  tracer's) or on_import_cupy() (its pool's state at its out-of-memory). A
-  program that imports neither gets nothing but this watcher;
+- it watches for `import torch`, `import cupy` and `import jax`: once the
+  package has run, it calls gpumemtrace.frameworks.on_import_torch()
+  (PyTorch's allocator history and out-of-memory observer, its snapshot
+  beside the tracer's), on_import_cupy() (its pool's state at its
+  out-of-memory) or on_import_jax() (its allocator's memory_stats() at its
+  out-of-memory). A program that imports none gets nothing but this watcher;
 - it then runs the `sitecustomize` the program would have run without it
   (the next one on sys.path), as `sitecustomize`, so that a program's or an
   environment's own start-up code still runs; an error in it is reported by
@@ -24,7 +25,7 @@ def _gpumemtrace_boot() -> None:
     import importlib.machinery
     import importlib.util
 
-    hooks = {"torch": "on_import_torch", "cupy": "on_import_cupy"}
+    hooks = {"torch": "on_import_torch", "cupy": "on_import_cupy", "jax": "on_import_jax"}
     done = set()
 
     def after(name, module):

@@ -189,9 +189,14 @@ def _oom_html(doc: Doc) -> str:
     kind = f" of {esc(fr['kind'])} memory" if fr.get("kind") else ""
     res = f" (CUresult {fr['result']})" if fr.get("result") is not None else ""
     nth = f"; out-of-memory #{fr['failure']}" if fr.get("failure") is not None else ""
-    out.append(f'<p class="failed"><strong>Out of memory:</strong> {esc(fr["api"])} of '
-               f'<strong>{_b(fr["size"])}</strong>{kind} on {esc(_device_name(fr["device"]))} '
-               f"failed{res}{nth}.</p>")
+    if fr.get("refused_by") == "framework":
+        out.append(f'<p class="failed"><strong>Out of memory:</strong> {esc(fr["api"])}\'s own allocator refused '
+                   f'<strong>{_b(fr["size"])}</strong> on {esc(_device_name(fr["device"]))} '
+                   f"(no driver call failed){nth}.</p>")
+    else:
+        out.append(f'<p class="failed"><strong>Out of memory:</strong> {esc(fr["api"])} of '
+                   f'<strong>{_b(fr["size"])}</strong>{kind} on {esc(_device_name(fr["device"]))} '
+                   f"failed{res}{nth}.</p>")
     out.append(f'<div class="asked">Asked from {_site_cell(doc, fr["stack"])}</div>')
     dg = doc.get("diagnosis")
     if dg is not None:

@@ -359,6 +359,7 @@ def _failed_request(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, st
     c.opt(fr, "kind", p, c.str_)
     c.opt(fr, "result", p, c.int_)
     c.opt(fr, "failure", p, c.int_)
+    c.opt(fr, "refused_by", p, c.str_)
     fr["stack"] = c.opt(fr, "stack", p, stack_ref) or 0
 
 

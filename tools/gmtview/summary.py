@@ -629,13 +629,17 @@ def _diagnosis(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
     if fr:
         if not dg:
             t.heading("Failed request")
-        if fr["device"] < 0:
+        if fr.get("refused_by") == "framework":
+            what = f"refused by {fr['api']}'s own allocator on {device_name(fr['device'])}"
+        elif fr["device"] < 0:
             what = f"of pinned host memory by {fr['api']}"
         else:
             kind = f"{fr['kind']} memory " if fr.get("kind") else ""
             what = f"of {kind}by {fr['api']} on {device_name(fr['device'])}"
         extra = []
-        if fr.get("result") is not None:
+        if fr.get("refused_by") == "framework":
+            extra.append("no driver call failed")
+        elif fr.get("result") is not None:
             extra.append(f"CUresult {fr['result']}")
         if fr.get("failure") is not None:
             extra.append(f"failure #{fr['failure']}")
@@ -699,6 +703,8 @@ def _framework(t: _Text, fw: Dict[str, Any], top: int) -> None:
             words.append(f"(largest free block {fmt_bytes(d['largest_free_block_bytes'])})")
         if d.get("limit_bytes"):
             words.append(f"of a limit of {fmt_bytes(d['limit_bytes'])}")
+        if d.get("peak_allocated_bytes") is not None:
+            words.append(f"(peak allocated {fmt_bytes(d['peak_allocated_bytes'])})")
         t.flow(f"  {device_name(d['device'])}: ", words, hang=4, sep=" ")
     segs = fw["by_free"]
     shown = segs[:min(top, SEGMENTS_SHOWN)]

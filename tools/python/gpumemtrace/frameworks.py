@@ -26,6 +26,15 @@ over at that moment, before any handler of the program runs; at exit as for
 PyTorch. CuPy's pools say no block sizes: no segments, and no largest free
 block.
 
+JAX has no out-of-memory observer either: on_import_jax() wraps the
+constructor of jax.errors.JaxRuntimeError and, for a RESOURCE_EXHAUSTED
+out-of-memory, hands over its allocator's memory_stats() on the device the
+message names (in use, its pool, its largest free block, its limit, its
+peak) and the request as the message gives it. JAX's allocator refuses most
+requests inside the memory it reserved at start, with no driver failure:
+the tracer then makes the hand-over a failure of its own (docs/guide.md,
+"JAX's allocator").
+
 GPUMEMTRACE_FRAMEWORKS=0 turns all of it off.
 
 Programs started without the launcher, with libgpumemtrace.so preloaded:
@@ -39,9 +48,10 @@ import atexit
 import json
 import os
 import pickle
+import re
 import sys
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 # What one hand-over keeps at most: the blocks of all segments, and the
 # innermost frames of each block (the pickle beside keeps everything).
@@ -286,32 +296,46 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
             "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated}
 
 
-def on_import_cupy(cupy: Any) -> None:
-    """Called by the bootstrap once `cupy` is imported."""
-    if not enabled():
-        return
-    error = getattr(getattr(getattr(cupy, "cuda", None), "memory", None), "OutOfMemoryError", None)
+def _wrap_error(name: str, module: Any, error: Any, error_name: str, what: str,
+                on_error: Callable[..., None], at_exit: Callable[[], None]) -> None:
+    """Wraps the constructor of a framework's error class (it has no
+    out-of-memory observer) so that on_error(args, kwargs) runs as each such
+    error is made, before any handler of the program; tells the tracer the
+    framework watches, and registers at_exit when exit snapshots are on. One
+    warning when the class is missing or cannot take the wrapper."""
+    version = getattr(module, "__version__", "?")
     init = getattr(error, "__init__", None)
     if error is None or init is None:
-        _warn(f"cupy {getattr(cupy, '__version__', '?')} has no cuda.memory.OutOfMemoryError: "
-              "its pool's state is not recorded")
+        _warn(f"{name} {version} has no {error_name}: {what} is not recorded")
         return
 
     def observed(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        # OutOfMemoryError(size, total, limit): the request, the pool's bytes.
-        requested = args[0] if args else kwargs.get("size")
-        _hand_over_cupy(cupy, "oom", requested)
+        on_error(args, kwargs)
 
     try:
         error.__init__ = observed
     except (AttributeError, TypeError) as e:
-        _warn(f"cupy {getattr(cupy, '__version__', '?')}: its out-of-memory error cannot be observed "
-              f"({type(e).__name__}: {e}): its pool's state is not recorded")
+        _warn(f"{name} {version}: its {error_name} cannot be observed ({type(e).__name__}: {e}): "
+              f"{what} is not recorded")
         return
-    _watch("cupy")
+    _watch(name)
     if _exit_wanted():
-        atexit.register(_hand_over_cupy, cupy, "exit", None)
+        atexit.register(at_exit)
+
+
+def on_import_cupy(cupy: Any) -> None:
+    """Called by the bootstrap once `cupy` is imported."""
+    if not enabled():
+        return
+
+    def on_error(args: Any, kwargs: Any) -> None:
+        # OutOfMemoryError(size, total, limit): the request, the pool's bytes.
+        _hand_over_cupy(cupy, "oom", args[0] if args else kwargs.get("size"))
+
+    error = getattr(getattr(getattr(cupy, "cuda", None), "memory", None), "OutOfMemoryError", None)
+    _wrap_error("cupy", cupy, error, "cuda.memory.OutOfMemoryError", "its pool's state", on_error,
+                lambda: _hand_over_cupy(cupy, "exit", None))
 
 
 def _cupy_pool(cupy: Any) -> Any:
@@ -350,12 +374,110 @@ def cupy_state(cupy: Any, reason: str, requested: Optional[int]) -> Dict[str, An
             "oom": oom, "devices": devices, "segments": [], "truncated": False}
 
 
-def _hand_over_cupy(cupy: Any, reason: str, requested: Optional[int]) -> None:
+def _hand_over_state(what: str, reason: str, state_of_now: Callable[[], Dict[str, Any]]) -> None:
+    """Hands over a state made now (none at exit when it has no devices);
+    a failure is one warning naming `what`, never the program's."""
     try:
-        state = cupy_state(cupy, reason, requested)
+        state = state_of_now()
         if reason == "exit" and not state["devices"]:
             return
         import gpumemtrace
         gpumemtrace.framework(json.dumps(state))
     except Exception as e:  # noqa: BLE001 - never the program's failure
-        _warn(f"CuPy's pool state could not be handed over ({type(e).__name__}: {e})")
+        _warn(f"{what} could not be handed over ({type(e).__name__}: {e})")
+
+
+def _hand_over_cupy(cupy: Any, reason: str, requested: Optional[int]) -> None:
+    _hand_over_state("CuPy's pool state", reason, lambda: cupy_state(cupy, reason, requested))
+
+
+# JAX's out-of-memory: "RESOURCE_EXHAUSTED: Out of memory while trying to
+# allocate 1.00GiB with allocator GPU_0_bfc on device 0", or "... allocate
+# 33762398024 bytes." (the sizes as XLA writes them: bytes, or three
+# significant digits of a binary unit).
+_JAX_OOM = re.compile(r"allocate\D{0,24}?(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|PiB)\b")
+_JAX_DEVICE = re.compile(r"on device (?:ordinal )?(\d+)|GPU_(\d+)_bfc")
+_UNITS = {"bytes": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40, "PiB": 50}
+
+
+def jax_oom(message: str) -> Optional[Dict[str, Optional[int]]]:
+    """The request and device a JAX error names, when it is an
+    out-of-memory; None for any other error. The device is None when the
+    message names none."""
+    if "RESOURCE_EXHAUSTED" not in message or "ut of memory" not in message:
+        return None
+    m = _JAX_OOM.search(message)
+    if m is None:
+        return None
+    requested = int(float(m.group(1)) * (1 << _UNITS[m.group(2)]))
+    d = _JAX_DEVICE.search(message)
+    device = int(d.group(1) or d.group(2)) if d is not None else None
+    return {"device": device, "requested_bytes": requested}
+
+
+def on_import_jax(jax: Any) -> None:
+    """Called by the bootstrap once `jax` is imported."""
+    if not enabled():
+        return
+
+    def on_error(args: Any, kwargs: Any) -> None:
+        oom = jax_oom(str(args[0])) if args else None
+        if oom is not None:
+            _hand_over_jax(jax, "oom", oom)
+
+    errors = getattr(jax, "errors", None)
+    error = getattr(errors, "JaxRuntimeError", None) or getattr(errors, "XlaRuntimeError", None)
+    _wrap_error("jax", jax, error, "errors.JaxRuntimeError", "its allocator's state", on_error,
+                lambda: _hand_over_jax(jax, "exit", None))
+
+
+def _jax_gpus(jax: Any) -> List[Any]:
+    """JAX's local GPU devices (CUDA's ordinals: local_hardware_id), or none
+    when JAX runs on another platform."""
+    try:
+        return [d for d in jax.local_devices() if getattr(d, "platform", "") in ("gpu", "cuda")]
+    except Exception:  # noqa: BLE001 - no backend: nothing to say
+        return []
+
+
+def _ordinal(device: Any) -> int:
+    hw = getattr(device, "local_hardware_id", None)
+    return int(hw if hw is not None else device.id)
+
+
+def jax_state(jax: Any, reason: str, oom: Optional[Dict[str, Optional[int]]]) -> Dict[str, Any]:
+    """The state the tracer takes (docs/snapshot-format.md, "framework") from
+    each local GPU device's memory_stats(): allocated = bytes_in_use,
+    reserved = pool_bytes (what its allocator took from the driver),
+    reserved but unallocated = their difference, largest_free_block_bytes,
+    limit = bytes_limit, peak = peak_bytes_in_use."""
+    devices = []
+    for dev in _jax_gpus(jax):
+        st = dev.memory_stats() or {}
+        if "bytes_in_use" not in st:
+            continue
+        used = int(st["bytes_in_use"])
+        pool = int(st.get("pool_bytes") or st.get("bytes_reserved") or used)
+        largest = st.get("largest_free_block_bytes")
+        limit = st.get("bytes_limit")
+        d = {"device": _ordinal(dev), "allocated_bytes": used, "reserved_bytes": pool,
+             "reserved_unallocated_bytes": max(0, pool - used),
+             "largest_free_block_bytes": int(largest) if largest is not None else None,
+             "limit_bytes": int(limit) if limit else None}
+        if st.get("peak_bytes_in_use") is not None:
+            d["peak_allocated_bytes"] = int(st["peak_bytes_in_use"])
+        devices.append(d)
+    devices.sort(key=lambda d: d["device"])
+    if oom is not None:
+        oom = dict(oom)
+        if oom.get("device") is None:
+            oom["device"] = devices[0]["device"] if devices else 0
+        mine = [d for d in devices if d["device"] == oom["device"]]
+        if mine:
+            oom["device_allocated_bytes"] = mine[0]["allocated_bytes"]
+    return {"name": "jax", "version": str(getattr(jax, "__version__", "")), "reason": reason, "file": None,
+            "oom": oom, "devices": devices, "segments": [], "truncated": False}
+
+
+def _hand_over_jax(jax: Any, reason: str, oom: Optional[Dict[str, Optional[int]]]) -> None:
+    _hand_over_state("JAX's allocator state", reason, lambda: jax_state(jax, reason, oom))

@@ -188,10 +188,10 @@ gmt_build() {
 # shellcheck disable=SC2034 # for scripts/test
 GMT_TSAN_OPTIONS=(-Db_sanitize=thread -Db_lundef=false)
 # shellcheck disable=SC2034
-GMT_TSAN_TARGETS=(tests/recording/test_ring tests/recording/test_table tests/recording/test_stacks
+GMT_TSAN_TARGETS=(tests/recording/test_ring tests/recording/test_table tests/recording/test_streams tests/recording/test_stacks
 		  tests/recording/test_stacks_nomalloc tests/recording/test_unwind)
 # shellcheck disable=SC2034
-GMT_TSAN_TESTS=(ring table stacks stacks-nomalloc unwind)
+GMT_TSAN_TESTS=(ring table streams stacks stacks-nomalloc unwind)
 
 # Options of the sanitizer build: ASan and UBSan, every UBSan report fatal,
 # and the tracer's internal checks (src/util/check.h) compiled in.

@@ -130,9 +130,12 @@ static void write_json(FILE *f, const char *reason, const struct sim_failed_requ
 		const struct sim_ledger_entry *e = &c->live.v[i];
 		fprintf(f,
 			"%s\n  {\"address\": \"0x%" PRIx64 "\", \"size\": %" PRIu64
-			", \"kind\": \"%s\", \"device\": %d, \"api\": \"%s\"}",
+			", \"kind\": \"%s\", \"device\": %d, \"api\": \"%s\"",
 			i ? "," : "", e->address, e->size, gmtsim__kind_name(e->kind), e->device,
 			gmtsim__call_name(e->api));
+		if (e->kind == SIM_KIND_ASYNC)
+			fprintf(f, ", \"stream\": \"0x%" PRIx64 "\"", e->stream);
+		fprintf(f, "}");
 	}
 	fprintf(f, "],\n \"pools\": [");
 	for (size_t i = 0; i < c->pools.n; i++) {

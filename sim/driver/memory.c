@@ -803,7 +803,7 @@ void gmtsim__context_destroyed(struct CUctx_st *ctx)
 static void visit_alloc(const void *node, VISIT which, int depth)
 {
 	const struct sim_alloc *a = *(struct sim_alloc *const *)node;
-	struct sim_ledger_entry e = { a->addr, a->size, a->kind, a->device, a->api };
+	struct sim_ledger_entry e = { a->addr, a->size, a->kind, a->device, a->api, a->stream };
 
 	(void)depth;
 	if (which == postorder || which == leaf)
@@ -813,7 +813,7 @@ static void visit_alloc(const void *node, VISIT which, int depth)
 static void visit_handle(const void *node, VISIT which, int depth)
 {
 	const struct sim_handle *h = *(struct sim_handle *const *)node;
-	struct sim_ledger_entry e = { h->id, h->size, SIM_KIND_VMM, h->device, SIM_CALL_cuMemCreate };
+	struct sim_ledger_entry e = { h->id, h->size, SIM_KIND_VMM, h->device, SIM_CALL_cuMemCreate, 0 };
 
 	(void)depth;
 	if (which == postorder || which == leaf)
@@ -853,7 +853,7 @@ void gmtsim__memory_visit(const struct sim_ledger_visitor *v)
 	twalk(gmtsim__model.handles, visit_handle);
 	for (const struct CUarray_st *a = gmtsim__model.arrays; a != NULL; a = a->next) {
 		struct sim_ledger_entry e = { (uint64_t)(uintptr_t)a, a->bytes, SIM_KIND_ARRAY,
-					      a->device, a->api };
+					      a->device, a->api, 0 };
 		v->entry(v->ctx, &e);
 	}
 	for (int i = 0; i < gmtsim__model.ndevices; i++)

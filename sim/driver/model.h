@@ -106,6 +106,7 @@ struct sim_alloc {
 	enum sim_kind kind;
 	int device;
 	enum sim_call api;
+	uint64_t stream;      /* SIM_KIND_ASYNC: the CUstream it was allocated on */
 	struct CUctx_st *ctx; /* owning context; NULL for pool memory */
 	struct sim_arena *arena;
 	struct sim_chunk *chunk;

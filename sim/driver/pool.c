@@ -114,7 +114,7 @@ void gmtsim__pool_give(struct sim_alloc *a)
 static CUresult alloc_async(enum sim_call api, CUdeviceptr *dptr, size_t size,
 			    struct CUmemPoolHandle_st *pool, CUstream stream)
 {
-	struct sim_alloc a = { .size = size, .kind = SIM_KIND_ASYNC, .api = api };
+	struct sim_alloc a = { .size = size, .kind = SIM_KIND_ASYNC, .api = api, .stream = (uintptr_t)stream };
 	CUresult r;
 
 	if (dptr == NULL || size == 0)

@@ -246,6 +246,7 @@ struct sim_ledger_entry {
 	enum sim_kind kind;
 	int device;
 	enum sim_call api;
+	uint64_t stream; /* SIM_KIND_ASYNC: the stream it was allocated on */
 };
 
 struct sim_failed_request {

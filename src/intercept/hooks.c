@@ -301,6 +301,8 @@ GMT_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
 		if (real == NULL)                                                                 \
 			return CUDA_ERROR_NOT_INITIALIZED;                                        \
 		gmt__call_enter(&c, GMT_API_##sym);                                               \
+		c.on_stream = true;                                                               \
+		c.stream = (uintptr_t)hStream;                                                    \
 		r = real(dptr, bytesize, hStream);                                                \
 		return alloc_done(&c, r, GMT_KIND_ASYNC, r == CUDA_SUCCESS ? *dptr : 0, bytesize,  \
 				  GMT_DEVICE_CURRENT);                                            \
@@ -319,6 +321,8 @@ GMT_ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz)
 		if (real == NULL)                                                                 \
 			return CUDA_ERROR_NOT_INITIALIZED;                                        \
 		gmt__call_enter(&c, GMT_API_##sym);                                               \
+		c.on_stream = true;                                                               \
+		c.stream = (uintptr_t)hStream;                                                    \
 		r = real(dptr, bytesize, pool, hStream);                                          \
 		return alloc_done(&c, r, GMT_KIND_ASYNC, r == CUDA_SUCCESS ? *dptr : 0, bytesize,  \
 				  GMT_DEVICE_CURRENT);                                            \

@@ -63,7 +63,7 @@ struct gmt__event {
 	uint8_t op;        /* enum gmt__op */
 	uint8_t kind;      /* enum gmt__kind */
 	int16_t device;    /* -1 for host memory */
-	uint16_t pad;
+	uint16_t stream;   /* ALLOC of kind async: its stream's id (streams.h), 0 when not known */
 };
 
 _Static_assert(sizeof(struct gmt__event) == 64, "an event is one cache line");

@@ -7,6 +7,7 @@
 
 #include "record/modules.h"
 #include "record/pystack.h"
+#include "record/streams.h"
 #include "record/tags.h"
 #include "record/unwind.h"
 #include "tracer/tracer.h"
@@ -233,6 +234,7 @@ void gmt__call_enter(struct gmt__call *c, enum gmt__api api)
 	int saved = errno;
 
 	c->api = api;
+	c->on_stream = false;
 	c->record = gmt__tls.depth++ == 0 && gmt__ready();
 	/* Where this call's window begins in the global order (freed_in_flight). */
 	c->began = c->record ? atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) : 0;
@@ -259,6 +261,8 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
 		 * context it was allocated in. */
 		ev.extra = kind == GMT_KIND_VMM ? 0 : ctx;
 		ev.link = c->began;
+		if (c->on_stream)
+			ev.stream = gmt__stream_id(c->stream);
 		record(c, &ev);
 	}
 	errno = saved;

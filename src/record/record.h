@@ -19,7 +19,9 @@
 struct gmt__call {
 	enum gmt__api api;
 	bool record;    /* outermost intercepted call on this thread, and tracing on */
+	bool on_stream; /* a stream-ordered allocation: `stream` is its CUstream */
 	uint64_t began; /* the global sequence number when it began (record only) */
+	uint64_t stream;
 };
 
 /* Entry of every hook: counts call depth (only the outermost call records,

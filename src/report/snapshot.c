@@ -11,6 +11,7 @@
 #include "record/event.h"
 #include "record/pystack.h"
 #include "record/stacks.h"
+#include "record/streams.h"
 #include "record/tags.h"
 
 #include <errno.h>
@@ -264,6 +265,17 @@ static const char *api_name(const struct gmt__api_table *t, unsigned api)
 	return api < (unsigned)t->n ? t->v[api] : "\"unknown\"";
 }
 
+/* `, "stream": "0x…"` for memory of kind async whose stream is known. */
+static char *put_stream(char *p, uint8_t kind, uint16_t stream)
+{
+	uint64_t handle;
+
+	if (kind != GMT_KIND_ASYNC || !gmt__stream_handle(stream, &handle))
+		return p;
+	p = gmt__put_lit(p, ", \"stream\": ");
+	return gmt__put_hex(p, handle);
+}
+
 static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const struct gmt__api_table *apis,
 		      bool first)
 {
@@ -297,6 +309,7 @@ static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const str
 	default:
 		p = gmt__put_lit(p, ", \"seq\": ");
 		p = gmt__put_u64(p, e->link);
+		p = put_stream(p, e->kind, e->stream);
 		break;
 	}
 	p = put_entry_origin(p, e, api_name(apis, e->api));
@@ -438,6 +451,8 @@ static void out_history(struct gmt__json *o, const struct gmt__history *h, const
 			p = gmt__put_i64(p, ev->device);
 			p = gmt__put_lit(p, ", \"api\": ");
 			p = gmt__put_lit(p, api_name(apis, ev->api));
+			if (ev->op == GMT_HIST_ALLOC)
+				p = put_stream(p, ev->kind, ev->stream);
 		}
 		p = gmt__put_lit(p, ", \"thread\": ");
 		p = gmt__put_u64(p, ev->tid);

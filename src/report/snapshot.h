@@ -14,7 +14,7 @@
  * snapshot, and the verdicts never_fits and cache_released; 3, the
  * diagnosis's remedies; 4, framework sections of CuPy's pool; 5, failures a
  * framework's allocator refused on its own (failed_request.refused_by), the
- * verdict framework_limit, JAX's framework section. */
+ * verdict framework_limit, JAX's framework section, allocations[].stream. */
 #define GMT_SNAPSHOT_MINOR "5"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */

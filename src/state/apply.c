@@ -401,10 +401,12 @@ void gmt__apply(const struct gmt__event *ev)
 		gmt__history_tick(&gmt__core.hist, ev->time_ns);
 	switch ((enum gmt__op)ev->op) {
 	case GMT_OP_ALLOC:
-		if (ev->kind == GMT_KIND_VMM)
+		if (ev->kind == GMT_KIND_VMM) {
 			e.refs = 1;
-		else
+		} else {
 			e.aux = ev->extra; /* the context it belongs to */
+			e.stream = ev->stream;
+		}
 		/* A handle replaced was lost track of; an address replaced
 		 * owes the free that made room (debts, "Frees are recorded"). */
 		if (insert(&e, ev->kind == GMT_KIND_VMM ? 0 : ev->seq) && counts_as_memory(space))

@@ -320,6 +320,7 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 		.seq = cause->seq, .time_ns = cause->time_ns, .addr = e->addr, .size = e->size,
 		.stack = e->stack, .tid = cause->tid, .api = cause->api,
 		.op = add ? GMT_HIST_ALLOC : GMT_HIST_FREE, .kind = e->kind, .device = e->device,
+		.stream = e->space == GMT_SPACE_HANDLE ? 0 : e->stream,
 	};
 	struct gmt__site *s;
 	int c;

@@ -71,7 +71,7 @@ struct gmt__hist_event {
 	uint8_t op;   /* enum gmt__hist_op */
 	uint8_t kind; /* enum gmt__kind */
 	int16_t device;
-	uint16_t pad;
+	uint16_t stream; /* an alloc of kind async: its stream's id (record/streams.h), 0: not known */
 };
 
 /* One allocation site: an interned stack id (0: allocations without a stack). */

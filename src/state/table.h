@@ -31,7 +31,10 @@ struct gmt__entry {
 	uint8_t kind;
 	uint8_t space;
 	int16_t device;
-	uint16_t refs;
+	union {
+		uint16_t refs;   /* GMT_SPACE_HANDLE: references */
+		uint16_t stream; /* kind async: its stream's id (record/streams.h), 0: not known */
+	};
 };
 
 _Static_assert(sizeof(struct gmt__entry) == 56, "a live entry is 56 bytes");

@@ -125,7 +125,8 @@ class Numbering:
     """Addresses by rank within their kind of memory: each distinct address
     of one document (or of one run's stderr) becomes "@KIND.N", N its place in
     ascending order among the addresses of that kind ("device", "host", ...:
-    what an allocation or history event at it says; "x" for the rest — code,
+    what an allocation or history event at it says; "stream" for a stream's
+    handle; "x" for the rest — code,
     modules). Regions of different kinds come from different mappings, whose
     order the libraries' sizes may change."""
 
@@ -142,11 +143,15 @@ class Numbering:
 
 
 def kinds_of(v: Any, out: dict[int, str]) -> dict[int, str]:
-    """address -> kind, from every object with both."""
+    """address -> kind, from every object with both; a stream's handle (a
+    pointer of the driver's) is of kind "stream"."""
     if isinstance(v, dict):
         a, k = v.get("address"), v.get("kind")
         if isinstance(a, str) and isinstance(k, str) and HEX.fullmatch(a):
             out[int(a, 16)] = k
+        st = v.get("stream")
+        if isinstance(st, str) and HEX.fullmatch(st):
+            out[int(st, 16)] = "stream"
         for x in v.values():
             kinds_of(x, out)
     elif isinstance(v, list):

@@ -112,12 +112,15 @@ def load(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def ledger_live(ledger: dict[str, Any]) -> list[tuple[int, int, str, int]]:
-    return sorted((int(e["address"], 16), e["size"], e["kind"], e["device"]) for e in ledger["live"])
+def ledger_live(ledger: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Address, size, kind, device and, for stream-ordered memory, the stream."""
+    return sorted((int(e["address"], 16), e["size"], e["kind"], e["device"], e.get("stream"))
+                  for e in ledger["live"])
 
 
-def snapshot_live(snap: dict[str, Any]) -> list[tuple[int, int, str, int]]:
-    return sorted((int(a["address"], 16), a["size"], a["kind"], a["device"]) for a in snap["allocations"])
+def snapshot_live(snap: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return sorted((int(a["address"], 16), a["size"], a["kind"], a["device"], a.get("stream"))
+                  for a in snap["allocations"])
 
 
 def diff(what: str, expected: list[Any], actual: list[Any]) -> list[str]:
@@ -255,7 +258,7 @@ def fragmentation_problems(ledger: dict[str, Any], snap: dict[str, Any], name: s
             continue
         mine = [t for t in live if t[3] == dev["index"]]
         want: dict[int, list[int]] = {}
-        for _, size, _, _ in mine:
+        for _, size, *_ in mine:
             if size > 0:
                 c = want.setdefault(size.bit_length() - 1, [0, 0])
                 c[0] += 1
@@ -264,7 +267,7 @@ def fragmentation_problems(ledger: dict[str, Any], snap: dict[str, Any], name: s
         if got != want:
             problems.append(f"{name}: device {dev['index']} size classes {got}, the ledger's live set gives {want}")
         g = dev["pages"]["granularity"]
-        hole = largest_hole(sorted((a, sz) for a, sz, kind, _ in mine if kind == "device"), g)
+        hole = largest_hole(sorted((a, sz) for a, sz, kind, *_ in mine if kind == "device"), g)
         if frag["largest_hole_bytes"] != hole:
             problems.append(f"{name}: device {dev['index']} largest_hole_bytes {frag['largest_hole_bytes']}, expected {hole}")
         if frag["stranded_bytes"] != dev["pages"]["stranded_bytes"]:

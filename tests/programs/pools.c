@@ -1,7 +1,8 @@
 /* Test program for the stream-ordered row of the matrix: cudaMallocAsync and
  * cudaFreeAsync on the default pool with PyTorch's release threshold
  * (UINT64_MAX), so freed memory stays reserved until cudaMemPoolTrimTo, and an
- * explicit pool with the default threshold (0). Built twice: plain, and with
+ * explicit pool with the default threshold (0), whose last block is made on a
+ * stream the program creates. Built twice: plain, and with
  * CUDA_API_PER_THREAD_DEFAULT_STREAM (the _ptsz entry points). Run with
  * GMTSIM_MEMORY=1G. */
 #define _GNU_SOURCE
@@ -84,6 +85,7 @@ static void *explicit_pool(size_t free_at_start)
 	cudaMemPool_t pool;
 	uint64_t threshold = 1;
 	struct pool_state grown, after_free;
+	cudaStream_t stream;
 	void *big, *small, *kept;
 
 	memset(&props, 0, sizeof(props));
@@ -110,8 +112,11 @@ static void *explicit_pool(size_t free_at_start)
 	PROG_CHECK_EQ_U(after_free.reserved, 0);
 	PROG_CHECK_EQ_U(after_free.device_free, free_at_start);
 
-	PROG_OK(cudaMallocFromPoolAsync(&kept, 2 * MIB, pool, 0));
-	PROG_OK(cudaStreamSynchronize(0));
+	/* The block kept is made on a stream of the program's own: the
+	 * tracer names the stream of each stream-ordered allocation. */
+	PROG_OK(cudaStreamCreate(&stream));
+	PROG_OK(cudaMallocFromPoolAsync(&kept, 2 * MIB, pool, stream));
+	PROG_OK(cudaStreamSynchronize(stream));
 	return kept;
 }
 

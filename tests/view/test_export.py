@@ -601,6 +601,32 @@ def test_pytorch_framework() -> None:
     eq(at, [], "the trace leaves the segment's history to PyTorch's own")
 
 
+def test_pytorch_streams() -> None:
+    """A stream-ordered allocation's stream (format minor 5) is its
+    segment's and its trace entries' stream, the free's included; one
+    without a stream is on 0."""
+    raw, _ = fixtures.synthetic(n=300, sites=8, seed=5)
+    hist = raw["history"]["events"]
+    a = next(x for x in raw["allocations"] if x["kind"] == "async" and x["device"] == 0)
+    a["stream"] = "0x5a17c0"
+    alloc = [e for e in hist if e["op"] == "alloc" and e["address"] == a["address"]][-1]
+    alloc["stream"] = a["stream"]
+    gone = dict(alloc, address="0x7ffff0000000", seq=800001, time_ns=alloc["time_ns"] + 1, stream="0x5a1800")
+    # A free has no stream of its own in the snapshot.
+    freed = dict({k: v for k, v in gone.items() if k != "stream"}, op="free", seq=800002, time_ns=gone["time_ns"] + 1)
+    hist[hist.index(alloc) + 1:hist.index(alloc) + 1] = [gone, freed]
+    snap = pytorch_roundtrip([checked(raw)])
+    seg = next(s for s in snap["segments"] if s["address"] == int(a["address"], 16))
+    eq(seg["stream"], 0x5A17C0, "the segment's stream")
+    trace = snap["device_traces"][seg["device"]]
+    eq({e["stream"] for e in trace if e.get("addr") == int(a["address"], 16)}, {0x5A17C0}, "its trace's stream")
+    eq([(e["action"], e["stream"]) for e in trace if e.get("addr") == 0x7FFFF0000000],
+       [("segment_alloc", 0x5A1800), ("alloc", 0x5A1800), ("free_requested", 0x5A1800),
+        ("free_completed", 0x5A1800), ("segment_free", 0x5A1800)], "a free on its allocation's stream")
+    other = next(s for s in snap["segments"] if s["address"] != seg["address"])
+    eq(other["stream"], 0, "without a stream: 0")
+
+
 def test_pytorch_inconsistent_history() -> None:
     """Events that disagree with the live allocations are left out, so that
     memory_viz's replay cannot fail."""
@@ -778,7 +804,8 @@ TESTS: List[Callable[[], None]] = [
     test_trace_steps,
     test_trace_single, test_trace_ranks_align, test_trace_same_process, test_trace_hostile,
     test_speedscope, test_speedscope_several,
-    test_pytorch_single, test_pytorch_framework, test_pytorch_inconsistent_history, test_pytorch_oom_unknown_free,
+    test_pytorch_single, test_pytorch_framework, test_pytorch_streams, test_pytorch_inconsistent_history,
+    test_pytorch_oom_unknown_free,
     test_pytorch_several,
     test_empty, test_cli,
 ]

@@ -491,6 +491,12 @@ def pytorch_snapshot(docs: Sequence[Doc]) -> Dict[str, Any]:
                             "history_events_dropped": dropped}}
 
 
+def _stream(a: Dict[str, Any]) -> int:
+    """A stream-ordered allocation's stream as PyTorch names streams (the
+    cudaStream_t's value); 0 where the snapshot says none (format minor 5)."""
+    return int(a["stream"], 16) if a.get("stream") else 0
+
+
 def _devices_used(doc: Doc) -> List[int]:
     devs = {a["device"] for a in doc["allocations"] if a["kind"] not in HOST_KINDS}
     devs.update(e["device"] for e in doc["history"]["events"] if e.get("kind") not in HOST_KINDS)
@@ -558,7 +564,7 @@ class _TorchDoc:
             # (CUDACachingAllocator's kSmallSize); the segment type mirrors that.
             out.append({"device": slots[(i, a["device"])], "address": addr, "total_size": size,
                         "allocated_size": size, "active_size": size, "requested_size": size,
-                        "stream": 0, "segment_type": "small" if size <= (1 << 20) else "large",
+                        "stream": _stream(a), "segment_type": "small" if size <= (1 << 20) else "large",
                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames,
                         "user_metadata": meta, "blocks": [block]})
         return out
@@ -616,6 +622,9 @@ class _TorchDoc:
                     live.add(addr)
                     keep[k] = True
         out: List[Dict[str, Any]] = []
+        # A free's stream is its allocation's: PyTorch frees a block on the
+        # stream it was allocated on.
+        streams = {int(a["address"], 16): _stream(a) for a in doc["allocations"] if a["device"] == dev}
         free_now = self._device_free(dev)
         for e, ok in zip(evs, keep):
             if not ok:
@@ -633,8 +642,11 @@ class _TorchDoc:
             addr, size = int(e["address"], 16), e["size"]
             actions = (("segment_alloc", "alloc") if e["op"] == "alloc"
                        else ("free_requested", "free_completed", "segment_free"))
+            stream = _stream(e) if e["op"] == "alloc" else streams.get(addr, 0)
+            if e["op"] == "alloc":
+                streams[addr] = stream
             for act in actions:
-                out.append({"action": act, "addr": addr, "size": size, "stream": 0, "frames": frames,
+                out.append({"action": act, "addr": addr, "size": size, "stream": stream, "frames": frames,
                             "time_us": t_us, "user_metadata": meta})
         return out, keep.count(False)
 

@@ -485,6 +485,8 @@ def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str],
         a["stack"] = stack_ref(a.get("stack", 0), f"{p}/stack")
         if "seq" in a:
             int_(a["seq"], f"{p}/seq")
+        if "stream" in a:
+            hex_(a["stream"], f"{p}/stream")
         if "time_ns" in a:
             int_(a["time_ns"], f"{p}/time_ns")
         else:
@@ -595,6 +597,7 @@ def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int
         c.req(e, "device", q, lambda v, r: c.int_(v, r, -1))
         c.opt(e, "api", q, c.str_)
         c.opt(e, "thread", q, c.int_)
+        c.opt(e, "stream", q, c.hex_)
         e["stack"] = c.opt(e, "stack", q, stack_ref) or 0
 
 

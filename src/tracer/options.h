@@ -94,7 +94,7 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 	X(gate, "GPUMEMTRACE_GATE", BOOL, false,                                              \
 	  "set by gpumemtrace check: mark each process pending until its exit snapshot is written") \
 	X(frameworks, "GPUMEMTRACE_FRAMEWORKS", BOOL, true,                                   \
-	  "read by the Python bootstrap: record PyTorch's allocator and CuPy's pool")        \
+	  "read by the Python bootstrap: record PyTorch's, CuPy's and JAX's allocators")     \
 	X(verbose, "GPUMEMTRACE_VERBOSE", BOOL, false, "print the options and progress")
 
 #define GMT_OPTION_TYPE_BOOL bool

@@ -68,6 +68,8 @@ gmt__probe() {
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;
 	heaptrack)      gmt__have heaptrack ;;
 	help2man)       gmt__have help2man ;;
+	prometheus)     gmt__have prometheus && gmt__have promtool ;;
+	prometheus-node-exporter) gmt__have prometheus-node-exporter ;;
 	*)              return 1 ;;
 	esac
 }

@@ -260,7 +260,7 @@ static bool make_dir(const char *dir, char *abs)
 	const char *tmp;
 
 	if (dir != NULL) {
-		cli_make_dir(dir, abs);
+		cli_make_dir("--dir", dir, abs);
 		return false;
 	}
 	tmp = getenv("TMPDIR");

@@ -100,6 +100,9 @@ void cli_help(void)
 	       "                       an out of memory, which is always written: comma list\n"
 	       "                       of exit, peak, signal (SIGUSR2); no-oom leaves that\n"
 	       "                       one out, none writes no snapshot (default: oom only)\n"
+	       "  --metrics-dir DIR    GPUMEMTRACE_METRICS_DIR: write live metrics for\n"
+	       "                       Prometheus there (node_exporter's textfile directory),\n"
+	       "                       made if missing; every GPUMEMTRACE_METRICS_INTERVAL s\n"
 	       "  --depth N            GPUMEMTRACE_STACK_DEPTH: native frames per allocation,\n"
 	       "                       0 to 256, 0 turns stacks off (default: 64)\n"
 	       "  --no-python-stacks   GPUMEMTRACE_PYTHON_STACKS=0: native frames only, no\n"
@@ -350,26 +353,34 @@ void cli_set_option(const char *flag, const char *var, const char *value)
 		cli_die(GMT_EXIT_USAGE, "cannot set %s: %s", var, strerror(errno));
 }
 
-void cli_make_dir(const char *dir, char *abs)
+void cli_make_dir(const char *flag, const char *dir, char *abs)
 {
 	struct stat st;
 
 	if (dir[0] == '\0')
-		cli_die(GMT_EXIT_USAGE, "--dir '' is invalid: expected a directory");
+		cli_die(GMT_EXIT_USAGE, "%s '' is invalid: expected a directory", flag);
 	if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-		cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "%s '%s': %s", flag, dir, strerror(errno));
 	if (realpath(dir, abs) == NULL)
-		cli_die(GMT_EXIT_USAGE, "--dir '%s': %s", dir, strerror(errno));
+		cli_die(GMT_EXIT_USAGE, "%s '%s': %s", flag, dir, strerror(errno));
 	if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))
-		cli_die(GMT_EXIT_USAGE, "--dir '%s': not a directory", dir);
+		cli_die(GMT_EXIT_USAGE, "%s '%s': not a directory", flag, dir);
 }
 
 static void set_dir(const char *value)
 {
 	char abs[PATH_MAX];
 
-	cli_make_dir(value, abs);
+	cli_make_dir("--dir", value, abs);
 	cli_set_option("--dir", "GPUMEMTRACE_DIR", abs);
+}
+
+static void set_metrics_dir(const char *value)
+{
+	char abs[PATH_MAX];
+
+	cli_make_dir("--metrics-dir", value, abs);
+	cli_set_option("--metrics-dir", "GPUMEMTRACE_METRICS_DIR", abs);
 }
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name)
@@ -407,6 +418,8 @@ static int run(int argc, char **argv)
 			set_dir(v);
 		else if ((v = cli_option_value(argc, argv, &i, "--snapshot-on")) != NULL)
 			cli_set_option("--snapshot-on", "GPUMEMTRACE_SNAPSHOT_ON", v);
+		else if ((v = cli_option_value(argc, argv, &i, "--metrics-dir")) != NULL)
+			set_metrics_dir(v);
 		else if ((v = cli_option_value(argc, argv, &i, "--depth")) != NULL)
 			cli_set_option("--depth", "GPUMEMTRACE_STACK_DEPTH", v);
 		else if (strcmp(arg, "--no-python-stacks") == 0)

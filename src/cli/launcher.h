@@ -39,11 +39,12 @@ void cli_set_preload(const char *lib);
  * into the environment; a bad value is a usage error naming `flag`. */
 void cli_set_option(const char *flag, const char *var, const char *value);
 
-/* --dir DIR of run and check: made when missing (the last component only, as
- * mkdir makes it), and its absolute path into abs (PATH_MAX bytes), so that
- * a command that changes directory still writes where it was asked to. A
- * usage error naming DIR when it cannot be made or is not a directory. */
-void cli_make_dir(const char *dir, char *abs);
+/* The directory of a --dir or --metrics-dir (flag) of run and check: made
+ * when missing (the last component only, as mkdir makes it), and its
+ * absolute path into abs (PATH_MAX bytes), so that a command that changes
+ * directory still writes where it was asked to. A usage error naming the
+ * flag and DIR when it cannot be made or is not a directory. */
+void cli_make_dir(const char *flag, const char *dir, char *abs);
 
 /* Puts the Python module (tools/python: `import gpumemtrace`, the pytest
  * plugin) first on PYTHONPATH, the installed copy or this source tree's;

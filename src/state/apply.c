@@ -40,9 +40,17 @@ static void account(const struct gmt__entry *e, bool add)
 		gmt__core.live_bytes += e->size;
 		gmt__core.live_count++;
 		if (slot != NULL) {
+			size_t d = (size_t)(slot - gmt__core.device_live);
+
 			*slot += e->size;
-			if (*slot > gmt__core.api_peak[slot - gmt__core.device_live + 1])
-				gmt__core.api_peak[slot - gmt__core.device_live + 1] = *slot;
+			if (*slot > gmt__core.api_peak[d + 1])
+				gmt__core.api_peak[d + 1] = *slot;
+			if (*slot > gmt__core.device_peak[d])
+				gmt__core.device_peak[d] = *slot;
+			if (e->kind < GMT_KIND_COUNT) {
+				gmt__core.kind_live[d][e->kind] += e->size;
+				gmt__core.kind_count[d][e->kind]++;
+			}
 		}
 		if (gmt__core.live_bytes > gmt__core.api_peak[0])
 			gmt__core.api_peak[0] = gmt__core.live_bytes;
@@ -54,8 +62,15 @@ static void account(const struct gmt__entry *e, bool add)
 	} else {
 		gmt__core.live_bytes -= e->size;
 		gmt__core.live_count--;
-		if (slot != NULL)
+		if (slot != NULL) {
+			size_t d = (size_t)(slot - gmt__core.device_live);
+
 			*slot -= e->size;
+			if (e->kind < GMT_KIND_COUNT) {
+				gmt__core.kind_live[d][e->kind] -= e->size;
+				gmt__core.kind_count[d][e->kind]--;
+			}
+		}
 	}
 }
 

@@ -152,6 +152,7 @@ static void *consumer_main(void *arg)
 		}
 		if (n > 0)
 			STAT_ADD(consumer_events, n);
+		gmt__metrics_tick();
 		/* The pace: what the last sleep let gather (above). */
 		if (slept == WOKEN || n > ring / 4)
 			idle_ns = idle_ns / 2 > GMT_IDLE_MIN_NS ? idle_ns / 2 : GMT_IDLE_MIN_NS;

@@ -86,6 +86,9 @@ static void fork_child(void)
 	gmt__core.oom_failures = gmt__core.peak_next_bytes = gmt__core.peak_next_ns = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);
 	memset(gmt__core.device_live, 0, sizeof(gmt__core.device_live));
+	memset(gmt__core.kind_live, 0, sizeof(gmt__core.kind_live));
+	memset(gmt__core.kind_count, 0, sizeof(gmt__core.kind_count));
+	memset(gmt__core.device_peak, 0, sizeof(gmt__core.device_peak));
 	memset(gmt__core.api_peak, 0, sizeof(gmt__core.api_peak));
 	memset(gmt__core.undo, 0, sizeof(gmt__core.undo));
 #define GMT_X_ZERO(name, help) atomic_store_explicit(&gmt__core.stats.name, 0, memory_order_relaxed);
@@ -448,6 +451,7 @@ __attribute__((destructor)) static void core_exit(void)
 	} else {
 		gmt__core_unlock();
 	}
+	gmt__metrics_exit();
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \
 		  (unsigned long long)atomic_load_explicit(&gmt__core.stats.name, memory_order_relaxed), help);

@@ -141,6 +141,7 @@ static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
 		ep->file_seq = ep->out.seq;
 	ep->written_mono = gmt__now_ns(CLOCK_MONOTONIC);
 	ep->doc.described = described == 0 ? ep->doc.failures : described;
+	gmt__metrics_due();
 }
 
 /* Whether the episode is one the watching framework recovered from: it

@@ -41,6 +41,12 @@ static const struct opt_range range_history = {
 static const struct opt_range range_leak_exitcode = {
 	1, 255, false, "an integer from 1 to 255",
 };
+static const struct opt_range range_metrics_interval = {
+	1, 86400, false, "an integer from 1 to 86400 (seconds)",
+};
+static const struct opt_range range_metrics_top = {
+	1, 1000, false, "an integer from 1 to 1000 (sites)",
+};
 static const struct opt_range range_ring_events = {
 	64, 1u << 20, true, "a power of two from 64 to 1048576",
 };

@@ -91,6 +91,13 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 	  "apply the built-in rules (framework caches, NVIDIA libraries' workspaces)")        \
 	X(leak_scan, "GPUMEMTRACE_LEAK_SCAN", BOOL, true,                                     \
 	  "at exit, scan host memory for references to live allocations")                    \
+	X(metrics_dir, "GPUMEMTRACE_METRICS_DIR", STRING, "",                                 \
+	  "directory for the live metrics file (Prometheus' text format, gpumemtrace.<pid>.prom; " \
+	  "node_exporter's textfile directory); none when empty")                            \
+	X(metrics_interval, "GPUMEMTRACE_METRICS_INTERVAL", INT, 10,                          \
+	  "seconds between metrics writes, 1 to 86400 (also at each out-of-memory and at exit)") \
+	X(metrics_top, "GPUMEMTRACE_METRICS_TOP", INT, 10,                                    \
+	  "allocation sites and growth suspects in the metrics, 1 to 1000")                   \
 	X(gate, "GPUMEMTRACE_GATE", BOOL, false,                                              \
 	  "set by gpumemtrace check: mark each process pending until its exit snapshot is written") \
 	X(frameworks, "GPUMEMTRACE_FRAMEWORKS", BOOL, true,                                   \

@@ -205,6 +205,10 @@ struct gmt__core {
 	bool have_hist;
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
 	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
+	/* The same by kind, bytes and allocations, and each device's peak since
+	 * the start (the metrics, tracer/metrics.c). */
+	uint64_t kind_live[GMT_MAX_DEVICES + 1][GMT_KIND_COUNT], kind_count[GMT_MAX_DEVICES + 1][GMT_KIND_COUNT];
+	uint64_t device_peak[GMT_MAX_DEVICES + 1];
 	/* The public API's peaks (gmt_peak_bytes), since the start or its last
 	 * reset: [0] all, [1] host, [d + 2] device d. */
 	uint64_t api_peak[GMT_MAX_DEVICES + 2];
@@ -379,6 +383,14 @@ void gmt__episode_reported(char *json, struct gmt__snapshot_request *req, const 
 /* Notes the framework whose out-of-memory errors are reported from now on
  * (gmt_framework "watch"). */
 void gmt__episode_watch(const char *name);
+
+/* tracer/metrics.c: the live metrics file (GPUMEMTRACE_METRICS_DIR). The
+ * background thread's pass, without the lock: writes it when the interval
+ * has passed or one is due. Due soon (an out-of-memory; any thread, any
+ * lock). At exit, without the lock: the last write. */
+void gmt__metrics_tick(void);
+void gmt__metrics_due(void);
+void gmt__metrics_exit(void);
 /* Around fork (before the core's lock is taken): no write in flight; the
  * child starts with no episode. */
 void gmt__episode_fork_prepare(void);

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 17
+#define NOPTIONS 20
 #define MAX_ENV 4
 #define MAX_WANT 3
 
@@ -30,7 +30,8 @@ struct option_case {
 	const char *never;            /* must not appear in the log */
 };
 
-enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32, F_HISTORY = 64, F_FRAMEWORKS = 128 };
+enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32, F_HISTORY = 64, F_FRAMEWORKS = 128,
+       F_METRICS = 256 };
 
 #define BAD(var, value, shown)                                                          \
 	{ .env = { var "=" value }, .lines = 1,                                         \
@@ -71,6 +72,11 @@ static const struct option_case cases[] = {
 	{ .env = { "GPUMEMTRACE_FRAMEWORKS=0" }, .want.frameworks = false, .set = F_FRAMEWORKS },
 	{ .env = { "GPUMEMTRACE_FRAMEWORKS=off" }, .want.frameworks = false, .set = F_FRAMEWORKS },
 	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=on" }, .want.python_stacks = true, .set = F_PYTHON },
+	/* The live metrics: a directory, an interval in seconds, a number of sites. */
+	{ .env = { "GPUMEMTRACE_METRICS_DIR=/var/lib/node_exporter", "GPUMEMTRACE_METRICS_INTERVAL=1",
+		   "GPUMEMTRACE_METRICS_TOP=1000" },
+	  .want = { .metrics_dir = "/var/lib/node_exporter", .metrics_interval = 1, .metrics_top = 1000 },
+	  .set = F_METRICS },
 	{ .env = { "GPUMEMTRACE_VERBOSE=0" }, .want.verbose = false, .set = F_VERBOSE },
 	{ .env = { "GPUMEMTRACE_VERBOSE=false" }, .want.verbose = false, .set = F_VERBOSE },
 	{ .env = { "GPUMEMTRACE_VERBOSE=No" }, .want.verbose = false, .set = F_VERBOSE },
@@ -128,6 +134,14 @@ static const struct option_case cases[] = {
 	BAD("GPUMEMTRACE_RING_EVENTS", "4k", "4k"),
 	BAD("GPUMEMTRACE_PYTHON_STACKS", "python", "python"),
 	BAD("GPUMEMTRACE_FRAMEWORKS", "maybe", "maybe"),
+	BAD("GPUMEMTRACE_METRICS_DIR", "", ""),
+	BAD("GPUMEMTRACE_METRICS_INTERVAL", "0", "0"),
+	BAD("GPUMEMTRACE_METRICS_INTERVAL", "86401", "86401"),
+	BAD("GPUMEMTRACE_METRICS_INTERVAL", "10s", "10s"),
+	BAD("GPUMEMTRACE_METRICS_INTERVAL", "-5", "-5"),
+	BAD("GPUMEMTRACE_METRICS_TOP", "0", "0"),
+	BAD("GPUMEMTRACE_METRICS_TOP", "1001", "1001"),
+	BAD("GPUMEMTRACE_METRICS_TOP", "99999999999999999999", "99999999999999999999"),
 	BAD("GPUMEMTRACE_VERBOSE", "", ""),
 	BAD("GPUMEMTRACE_VERBOSE", "2", "2"),
 	BAD("GPUMEMTRACE_VERBOSE", "y", "y"),
@@ -135,6 +149,8 @@ static const struct option_case cases[] = {
 	/* what the warning says the option accepts */
 	{ .env = { "GPUMEMTRACE_STACK_DEPTH=300" }, .lines = 1, .say = { "an integer from 0 to 256" } },
 	{ .env = { "GPUMEMTRACE_RING_EVENTS=100" }, .lines = 1, .say = { "a power of two from 64 to 1048576" } },
+	{ .env = { "GPUMEMTRACE_METRICS_INTERVAL=0" }, .lines = 1, .say = { "an integer from 1 to 86400 (seconds)" } },
+	{ .env = { "GPUMEMTRACE_METRICS_TOP=0" }, .lines = 1, .say = { "an integer from 1 to 1000 (sites)" } },
 
 	/* unknown names: one warning each, with a suggestion when one is close */
 	{ .env = { "GPUMEMTRACE_STAK_DEPTH=12" }, .lines = 1,
@@ -239,6 +255,11 @@ static int run_case(const struct option_case *c, int log_rd)
 		want.history = c->want.history;
 	if (c->set & F_FRAMEWORKS)
 		want.frameworks = c->want.frameworks;
+	if (c->set & F_METRICS) {
+		want.metrics_dir = c->want.metrics_dir;
+		want.metrics_interval = c->want.metrics_interval;
+		want.metrics_top = c->want.metrics_top;
+	}
 
 	gmt__options_parse(&got, (char *const *)c->env);
 	bad += compare(&got, &want);

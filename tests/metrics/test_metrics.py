@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""The live metrics file (docs/fleet.md), on the simulated GPU, against the
+simulated driver's ledger:
+
+- ledger: a traced rank (rank.py: RANK=1, LOCAL_RANK=1, WORLD_SIZE=2,
+  SLURM_JOB_ID set) holds known blocks at two sites and writes the ledger of
+  that moment; the next write of its metrics file (every second) has per
+  device and kind exactly the ledger's live bytes and allocations, the two
+  sites with their bytes, the process's labels, nothing in flight; at exit
+  the last write has gpumemtrace_running 0 and exactly the exit ledger; every
+  file passes `promtool check metrics`;
+- oom: an out-of-memory is in the file while the process runs, though the
+  interval is a day;
+- gpumemtrace run --metrics-dir DIR sets the directory;
+- bad input: an unwritable directory, an interval of 0, a K of 0 and one too
+  large — each one warning, defaults, the program's output and status
+  unchanged;
+- stale files: a file of a gone process of this host not rewritten for a
+  long time is removed by the next process's first write; one of another
+  host, or recent, stays;
+- hostile names: the exposition tests/output/test_metrics writes of names a
+  program could give (quotes, newlines, invalid UTF-8, control characters,
+  a label too long) passes promtool;
+- prometheus (with --prometheus): Debian's prometheus and node_exporter on
+  loopback ports, temporary data, bounded in time: two ranks write metrics,
+  node_exporter's textfile collector reads them, Prometheus scrapes it, and
+  its HTTP API's gpumemtrace_live_bytes per rank equals each rank's ledger.
+
+Usage: test_metrics.py LAUNCHER TEST_METRICS_PROGRAM [--prometheus]"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from typing import Dict, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RANK = os.path.join(HERE, "rank.py")
+FAILURES: List[str] = []
+MIB = 1 << 20
+SAMPLE = re.compile(r'^(gpumemtrace_[a-z_]+)\{(.*)\} (\S+)$')
+LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
+
+
+def check(ok: bool, what: str, got: object = None) -> None:
+    if not ok:
+        FAILURES.append(what)
+        print(f"FAIL {what}" + (f": {got!r}" if got is not None else ""))
+    else:
+        print(f"ok   {what}")
+
+
+def base_env() -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPUMEMTRACE_", "GMTSIM_")) and k not in (
+               "LD_PRELOAD", "RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")}
+    env["GMTSIM_MEMORY"] = "1G"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
+        env["LD_PRELOAD"] = os.environ["GMT_TEST_ASAN_RUNTIME"]
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
+def parse(text: str) -> List[Tuple[str, Dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), dict(LABEL.findall(m.group(2))), float(m.group(3))))
+    return out
+
+
+def read_metrics(path: str) -> Tuple[str, List[Tuple[str, Dict[str, str], float]]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return "", []
+    return text, parse(text)
+
+
+def value(samples, name: str, **labels: str) -> Optional[float]:
+    for n, lb, v in samples:
+        if n == name and all(lb.get(k) == want for k, want in labels.items()):
+            return v
+    return None
+
+
+def by_device_kind(samples, name: str) -> Dict[Tuple[str, str], int]:
+    return {(lb["device"], lb["kind"]): int(v) for n, lb, v in samples if n == name}
+
+
+def ledger_by_device_kind(ledger: dict) -> Tuple[Dict[Tuple[str, str], int], Dict[Tuple[str, str], int]]:
+    nbytes: Dict[Tuple[str, str], int] = {}
+    count: Dict[Tuple[str, str], int] = {}
+    for e in ledger["live"]:
+        key = ("host" if e["device"] < 0 else str(e["device"]), e["kind"])
+        nbytes[key] = nbytes.get(key, 0) + e["size"]
+        count[key] = count.get(key, 0) + 1
+    return nbytes, count
+
+
+def promtool_ok(paths: List[str], what: str) -> None:
+    promtool = shutil.which("promtool")
+    check(promtool is not None, f"{what}: promtool is installed (scripts/test installs prometheus)")
+    for p in paths:
+        if promtool is None:
+            return
+        with open(p, encoding="utf-8") as f:
+            r = subprocess.run([promtool, "check", "metrics"], stdin=f, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, f"{what}: promtool check metrics {os.path.basename(p)}", r.stdout + r.stderr)
+
+
+def start_rank(launcher: str, env: Dict[str, str], workdir: str, metrics_dir: Optional[str], rank: int,
+               extra: Optional[List[str]] = None, tail: Optional[List[str]] = None) -> Tuple[subprocess.Popen, str, str]:
+    ledger = os.path.join(workdir, f"ledger.rank{rank}.json")
+    go = os.path.join(workdir, f"go.rank{rank}")
+    env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", GMTSIM_LEDGER_DIR=workdir)
+    cmd = [launcher, "run", "--dir", workdir]
+    if metrics_dir is not None:
+        env["GPUMEMTRACE_METRICS_DIR"] = metrics_dir
+    cmd += (extra or []) + ["--", sys.executable, RANK, ledger, go] + (tail or [])
+    p = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, ledger, go
+
+
+def wait_ready(p: subprocess.Popen, timeout: float = 120) -> bool:
+    line = p.stdout.readline() if p.stdout is not None else ""
+    return line.strip() == "READY"
+
+
+def wait_write_after(path: str, t: float, timeout: float = 60) -> List[Tuple[str, Dict[str, str], float]]:
+    """The metrics file's samples once a write taken after time t is there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, samples = read_metrics(path)
+        stamp = value(samples, "gpumemtrace_metrics_timestamp_seconds")
+        if stamp is not None and stamp > t:
+            return samples
+        time.sleep(0.1)
+    return []
+
+
+def test_ledger(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        env = dict(env, GPUMEMTRACE_METRICS_INTERVAL="1", SLURM_JOB_ID="4242")
+        p, ledger_path, go = start_rank(launcher, env, tmp, tmp, 1)
+        ready = wait_ready(p)
+        t = time.time()
+        path = os.path.join(tmp, f"gpumemtrace.{p.pid}.prom")
+        samples = wait_write_after(path, t) if ready else []
+        check(ready and samples != [], "ledger: a write after the ledger's moment", path)
+        with open(ledger_path, encoding="utf-8") as f:
+            ledger = json.load(f)
+        want_bytes, want_count = ledger_by_device_kind(ledger)
+        check(by_device_kind(samples, "gpumemtrace_live_bytes") == want_bytes,
+              "ledger: live bytes by device and kind = the ledger's",
+              (by_device_kind(samples, "gpumemtrace_live_bytes"), want_bytes))
+        check(by_device_kind(samples, "gpumemtrace_live_allocations") == want_count,
+              "ledger: live allocations by device and kind = the ledger's")
+        sites = {lb["site"]: int(v) for n, lb, v in samples if n == "gpumemtrace_site_live_bytes"}
+        # The site rule names the rank's calls (the driver's wrapper is the
+        # site's own frame, the rank's function the caller that tells them apart).
+        weights = [v for k, v in sites.items() if "weights (rank.py:" in k]
+        acts = [v for k, v in sites.items() if "activations (rank.py:" in k]
+        check(weights == [3 * 9 * MIB] and acts == [5 * 3 * MIB] and len(sites) == 2,
+              "ledger: the two sites, by their lines, with their bytes", sites)
+        labels = next((lb for n, lb, _ in samples if n == "gpumemtrace_running"), {})
+        check((labels.get("pid"), labels.get("rank"), labels.get("local_rank"), labels.get("world_size"),
+               labels.get("job_id"), labels.get("host")) ==
+              (str(p.pid), "1", "1", "2", "4242", socket.gethostname()),
+              "ledger: the process's labels (pid, rank, local rank, world size, job, host)", labels)
+        check(value(samples, "gpumemtrace_running") == 1 and
+              value(samples, "gpumemtrace_events_recorded_total") == value(samples, "gpumemtrace_events_applied_total"),
+              "ledger: running, nothing in flight")
+        check(value(samples, "gpumemtrace_peak_bytes", device="0") == 3 * 9 * MIB + 5 * 3 * MIB,
+              "ledger: the device's peak")
+        mid = os.path.join(tmp, "mid.prom")
+        shutil.copy(path, mid)
+        open(go, "w").close()
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == 0 and "DONE" in out and "gpumemtrace:" not in err, "ledger: the rank ran", err[-600:])
+        exit_ledger = os.path.join(tmp, f"ledger.{p.pid}.exit.json")
+        text, final = read_metrics(path)
+        with open(exit_ledger, encoding="utf-8") as f:
+            want_bytes, _ = ledger_by_device_kind(json.load(f))
+        check(value(final, "gpumemtrace_running") == 0 and
+              by_device_kind(final, "gpumemtrace_live_bytes") == want_bytes and
+              value(final, "gpumemtrace_allocations_total") == 8 and value(final, "gpumemtrace_frees_total") == 5,
+              "ledger: the last write, at exit, is the exit ledger's, running 0",
+              (by_device_kind(final, "gpumemtrace_live_bytes"), want_bytes))
+        check(not [f for f in os.listdir(tmp) if f.endswith(".tmp")], "ledger: no temporary file left")
+        promtool_ok([mid, path], "ledger")
+
+
+def test_oom(launcher: str, env: Dict[str, str]) -> None:
+    """An out-of-memory is in the file soon, not an interval later."""
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        env = dict(env, GPUMEMTRACE_METRICS_INTERVAL="86400")
+        p, _, go = start_rank(launcher, env, tmp, tmp, 0, tail=["oom"])
+        ready = wait_ready(p)
+        path = os.path.join(tmp, f"gpumemtrace.{p.pid}.prom")
+        deadline = time.monotonic() + 30
+        samples: List[Tuple[str, Dict[str, str], float]] = []
+        # A write may come between the failure and its snapshot's file: the
+        # one after the snapshot is asked for when it is written.
+        while ready and time.monotonic() < deadline and value(samples, "gpumemtrace_snapshots_written_total") != 1:
+            _, samples = read_metrics(path)
+            time.sleep(0.05)
+        check(value(samples, "gpumemtrace_oom_failures_total") == 1 and
+              value(samples, "gpumemtrace_oom_episodes_total") == 1 and
+              value(samples, "gpumemtrace_snapshots_written_total") == 1 and
+              value(samples, "gpumemtrace_running") == 1,
+              "oom: the file has the out-of-memory while the process runs (the interval is a day)",
+              [s for s in samples if "oom" in s[0]])
+        open(go, "w").close()
+        p.communicate(timeout=120)
+
+
+def test_launcher_option(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        metrics = os.path.join(tmp, "made")
+        p, _, go = start_rank(launcher, env, tmp, None, 0, ["--metrics-dir", metrics])
+        ready = wait_ready(p)
+        open(go, "w").close()
+        _, err = p.communicate(timeout=120)
+        check(ready and p.returncode == 0 and os.path.exists(os.path.join(metrics, f"gpumemtrace.{p.pid}.prom")),
+              "run --metrics-dir: the directory made, the file written", err[-400:])
+        r = subprocess.run([launcher, "run", "--metrics-dir", "/proc/version/x", "--", "true"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2 and "--metrics-dir '/proc/version/x'" in r.stderr,
+              "run --metrics-dir: a directory that cannot be made is a usage error naming it", r.stderr)
+
+
+def run_plain(launcher: str, env: Dict[str, str], tmp: str) -> subprocess.CompletedProcess:
+    """rank.py with GO already there: it allocates, frees and exits."""
+    open(os.path.join(tmp, "go.rank0"), "w").close()
+    return subprocess.run([launcher, "run", "--dir", tmp, "--", sys.executable, RANK,
+                           os.path.join(tmp, "ledger.json"), os.path.join(tmp, "go.rank0")],
+                          env=dict(env, GMTSIM_LEDGER_DIR=tmp), cwd=tmp, capture_output=True, text=True, timeout=120)
+
+
+def test_bad_input(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        plain = run_plain(launcher, env, tmp)
+        blocker = os.path.join(tmp, "a-file")
+        open(blocker, "w").close()
+        for where in (os.path.join(tmp, "missing"), blocker):
+            r = run_plain(launcher, dict(env, GPUMEMTRACE_METRICS_DIR=where), tmp)
+            warn = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:")]
+            check(r.returncode == plain.returncode == 0 and r.stdout == plain.stdout and len(warn) == 1 and
+                  f"cannot write the metrics file in {where}" in warn[0],
+                  f"bad input: metrics directory {os.path.basename(where)}: one warning, the program unchanged",
+                  r.stderr)
+        metrics = os.path.join(tmp, "m")
+        os.mkdir(metrics)
+        for var, bad, want in (("GPUMEMTRACE_METRICS_INTERVAL", "0", "an integer from 1 to 86400"),
+                               ("GPUMEMTRACE_METRICS_INTERVAL", "soon", "an integer from 1 to 86400"),
+                               ("GPUMEMTRACE_METRICS_TOP", "0", "an integer from 1 to 1000"),
+                               ("GPUMEMTRACE_METRICS_TOP", "100000", "an integer from 1 to 1000")):
+            r = run_plain(launcher, dict(env, GPUMEMTRACE_METRICS_DIR=metrics, **{var: bad}), tmp)
+            warn = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:")]
+            files = [f for f in os.listdir(metrics) if f.endswith(".prom")]
+            _, samples = read_metrics(os.path.join(metrics, files[-1])) if files else ("", [])
+            check(r.returncode == 0 and r.stdout == plain.stdout and len(warn) == 1 and var in warn[0] and
+                  want in warn[0] and value(samples, "gpumemtrace_metrics_interval_seconds") == 10,
+                  f"bad input: {var}={bad}: one warning, the default, the program unchanged", warn)
+            for f in files:
+                os.unlink(os.path.join(metrics, f))
+
+
+def test_stale(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        host = socket.gethostname()
+        files = {}
+        for name, h, age in (("dead-old", host, 3600), ("dead-recent", host, 0), ("other-host", "elsewhere", 3600)):
+            pid = gone.pid if name != "other-host" else gone.pid + 1
+            path = os.path.join(tmp, f"gpumemtrace.{pid if name != 'dead-recent' else gone.pid + 2}.prom")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f'gpumemtrace_running{{pid="{pid}",host="{h}"}} 0\n')
+            os.utime(path, (time.time() - age, time.time() - age))
+            files[name] = path
+        r = run_plain(launcher, dict(env, GPUMEMTRACE_METRICS_DIR=tmp), tmp)
+        left = {k for k, v in files.items() if os.path.exists(v)}
+        check(r.returncode == 0 and left == {"dead-recent", "other-host"},
+              "stale files: a gone process's of this host removed; a recent one, another host's kept", left)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str) -> Optional[dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def test_prometheus(launcher: str, env: Dict[str, str]) -> None:
+    exporter, prometheus = shutil.which("prometheus-node-exporter"), shutil.which("prometheus")
+    check(exporter is not None and prometheus is not None,
+          "prometheus: Debian's prometheus and prometheus-node-exporter are installed (scripts/test installs them)")
+    if exporter is None or prometheus is None:
+        return
+    procs: List[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="gmt-prom-") as tmp:
+        textdir = os.path.join(tmp, "textfile")
+        os.mkdir(textdir)
+        p_exp, p_prom = free_port(), free_port()
+        config = os.path.join(tmp, "prometheus.yml")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: node\n    static_configs:\n"
+                    f"      - targets: ['127.0.0.1:{p_exp}']\n")
+        try:
+            procs.append(subprocess.Popen(
+                [exporter, "--collector.disable-defaults", "--collector.textfile",
+                 f"--collector.textfile.directory={textdir}", f"--web.listen-address=127.0.0.1:{p_exp}"],
+                stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "exporter.log"), "w")))
+            procs.append(subprocess.Popen(
+                [prometheus, f"--config.file={config}", f"--storage.tsdb.path={os.path.join(tmp, 'data')}",
+                 f"--web.listen-address=127.0.0.1:{p_prom}", "--log.level=warn"],
+                stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "prometheus.log"), "w")))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (
+                    http_ok(f"http://127.0.0.1:{p_exp}/metrics") and http_ok(f"http://127.0.0.1:{p_prom}/-/ready")):
+                time.sleep(0.2)
+            check(time.monotonic() < deadline, "prometheus: node_exporter and Prometheus are up")
+            env = dict(env, GPUMEMTRACE_METRICS_INTERVAL="1")
+            ranks = [start_rank(launcher, env, tmp, textdir, r) for r in (0, 1)]
+            procs += [r[0] for r in ranks]
+            ready = all(wait_ready(r[0]) for r in ranks)
+            want = {}
+            for rank, (_, ledger_path, _) in enumerate(ranks):
+                with open(ledger_path, encoding="utf-8") as f:
+                    want[str(rank)] = sum(e["size"] for e in json.load(f)["live"])
+            query = urllib.parse.quote("sum by (rank) (gpumemtrace_live_bytes)")
+            got: Dict[str, int] = {}
+            deadline = time.monotonic() + 60
+            while ready and time.monotonic() < deadline and got != want:
+                doc = http_json(f"http://127.0.0.1:{p_prom}/api/v1/query?query={query}") or {}
+                got = {r["metric"].get("rank", ""): int(float(r["value"][1]))
+                       for r in (doc.get("data") or {}).get("result", [])}
+                time.sleep(0.5)
+            check(ready and got == want and want["0"] != want["1"],
+                  "prometheus: gpumemtrace_live_bytes per rank, through node_exporter and Prometheus, "
+                  "= each rank's ledger", (got, want))
+            for _, _, go in ranks:
+                open(go, "w").close()
+            for r in ranks:
+                r[0].communicate(timeout=120)
+                check(r[0].returncode == 0, "prometheus: the rank ran")
+            promtool_ok([os.path.join(textdir, f) for f in os.listdir(textdir) if f.endswith(".prom")],
+                        "prometheus")
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def test_hostile(program: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        out = os.path.join(tmp, "hostile.prom")
+        r = subprocess.run([program, out], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and os.path.exists(out), "hostile names: the exposition written", r.stderr)
+        if os.path.exists(out):
+            promtool_ok([out], "hostile names")
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) < 2 or argv[2:] not in ([], ["--prometheus"]):
+        print(__doc__.rstrip(), file=sys.stderr)
+        return 2
+    launcher = os.path.abspath(argv[0])
+    env = base_env()
+    test_ledger(launcher, env)
+    test_oom(launcher, env)
+    test_launcher_option(launcher, env)
+    test_bad_input(launcher, env)
+    test_stale(launcher, env)
+    test_hostile(os.path.abspath(argv[1]))
+    if argv[2:] == ["--prometheus"]:
+        test_prometheus(launcher, env)
+    print(f"{'FAIL' if FAILURES else 'ok'}: {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -24,7 +24,9 @@ simulated driver's ledger:
 - prometheus (with --prometheus): Debian's prometheus and node_exporter on
   loopback ports, temporary data, bounded in time: two ranks write metrics,
   node_exporter's textfile collector reads them, Prometheus scrapes it, and
-  its HTTP API's gpumemtrace_live_bytes per rank equals each rank's ledger.
+  its HTTP API's gpumemtrace_live_bytes per rank equals each rank's ledger;
+  every query of the Grafana dashboard (tools/grafana) answers there, and
+  offline each metric it asks for is one the file has.
 
 Usage: test_metrics.py LAUNCHER TEST_METRICS_PROGRAM [--prometheus]"""
 
@@ -186,6 +188,8 @@ def test_ledger(launcher: str, env: Dict[str, str]) -> None:
               "ledger: running, nothing in flight")
         check(value(samples, "gpumemtrace_peak_bytes", device="0") == 3 * 9 * MIB + 5 * 3 * MIB,
               "ledger: the device's peak")
+        test_dashboard_names({n for n, _, _ in samples} | {
+            line.split()[2] for line in read_metrics(path)[0].splitlines() if line.startswith("# TYPE")})
         mid = os.path.join(tmp, "mid.prom")
         shutil.copy(path, mid)
         open(go, "w").close()
@@ -299,6 +303,34 @@ def test_stale(launcher: str, env: Dict[str, str]) -> None:
               "stale files: a gone process's of this host removed; a recent one, another host's kept", left)
 
 
+DASHBOARD = os.path.join(HERE, "..", "..", "tools", "grafana", "gpumemtrace-dashboard.json")
+# What the dashboard's variables stand for when its queries are asked of
+# Prometheus directly.
+GRAFANA_VARS = {"$job_id": ".*", "$__range": "5m", "$__rate_interval": "1m"}
+
+
+def dashboard_queries() -> List[Tuple[str, str]]:
+    """(panel title, PromQL) of every target of the dashboard."""
+    with open(DASHBOARD, encoding="utf-8") as f:
+        dash = json.load(f)
+    out = []
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            expr = t["expr"]
+            for k, v in GRAFANA_VARS.items():
+                expr = expr.replace(k, v)
+            out.append((p["title"], expr))
+    return out
+
+
+def test_dashboard_names(names: set) -> None:
+    """Every metric the dashboard asks for is one the tracer writes."""
+    used = set()
+    for _, expr in dashboard_queries():
+        used |= set(re.findall(r"\bgpumemtrace_[a-z_]+", expr))
+    check(bool(used) and used <= names, "dashboard: every metric it asks for is one the file has", used - names)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -370,6 +402,22 @@ def test_prometheus(launcher: str, env: Dict[str, str]) -> None:
             check(ready and got == want and want["0"] != want["1"],
                   "prometheus: gpumemtrace_live_bytes per rank, through node_exporter and Prometheus, "
                   "= each rank's ledger", (got, want))
+            # The dashboard's queries, asked of this Prometheus while both ranks
+            # hold their memory: each is valid PromQL with an answer.
+            # Nothing grows and nothing runs out of memory here, and an
+            # increase needs two scrapes: those panels may have no series yet.
+            may_be_empty = {"Growth suspects", "Out-of-memory episodes", "Out-of-memory events per rank"}
+            bad = []
+            for title, expr in dashboard_queries():
+                doc = http_json(f"http://127.0.0.1:{p_prom}/api/v1/query?query={urllib.parse.quote(expr)}") or {}
+                if doc.get("status") != "success" or (
+                        title not in may_be_empty and not (doc.get("data") or {}).get("result")):
+                    bad.append((title, expr, doc.get("error")))
+            check(not bad, "prometheus: every query of the Grafana dashboard is valid and answers", bad)
+            ranks_now = http_json(f"http://127.0.0.1:{p_prom}/api/v1/query?query=" + urllib.parse.quote(
+                dict(dashboard_queries())["Ranks reporting"])) or {}
+            got_ranks = [r["value"][1] for r in (ranks_now.get("data") or {}).get("result", [])]
+            check(got_ranks == ["2"], "prometheus: the dashboard counts the two ranks", got_ranks)
             for _, _, go in ranks:
                 open(go, "w").close()
             for r in ranks:

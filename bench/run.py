@@ -100,12 +100,13 @@ def snapshot_stats(directory: str) -> dict[str, int]:
     return check_trace.load(snaps[0])["stats"]
 
 
-def alloc_free(build: str, threads: int, pairs: int, depth: int | None) -> tuple[float, dict[str, int] | None]:
-    """One run of bench/alloc_free; depth None = untraced. Returns the ns per
-    pair and, traced, the exit snapshot's stats (the snapshot is written after
-    the timed loops)."""
+def alloc_free(build: str, threads: int, pairs: int, depth: int | None,
+               env: dict[str, str] | None = None) -> tuple[float, dict[str, int] | None]:
+    """One run of bench/alloc_free; depth None = untraced; env: more
+    settings. Returns the ns per pair and, traced, the exit snapshot's stats
+    (the snapshot is written after the timed loops)."""
     with tempfile.TemporaryDirectory(prefix="gmt-bench-") as d:
-        extra = {"GMTSIM_MEMORY": "64G"}
+        extra = {"GMTSIM_MEMORY": "64G", **(env or {})}
         if depth is not None:
             extra.update({"GPUMEMTRACE_STACK_DEPTH": str(depth), "GPUMEMTRACE_SNAPSHOT_ON": "exit",
                           "GPUMEMTRACE_DIR": d})
@@ -143,6 +144,24 @@ def pair_cost(build: str, threads: int, pairs: int, depth: int, repeat: int) -> 
             "untraced_calls_per_s": round(statistics.median(calls)),
             "traced_events_per_s": round(statistics.median(rates)),
             **{f"{k}_per_million_events": round(statistics.median(v), 2) for k, v in waits.items()}}
+
+
+def metrics_cost(build: str, pairs: int, repeat: int) -> dict[str, Any]:
+    """ns per pair traced (one thread, stacks of depth 64) without and with
+    the live metrics file, written by the background thread every second
+    while the loop runs (docs/fleet.md): the writer is off the hooks' path."""
+    off, on, seconds = [], [], []
+    for _ in range(repeat):
+        off.append(alloc_free(build, 1, pairs, 64)[0])
+        with tempfile.TemporaryDirectory(prefix="gmt-bench-metrics-") as m:
+            ns, _ = alloc_free(build, 1, pairs, 64, {"GPUMEMTRACE_METRICS_DIR": m, "GPUMEMTRACE_METRICS_INTERVAL": "1"})
+            if not [f for f in os.listdir(m) if f.endswith(".prom")]:
+                raise RuntimeError("the metrics file was not written")
+        on.append(ns)
+        seconds.append(ns * pairs * 1e-9)
+    a, b = statistics.median(off), statistics.median(on)
+    return {"pairs": pairs, "repeat": repeat, "interval_s": 1, "loop_seconds": round(statistics.median(seconds), 2),
+            "without_ns": round(a, 1), "with_ns": round(b, 1), "added_ns": round(b - a, 1), "ratio": round(b / a, 2)}
 
 
 def consumer_throughput(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -370,6 +389,11 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         f"producer drains {r['producer_drains_per_million_events']:g}, "
                         f"consumer wakeups {r['consumer_wakeups_per_million_events']:g}, "
                         f"gap waits {r['gap_waits_per_million_events']:g}"))
+    mc = result["metrics"]
+    rows.append(row("live metrics file (GPUMEMTRACE_METRICS_DIR), ns per pair: traced without → with",
+                    f"1 thread, depth 64, a write every {mc['interval_s']} s", "ns", mc["without_ns"], mc["with_ns"],
+                    mc["added_ns"], mc["ratio"], f"loops of {mc['loop_seconds']} s: the writer runs on the "
+                                                 "background thread"))
     loss = result["no_loss"]
     rows.append(row("no lost events", f"{loss['threads']} threads x {loss['pairs_per_thread']:,} pairs, depth 64",
                     "", None, "equal" if loss["equal_to_ledger"] else "DIFFERENT",
@@ -501,6 +525,8 @@ def run_all(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[s
             progress(f"pairs: {threads} threads, stack depth {depth}")
             result["pairs"].append(pair_cost(build, threads, pairs, depth, repeat))
     result["consumer"] = consumer_throughput(result["pairs"])
+    progress("metrics file")
+    result["metrics"] = metrics_cost(build, 20000 if quick else 6000000, repeat)
     progress("no lost events")
     result["no_loss"] = no_loss(build, 8, 5000 if quick else 1000000)
     progress("memory")

@@ -710,6 +710,41 @@ def simulator_episode() -> None:
     has(text, "live:    100 MiB in 1 allocation", "the live set of the last failure")
 
 
+@test
+def merge_ranks_at_a_glance() -> None:
+    """Many ranks: the skew of live and peak bytes with the outlier, the first
+    to run out (by its episode's first failure) and its site, every rank in
+    exactly one group, under the site holding most of its live bytes."""
+    ranks = []
+    for r in range(20):
+        doc, _ = fixtures.synthetic(rank=r, pid=300 + r, seed=r, n=600 if r == 7 else 200, oom=r in (3, 7),
+                                    episode=r in (3, 7))
+        if r in (3, 7):
+            # Rank 7's episode began first, though its snapshot is later.
+            doc["episode"]["first_ns"] = doc["time_ns"] - (5_000_000_000 if r == 7 else 1_000_000_000)
+        ranks.append(checked(doc, f"rank{r}"))
+    m = model.merge(ranks)
+    docs = [ranks[i] for i in m["order"]]
+    fl = model.fleet(m, docs)
+    procs = m["processes"]
+    eq(procs[fl["live"]["max_index"]]["rank"], 7, "the largest rank")
+    eq([procs[i]["rank"] for i in fl["peak"]["outliers"]], [7], "the one outlier")
+    peaks = sorted(p["peak_bytes"] for p in procs)
+    eq(fl["peak"]["median"], (peaks[9] + peaks[10]) // 2, "the median of 20")
+    eq(procs[fl["first_oom"]["index"]]["rank"], 7, "the first to run out, by its episode's first failure")
+    members = sorted(i for g in fl["groups"] for i in g["processes"])
+    eq(members, list(range(len(procs))), "every rank in one group")
+    for g in fl["groups"]:
+        for i in g["processes"]:
+            own = {model.stack_key(docs[i], st["stack"]): st["live_bytes"] for st in docs[i]["sites"]}
+            eq(own.get(m["sites"][g["site"]]["key"]), max(own.values()), f"rank {procs[i]['rank']}'s dominant site")
+    text = summary.merge_text(ranks, width=120, top=5)
+    flat = " ".join(section(text, "Ranks").split())
+    has(flat, "outliers: rank 7 (peak", "the outlier named")
+    has(flat, "first out of memory: rank 7 at", "the first to run out named")
+    has(flat, f"live: max {summary.fmt_bytes(fl['live']['max'])} (rank 7), median", "the skew")
+
+
 def main(argv: List[str]) -> int:
     global BUILD_DIR
     BUILD_DIR = argv[1] if len(argv) > 1 else None

@@ -200,3 +200,69 @@ def merge(docs: Sequence[Doc]) -> Dict[str, Any]:
     merged = sorted(sites.values(), key=lambda m: (-m["live_bytes"], m["title"]))
     return {"processes": procs, "order": order, "sites": merged,
             "live_bytes": sum(p["live_bytes"] for p in procs)}
+
+
+def skew(values: Sequence[int]) -> Dict[str, Any]:
+    """The spread of one number over processes: max, median and min (with
+    the index of the max and the min) and the outliers — the processes whose
+    value lies further from the median than three median absolute
+    deviations, and than 5 % of the median — furthest first."""
+    n = len(values)
+    if n == 0:
+        return {"max": 0, "max_index": None, "median": 0, "min": 0, "min_index": None, "outliers": []}
+    s = sorted(values)
+    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
+    dev = sorted(abs(v - med) for v in values)
+    mad = dev[n // 2] if n % 2 else (dev[n // 2 - 1] + dev[n // 2]) // 2
+    limit = max(3 * mad, med // 20)
+    out = sorted((i for i, v in enumerate(values) if abs(v - med) > limit), key=lambda i: (-abs(values[i] - med), i))
+    hi = max(range(n), key=lambda i: (values[i], -i))
+    lo = min(range(n), key=lambda i: (values[i], i))
+    return {"max": values[hi], "max_index": hi, "median": med, "min": values[lo], "min_index": lo, "outliers": out}
+
+
+def first_failure_ns(doc: Doc) -> int:
+    """When a process first ran out of memory in the episode its snapshot
+    describes: the episode's first failure, else the snapshot's time."""
+    ep = doc.get("episode")
+    return ep["first_ns"] if ep and ep.get("first_ns") else doc["time_ns"]
+
+
+def fleet(m: Dict[str, Any], docs: Sequence[Doc]) -> Dict[str, Any]:
+    """Many ranks at a glance, from merge(m) and its documents in the order of
+    its processes: the skew of live and peak bytes, the first process to run
+    out of memory (and the site of its failed request), and the processes
+    grouped by the site holding most of their live bytes (their dominant
+    site), the largest groups first."""
+    procs = m["processes"]
+    out: Dict[str, Any] = {"live": skew([p["live_bytes"] for p in procs]),
+                           "peak": skew([p["peak_bytes"] for p in procs]), "first_oom": None, "groups": []}
+    ooms = sorted((first_failure_ns(d), i) for i, (p, d) in enumerate(zip(procs, docs)) if p["oom"])
+    if ooms:
+        t, i = ooms[0]
+        out["first_oom"] = {"index": i, "time_ns": t, "stack": procs[i]["oom"].get("stack", 0),
+                            "next_ns": ooms[1][0] if len(ooms) > 1 else None}
+    best = [(0, -1)] * len(procs)
+    for k, site in enumerate(m["sites"]):
+        for j, b in enumerate(site["by_process"][:len(procs)]):
+            if b > best[j][0]:
+                best[j] = (b, k)
+    groups: Dict[int, List[int]] = {}
+    for j, (_, k) in enumerate(best):
+        groups.setdefault(k, []).append(j)
+    out["groups"] = [{"site": k, "processes": v} for k, v in
+                     sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))]
+    return out
+
+
+def ranges(numbers: Sequence[int]) -> str:
+    """"0-3, 5, 7-9" of ascending integers."""
+    parts: List[str] = []
+    i = 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        parts.append(str(numbers[i]) if i == j else f"{numbers[i]}-{numbers[j]}")
+        i = j + 1
+    return ", ".join(parts)

@@ -1134,11 +1134,69 @@ def merge_facts(docs: Sequence[Doc], top: int = 10) -> Dict[str, Any]:
             "live_count": sum(p["live_count"] for p in procs),
             "peak_sum": sum(p["peak_bytes"] for p in procs),
             "kinds": sorted(kinds.items(), key=lambda kb: (-kb[1], kb[0])),
-            "ooms": ooms, "sites": sites, "site_count": len(m["sites"])}
+            "ooms": ooms, "sites": sites, "site_count": len(m["sites"]), "fleet": model.fleet(m, ordered),
+            "all_sites": m["sites"]}
 
 
 def _short_label(p: Dict[str, Any]) -> str:
     return f"rank {p['rank']}" if p["rank"] is not None else f"pid {p['pid']}"
+
+
+# Processes named one by one in a group of the "Ranks" section, at most.
+_GROUP_NAMED = 12
+
+
+def _group_label(procs: List[Dict[str, Any]], idx: List[int]) -> str:
+    """The processes of a group: "ranks 0-6, 8" when all have ranks."""
+    ranks = sorted(procs[i]["rank"] for i in idx if procs[i]["rank"] is not None)
+    if len(ranks) == len(idx):
+        return f"rank{'s' if len(ranks) > 1 else ''} {model.ranges(ranks)}"
+    names = [_short_label(procs[i]) for i in idx[:_GROUP_NAMED]]
+    more = f" and {len(idx) - _GROUP_NAMED} more" if len(idx) > _GROUP_NAMED else ""
+    return ", ".join(names) + more
+
+
+def _ranks(t: "_Text", f: Dict[str, Any], docs: Sequence[Doc], top: int) -> None:
+    """Many ranks at a glance (model.fleet): the skew, the outliers, the
+    first to run out, the ranks grouped by their dominant site."""
+    procs, fl = f["processes"], f["fleet"]
+    t.heading("Ranks", "skew, first out of memory, dominant sites")
+    for what in ("live", "peak"):
+        k = fl[what]
+        t.flow(f"  {what}: ", [(f"max {fmt_bytes(k['max'])} ({_short_label(procs[k['max_index']])}),", "bold"),
+                               f"median {fmt_bytes(k['median'])},",
+                               f"min {fmt_bytes(k['min'])} ({_short_label(procs[k['min_index']])})"], hang=4, sep=" ")
+    out = sorted(set(fl["live"]["outliers"][:top] + fl["peak"]["outliers"][:top]),
+                 key=lambda i: -abs(procs[i]["peak_bytes"] - fl["peak"]["median"]))
+    if out:
+        words = []
+        for i in out[:top]:
+            d = procs[i]["peak_bytes"] - fl["peak"]["median"]
+            words.append((f"{_short_label(procs[i])} (peak {fmt_bytes(procs[i]['peak_bytes'])}, "
+                          f"{'+' if d >= 0 else '-'}{fmt_bytes(abs(d))} from the median)", "yellow"))
+        t.flow("  outliers: ", words, hang=4, sep=", ")
+    else:
+        t.add("  outliers: none (every rank within 5 % of the median, or three deviations)")
+    first = fl["first_oom"]
+    if first is not None:
+        p = procs[first["index"]]
+        doc = docs[first["index"]]
+        after = (f"; the next {fmt_duration(first['next_ns'] - first['time_ns'])} later"
+                 if first["next_ns"] is not None else "")
+        t.flow("  first out of memory: ", [(_short_label(p), "bold red"),
+                                           f"at {fmt_time(first['time_ns'])}{after}"], hang=4, sep=" ")
+        if first["stack"]:
+            t.add("    at ", site_title(doc, first["stack"], t.width - 7))
+    groups = [g for g in fl["groups"] if g["site"] >= 0]
+    if groups:
+        t.add("  ranks by dominant site (the site holding most of each one's live bytes):")
+        for g in groups[:top]:
+            site = f["all_sites"][g["site"]]
+            t.flow("    ", [(f"{len(g['processes'])}:", "bold"), _group_label(procs, g["processes"])],
+                   hang=6, sep=" ")
+            t.add("      ", site_title(docs[site["doc"]], site["stack"], t.width - 6))
+        if len(groups) > top:
+            t.add(f"    … and {len(groups) - top} more groups")
 
 
 def merge_text(docs: Sequence[Doc], width: int = 80, color: bool = False, top: int = 10) -> str:
@@ -1205,6 +1263,9 @@ def merge_text(docs: Sequence[Doc], width: int = 80, color: bool = False, top: i
     row([c[0] for c in cols], "bold")
     for vals in cells:
         row(vals)
+
+    if len(procs) > 1:
+        _ranks(t, f, docs, top)
 
     t.heading("Totals")
     t.flow("  live: ", [(fmt_bytes(f["live_bytes"]), "bold"), f"in {_plural(f['live_count'], 'allocation')}",

@@ -342,6 +342,15 @@ class TestModes(unittest.TestCase):
         self.assertEqual([p["doc"] for p in mg["processes"]], [1, 2, 0])  # rank order
         self.assertEqual(mg["by"], [s["by_process"] for s in m["sites"]])
         self.assertEqual(sum(mg["live"]), sum(t[1]["live_bytes"] for t in raws))
+        # Ranks at a glance: the skew's largest rank, the first to run out,
+        # every process in the table of dominant sites once.
+        fl = model.fleet(m, [docs[i] for i in m["order"]])
+        self.assertIn("Ranks at a glance", page)
+        largest = m["processes"][fl["live"]["max_index"]]
+        self.assertIn(f'max <strong>{html._b(largest["live_bytes"])}</strong> (rank {largest["rank"]})', page)
+        self.assertIn('first out of memory: <span class="bad">rank 1</span>', page)
+        self.assertEqual(sum(len(g["processes"]) for g in fl["groups"]), len(docs))
+        self.assertIn('class="static ranks-by-site"', page)
         # Per site and rank, the truth of each fixture.
         for row, title in enumerate(mg["title"]):
             sid = mg["stack"][row]

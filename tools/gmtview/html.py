@@ -373,6 +373,7 @@ def _diagnosis_section(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> 
                           f'{esc(_device_name(oom["device"]))}</span>') if oom else ""])
         out.append(_table(["process", "file", "snapshot", "live", "allocations", "peak", "out of memory"],
                           rows, "static processes", num=(3, 4, 5)))
+        out.append(_ranks_html(m, [docs[i] for i in m["order"]]))
         first = True
         for i in m["order"]:
             d = docs[i]
@@ -383,6 +384,54 @@ def _diagnosis_section(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> 
                        f"{body}{_overview(d, files[i])}{_devices_table(d)}</details>")
             first = False
     out.append("</section>")
+    return "".join(out)
+
+
+def _ranks_html(m: Dict[str, Any], docs: Sequence[Doc]) -> str:
+    """Many ranks at a glance (model.fleet), as the terminal's "Ranks": the
+    skew, the outliers, the first to run out, the ranks by dominant site."""
+    fl = model.fleet(m, docs)
+    procs = m["processes"]
+
+    def name(i: int) -> str:
+        p = procs[i]
+        return f"rank {p['rank']}" if p["rank"] is not None else f"pid {p['pid']}"
+    out = ['<div class="ranks"><h3>Ranks at a glance</h3>']
+    for what in ("live", "peak"):
+        k = fl[what]
+        out.append(f"<p>{what}: max <strong>{_b(k['max'])}</strong> ({esc(name(k['max_index']))}), "
+                   f"median {_b(k['median'])}, min {_b(k['min'])} ({esc(name(k['min_index']))})</p>")
+    med = fl["peak"]["median"]
+    out_idx = sorted(set(fl["live"]["outliers"] + fl["peak"]["outliers"]),
+                     key=lambda i: -abs(procs[i]["peak_bytes"] - med))
+    if out_idx:
+        out.append("<p>outliers: " + ", ".join(
+            f'<span class="bad">{esc(name(i))}</span> (peak {_b(procs[i]["peak_bytes"])}, '
+            f'{"+" if procs[i]["peak_bytes"] >= med else "-"}{_b(abs(procs[i]["peak_bytes"] - med))} from the median)'
+            for i in out_idx) + "</p>")
+    else:
+        out.append("<p>outliers: none</p>")
+    first = fl["first_oom"]
+    if first is not None:
+        after = (f"; the next {esc(summary.fmt_duration(first['next_ns'] - first['time_ns']))} later"
+                 if first["next_ns"] is not None else "")
+        out.append(f'<p>first out of memory: <span class="bad">{esc(name(first["index"]))}</span> at '
+                   f"{esc(summary.fmt_time(first['time_ns']))}{after}</p>")
+        if first["stack"]:
+            out.append(f'<div class="asked">Asked from {_site_cell(docs[first["index"]], first["stack"])}</div>')
+    rows = []
+    for g in fl["groups"]:
+        if g["site"] < 0:
+            continue
+        site = m["sites"][g["site"]]
+        ranks = sorted(procs[i]["rank"] for i in g["processes"] if procs[i]["rank"] is not None)
+        who = (model.ranges(ranks) if len(ranks) == len(g["processes"])
+               else ", ".join(name(i) for i in g["processes"]))
+        rows.append([_n(len(g["processes"])), esc(who), _site_cell(docs[site["doc"]], site["stack"])])
+    if rows:
+        out.append(_table(["ranks", "which", "dominant site (most of their live bytes)"], rows,
+                          "static ranks-by-site", num=(0,)))
+    out.append("</div>")
     return "".join(out)
 
 

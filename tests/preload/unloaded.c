@@ -45,7 +45,16 @@ int main(int argc, char **argv)
 	if (ha == NULL || fa(&a, 3 << 20) != CUDA_SUCCESS)
 		return 1;
 	dlclose(ha);
-	hb = open_plugin(argv[2], "totally_unrelated_function", &fb, &base_b);
+	/* The loader reuses the range it just unmapped, unless another mapping
+	 * took it in between (a sanitizer's allocator, the tracer's background
+	 * thread): then plug_b is loaded again, a few times, before it
+	 * allocates. */
+	for (int tries = 0;; tries++) {
+		hb = open_plugin(argv[2], "totally_unrelated_function", &fb, &base_b);
+		if (hb == NULL || base_b == base_a || tries == 20)
+			break;
+		dlclose(hb);
+	}
 	if (hb == NULL || fb(&b, 5 << 20) != CUDA_SUCCESS)
 		return 1;
 	printf("PID %d main\nSAME_BASE %d\nLIVE %#llx %d device 0\nLIVE %#llx %d device 0\n", (int)getpid(),

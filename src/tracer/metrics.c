@@ -52,22 +52,33 @@ struct picked {
 	uint64_t bytes, count, growth;
 };
 
-/* Keeps the n largest by `key` in v (a min-heap would do; K is small). */
-static void keep_largest(struct picked *v, size_t *n, size_t max, const struct picked *p, uint64_t key_of_p,
-			 uint64_t (*key)(const struct picked *))
-{
-	size_t low = 0;
+/* The largest `max` of what is offered, by `key`: kept unordered, with the
+ * smallest of them known, so that an offer smaller than it (most, once the
+ * set is full) costs one comparison, and a kept one a scan of `max`. */
+struct largest {
+	struct picked *v;
+	size_t n, max, low; /* low: the index of the smallest, once full */
+	uint64_t (*key)(const struct picked *);
+};
 
-	if (*n < max) {
-		v[(*n)++] = *p;
+static void offer(struct largest *l, const struct picked *p)
+{
+	uint64_t k = l->key(p);
+
+	if (l->n < l->max) {
+		l->v[l->n++] = *p;
+		if (l->n < l->max)
+			return;
+	} else if (k > l->key(&l->v[l->low])) {
+		l->v[l->low] = *p;
+	} else {
 		return;
 	}
-	for (size_t i = 1; i < *n; i++) {
-		if (key(&v[i]) < key(&v[low]))
-			low = i;
+	l->low = 0;
+	for (size_t i = 1; i < l->n; i++) {
+		if (l->key(&l->v[i]) < l->key(&l->v[l->low]))
+			l->low = i;
 	}
-	if (key_of_p > key(&v[low]))
-		v[low] = *p;
 }
 
 static uint64_t by_bytes(const struct picked *p)
@@ -148,9 +159,12 @@ static void take(struct capture *c)
 	m->snapshot_errors = atomic_load_explicit(&gmt__core.stats.snapshot_errors, memory_order_relaxed);
 	m->events_recorded = atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq;
 	m->events_applied = gmt__core.expected - gmt__core.first_seq;
-	if (gmt__core.have_hist) {
+	if (gmt__core.have_hist && c->top != NULL) {
+		struct largest top = { c->top, 0, c->max * STACKS_PER_SITE, 0, by_bytes };
+		struct largest growing = { c->growing, 0, c->max * STACKS_PER_SITE, 0, by_growth };
+
 		own += history_bytes(h);
-		for (size_t id = 0; id < h->nsites && c->top != NULL; id++) {
+		for (size_t id = 0; id < h->nsites; id++) {
 			const struct gmt__site *s = &h->sites[id];
 			struct picked p = { .stack = (uint32_t)id, .bytes = s->live_bytes, .count = s->live_count };
 			uint32_t rises, falls;
@@ -158,10 +172,14 @@ static void take(struct capture *c)
 			if (s->live_count == 0 && s->allocs == 0)
 				continue;
 			if (s->live_bytes > 0)
-				keep_largest(c->top, &c->ntop, c->max * STACKS_PER_SITE, &p, p.bytes, by_bytes);
+				offer(&top, &p);
 			if (gmt__site_growing(h, s, &rises, &falls, &p.growth) && p.growth > 0)
-				keep_largest(c->growing, &c->ngrowing, c->max * STACKS_PER_SITE, &p, p.growth, by_growth);
+				offer(&growing, &p);
 		}
+		c->ntop = top.n;
+		c->ngrowing = growing.n;
+	} else if (gmt__core.have_hist) {
+		own += history_bytes(h);
 	}
 	m->tracer_bytes = own;
 }

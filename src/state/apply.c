@@ -18,18 +18,19 @@ static bool counts_as_memory(enum gmt__space space)
 	return space == GMT_SPACE_MEMORY || space == GMT_SPACE_ARRAY || space == GMT_SPACE_HANDLE;
 }
 
-static uint64_t *device_slot(int device)
+/* The slot of gmt__core.kind_live of `device` ([0]: host), or -1. */
+static int device_slot(int device)
 {
-	return device >= -1 && device < GMT_MAX_DEVICES ? &gmt__core.device_live[device + 1] : NULL;
+	return device >= -1 && device < GMT_MAX_DEVICES ? device + 1 : -1;
 }
 
 static void account(const struct gmt__entry *e, bool add)
 {
-	uint64_t *slot;
+	int d;
 
 	if (!counts_as_memory(e->space))
 		return;
-	slot = device_slot(e->device);
+	d = device_slot(e->device);
 	if (gmt__core.have_hist)
 		gmt__history_change(&gmt__core.hist, e, add, &gmt__core.cause);
 	if (add)
@@ -39,18 +40,16 @@ static void account(const struct gmt__entry *e, bool add)
 	if (add) {
 		gmt__core.live_bytes += e->size;
 		gmt__core.live_count++;
-		if (slot != NULL) {
-			size_t d = (size_t)(slot - gmt__core.device_live);
+		if (d >= 0) {
+			uint64_t now;
 
-			*slot += e->size;
-			if (*slot > gmt__core.api_peak[d + 1])
-				gmt__core.api_peak[d + 1] = *slot;
-			if (*slot > gmt__core.device_peak[d])
-				gmt__core.device_peak[d] = *slot;
-			if (e->kind < GMT_KIND_COUNT) {
-				gmt__core.kind_live[d][e->kind] += e->size;
-				gmt__core.kind_count[d][e->kind]++;
-			}
+			gmt__core.kind_live[d][e->kind] += e->size;
+			gmt__core.kind_count[d][e->kind]++;
+			now = gmt__slot_live(d);
+			if (now > gmt__core.api_peak[d + 1])
+				gmt__core.api_peak[d + 1] = now;
+			if (now > gmt__core.device_peak[d])
+				gmt__core.device_peak[d] = now;
 		}
 		if (gmt__core.live_bytes > gmt__core.api_peak[0])
 			gmt__core.api_peak[0] = gmt__core.live_bytes;
@@ -62,14 +61,9 @@ static void account(const struct gmt__entry *e, bool add)
 	} else {
 		gmt__core.live_bytes -= e->size;
 		gmt__core.live_count--;
-		if (slot != NULL) {
-			size_t d = (size_t)(slot - gmt__core.device_live);
-
-			*slot -= e->size;
-			if (e->kind < GMT_KIND_COUNT) {
-				gmt__core.kind_live[d][e->kind] -= e->size;
-				gmt__core.kind_count[d][e->kind]--;
-			}
+		if (d >= 0) {
+			gmt__core.kind_live[d][e->kind] -= e->size;
+			gmt__core.kind_count[d][e->kind]--;
 		}
 	}
 }

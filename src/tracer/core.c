@@ -85,7 +85,6 @@ static void fork_child(void)
 	gmt__core.peak_armed = gmt__core.peak_due = false;
 	gmt__core.oom_failures = gmt__core.peak_next_bytes = gmt__core.peak_next_ns = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);
-	memset(gmt__core.device_live, 0, sizeof(gmt__core.device_live));
 	memset(gmt__core.kind_live, 0, sizeof(gmt__core.kind_live));
 	memset(gmt__core.kind_count, 0, sizeof(gmt__core.kind_count));
 	memset(gmt__core.device_peak, 0, sizeof(gmt__core.device_peak));
@@ -531,7 +530,7 @@ static int api_bytes(int device, unsigned long long *bytes, bool peak)
 	if (peak)
 		*bytes = gmt__core.api_peak[device + 2];
 	else
-		*bytes = device == -2 ? gmt__core.live_bytes : gmt__core.device_live[device + 1];
+		*bytes = device == -2 ? gmt__core.live_bytes : gmt__slot_live(device + 1);
 	gmt__core_unlock();
 	return 0;
 }
@@ -549,7 +548,7 @@ int gmt__api_peak_reset(void)
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	gmt__core.api_peak[0] = gmt__core.live_bytes;
 	for (int i = 0; i <= GMT_MAX_DEVICES; i++)
-		gmt__core.api_peak[i + 1] = gmt__core.device_live[i];
+		gmt__core.api_peak[i + 1] = gmt__slot_live(i);
 	gmt__core_unlock();
 	return 0;
 }

@@ -159,11 +159,12 @@ static int take(const struct take *t)
 #undef GMT_X_READ
 	for (int d = 0; d < GMT_MAX_DEVICES && s.ndevices < GMT_SNAPSHOT_MAX_DEVICES; d++) {
 		bool asked = state != NULL && state->index == d;
+		uint64_t live = gmt__slot_live(d + 1);
 
-		if (gmt__core.device_live[d + 1] == 0 && !asked && (failed == NULL || failed->device != d))
+		if (live == 0 && !asked && (failed == NULL || failed->device != d))
 			continue;
 		devs[s.ndevices++] = (struct gmt__snapshot_device){
-			.index = d, .live_bytes = gmt__core.device_live[d + 1], .state = asked ? state : NULL,
+			.index = d, .live_bytes = live, .state = asked ? state : NULL,
 		};
 	}
 	if (gethostname(host, sizeof(host)) == 0) {

@@ -204,9 +204,9 @@ struct gmt__core {
 	struct gmt__hist_cause cause; /* of the changes being applied */
 	bool have_hist;
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
-	uint64_t device_live[GMT_MAX_DEVICES + 1]; /* [0]: host, [d + 1]: device d */
-	/* The same by kind, bytes and allocations, and each device's peak since
-	 * the start (the metrics, tracer/metrics.c). */
+	/* Live bytes and allocations by slot ([0]: host, [d + 1]: device d)
+	 * and kind (gmt__slot_live sums a slot), and each slot's peak since the
+	 * start. */
 	uint64_t kind_live[GMT_MAX_DEVICES + 1][GMT_KIND_COUNT], kind_count[GMT_MAX_DEVICES + 1][GMT_KIND_COUNT];
 	uint64_t device_peak[GMT_MAX_DEVICES + 1];
 	/* The public API's peaks (gmt_peak_bytes), since the start or its last
@@ -239,6 +239,17 @@ struct gmt__core {
 
 /* The one tracer of the process (tracer/core.c). */
 extern struct gmt__core gmt__core;
+
+/* The live bytes of slot `slot` of gmt__core.kind_live ([0]: host, [d + 1]:
+ * device d), all kinds. Lock held. */
+static inline uint64_t gmt__slot_live(int slot)
+{
+	uint64_t sum = 0;
+
+	for (int k = 0; k < GMT_KIND_COUNT; k++)
+		sum += gmt__core.kind_live[slot][k];
+	return sum;
+}
 
 struct gmt__thread {
 	int depth;           /* intercepted calls on the stack of this thread */

@@ -148,7 +148,7 @@ void gmt__device_query(int device, struct gmt__device_state *st)
 
 	memset(st, 0, sizeof(*st));
 	st->index = device;
-	if (gmt__driver_mem_info(&free_b, &total_b) == CUDA_SUCCESS) {
+	if (gmt__driver_mem_info(device, &free_b, &total_b) == CUDA_SUCCESS) {
 		st->have_mem = true;
 		st->free_bytes = free_b;
 		st->total_bytes = total_b;

@@ -71,6 +71,8 @@
 	X(cuCtxGetCurrent, cuCtxGetCurrent, 4000)                   \
 	X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000) \
 	X(cuMemGetInfo_v2, cuMemGetInfo, 3020)                     \
+	X(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000)             \
+	X(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000)               \
 	X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020) \
 	X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020) \
 	X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020)           \
@@ -139,7 +141,12 @@ void *gmt__wrap_lookup(const char *symbol, void *p, int version, cuuint64_t flag
 CUresult gmt__driver_ctx_device(int *device);
 CUresult gmt__driver_ctx_current(CUcontext *ctx);
 CUresult gmt__driver_primary_active(int device, bool *active);
-CUresult gmt__driver_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* cuMemGetInfo_v2 for `device`: in the calling thread's context when that is
+ * the device's, else in the device's primary context when it is active
+ * (retained, made current and put back for the call; never created: a new
+ * context would take the device's memory). CUDA_ERROR_INVALID_CONTEXT when the
+ * thread has no context of the device and its primary context is not active. */
+CUresult gmt__driver_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
 /* The device memory allocation granularity (the minimum, as the driver
  * reports it for pinned device memory on `device`). */
 CUresult gmt__driver_granularity(int device, size_t *bytes);

@@ -282,11 +282,41 @@ CUresult gmt__driver_primary_active(int device, bool *active)
 	return r;
 }
 
-CUresult gmt__driver_mem_info(size_t *free_bytes, size_t *total_bytes)
+CUresult gmt__driver_mem_info(int device, size_t *free_bytes, size_t *total_bytes)
 {
-	PFN_cuMemGetInfo_v3020 fn = GMT_DRIVER_FN(cuMemGetInfo_v2, cuMemGetInfo, 3020);
+	PFN_cuMemGetInfo_v3020 info = GMT_DRIVER_FN(cuMemGetInfo_v2, cuMemGetInfo, 3020);
+	PFN_cuCtxPushCurrent_v4000 push = GMT_DRIVER_FN(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000);
+	PFN_cuCtxPopCurrent_v4000 pop = GMT_DRIVER_FN(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000);
+	PFN_cuDevicePrimaryCtxRetain_v7000 retain = gmt__real_get(GMT_API_cuDevicePrimaryCtxRetain);
+	PFN_cuDevicePrimaryCtxRelease_v11000 release = gmt__real_get(GMT_API_cuDevicePrimaryCtxRelease_v2);
+	CUcontext cur = NULL, primary, popped;
+	bool active;
+	int d;
+	CUresult r;
 
-	return fn != NULL ? fn(free_bytes, total_bytes) : CUDA_ERROR_NOT_INITIALIZED;
+	if (info == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (gmt__driver_ctx_current(&cur) == CUDA_SUCCESS && cur != NULL &&
+	    gmt__driver_ctx_device(&d) == CUDA_SUCCESS && d == device)
+		return info(free_bytes, total_bytes);
+	/* NOTE: the thread that reports a framework's failure (JAX's Python
+	 * thread) may have no context: the framework drives the device from
+	 * threads of its own, in the primary context. */
+	if (push == NULL || pop == NULL || retain == NULL || release == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = gmt__driver_primary_active(device, &active);
+	if (r != CUDA_SUCCESS || !active)
+		return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT;
+	r = retain(&primary, device);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = push(primary);
+	if (r == CUDA_SUCCESS) {
+		r = info(free_bytes, total_bytes);
+		pop(&popped);
+	}
+	release(device);
+	return r;
 }
 
 CUresult gmt__driver_granularity(int device, size_t *bytes)

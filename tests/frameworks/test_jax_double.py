@@ -23,6 +23,9 @@ memory_stats()), under `gpumemtrace run`:
   hand-over (refused_by driver), not framework_limit;
 - other errors: a JaxRuntimeError that is no out-of-memory hands nothing
   over;
+- thread: the refusal reported on a Python thread with no current context:
+  the device's free and total bytes are still known (asked in its primary
+  context), and so the remedy that needs them;
 - off: GPUMEMTRACE_FRAMEWORKS=0: JAX's own refusal reaches no one, no
   snapshot.
 
@@ -101,6 +104,24 @@ try:
     jnp.empty(601 * MIB)
 except jax.errors.JaxRuntimeError as e:
     print("ERROR", e)
+'''
+
+# The refusal on a Python thread of its own, which has no context (the
+# simulated driver's current context is per thread, as CUDA's).
+THREAD = r'''
+import threading
+import jax
+import jax.numpy as jnp
+MIB = 1 << 20
+keep = [jnp.empty(500 * MIB)]
+def ask():
+    try:
+        jnp.empty(400 * MIB)
+    except jax.errors.JaxRuntimeError as e:
+        print("ERROR", e)
+t = threading.Thread(target=ask)
+t.start()
+t.join()
 '''
 
 OTHER = r'''
@@ -249,6 +270,23 @@ def test_driver(launcher: str, source: str, env: Dict[str, str]) -> None:
         schema_ok(source, ooms, "driver")
 
 
+def test_thread(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-jax-") as tmp:
+        r = run(launcher, env, tmp, THREAD, "thread.py", on="oom")
+        ooms, doc = common.oom_snapshot(tmp)
+        check(r.returncode == 0 and "ERROR RESOURCE_EXHAUSTED" in r.stdout and len(ooms) == 1,
+              "thread: one snapshot", r.stdout + r.stderr[-800:])
+        if len(ooms) != 1:
+            return
+        dev = (doc.get("devices") or [{}])[0]
+        dg = doc.get("diagnosis") or {}
+        check(dev.get("total_bytes") == 1 << 30 and isinstance(dev.get("free_bytes"), int) and
+              [x["name"] for x in dg.get("remedies") or []] == ["raise_framework_limit"],
+              "thread: a thread without a context still has the device's numbers (its primary context's),"
+              " and the remedy that needs them", (dev, dg.get("remedies")))
+        schema_ok(source, ooms, "thread")
+
+
 def test_other_error(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-jax-") as tmp:
         r = run(launcher, env, tmp, OTHER, "other.py", on="oom")
@@ -275,6 +313,7 @@ def main(argv: List[str]) -> int:
     test_fragmentation(launcher, source, env)
     test_twice(launcher, source, env)
     test_driver(launcher, source, env)
+    test_thread(launcher, source, env)
     test_other_error(launcher, env)
     test_off(launcher, env)
     print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")

@@ -21,6 +21,8 @@ libcuda through ctypes, its OutOfMemoryError), under `gpumemtrace run`:
   error still makes it a failure of the tracer's — a snapshot of CuPy's
   refusal, the verdict framework_limit and the limit that would fit; after
   a driver failure the program saw, such a refusal is an episode of its own;
+- async pool: a MemoryAsyncPool whose release threshold (its "limit") is
+  2**64 - 1: the state is handed over without a warning, with no limit;
 - a CuPy whose error cannot be observed (FAKE_CUPY_NO_ERROR=1): one
   warning, the program runs, no framework section;
 - off: GPUMEMTRACE_FRAMEWORKS=0: no framework section.
@@ -241,6 +243,28 @@ def test_limit(launcher: str, source: str, env: Dict[str, str]) -> None:
               (r.stdout, got))
 
 
+ASYNC = r'''
+import cupy
+MIB = 1 << 20
+pool = cupy.cuda.MemoryAsyncPool()
+pool.set_limit(size=(1 << 64) - 1)
+cupy.cuda.set_allocator(pool.malloc)
+keep = cupy.empty(10 * MIB)
+print("USED", pool.used_bytes())
+'''
+
+
+def test_async_pool(launcher: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
+        r = run(launcher, env, tmp, ASYNC, "async.py")
+        exits, fw = common.exit_framework(tmp)
+        dev = (fw.get("devices") or [{}])[0]
+        check(r.returncode == 0 and "gpumemtrace:" not in r.stderr and
+              (dev.get("allocated_bytes"), dev.get("limit_bytes")) == (10 * MIB, None),
+              "async pool: a release threshold of 2**64 - 1 is no limit; the state is handed over",
+              (dev, r.stderr[-600:]))
+
+
 def test_unobservable(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         r = run(launcher, dict(env, FAKE_CUPY_NO_ERROR="1"), tmp,
@@ -274,6 +298,7 @@ def main(argv: List[str]) -> int:
     test_both(launcher, env)
     test_no_pool(launcher, source, env)
     test_limit(launcher, source, env)
+    test_async_pool(launcher, env)
     test_unobservable(launcher, env)
     test_off(launcher, env)
     print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")

@@ -350,6 +350,14 @@ def _cupy_pool(cupy: Any) -> Any:
     return None
 
 
+def _bytes_or_none(value: Any) -> Optional[int]:
+    """A byte count as the tracer takes it (0 to 2^63 - 1), or None: a
+    size_t a framework computed by subtraction may have wrapped (CuPy's
+    MemoryAsyncPool.free_bytes() is total less used, read apart)."""
+    n = int(value)
+    return n if 0 <= n < 1 << 63 else None
+
+
 def cupy_state(cupy: Any, reason: str, requested: Optional[int]) -> Dict[str, Any]:
     """The state the tracer takes (docs/snapshot-format.md, "framework") from
     a CuPy pool on the current device: allocated = used_bytes(), reserved =
@@ -359,11 +367,18 @@ def cupy_state(cupy: Any, reason: str, requested: Optional[int]) -> Dict[str, An
     pool = _cupy_pool(cupy)
     dev = int(cupy.cuda.runtime.getDevice())
     devices = []
-    if pool is not None:
-        d = {"device": dev, "allocated_bytes": int(pool.used_bytes()), "reserved_bytes": int(pool.total_bytes()),
-             "reserved_unallocated_bytes": int(pool.free_bytes()), "largest_free_block_bytes": None}
+    used = _bytes_or_none(pool.used_bytes()) if pool is not None else None
+    total = _bytes_or_none(pool.total_bytes()) if pool is not None else None
+    if used is not None and total is not None:
+        free = _bytes_or_none(pool.free_bytes())
+        d = {"device": dev, "allocated_bytes": used, "reserved_bytes": total,
+             "reserved_unallocated_bytes": free if free is not None else max(total - used, 0),
+             "largest_free_block_bytes": None}
+        # NOTE: a MemoryAsyncPool's "limit" is the CUDA pool's release
+        # threshold (what it keeps cached), which refuses nothing.
         limit = getattr(pool, "get_limit", None)
-        d["limit_bytes"] = (int(limit()) or None) if limit is not None else None
+        enforced = limit is not None and type(pool).__name__ != "MemoryAsyncPool"
+        d["limit_bytes"] = (_bytes_or_none(limit()) or None) if enforced else None
         devices.append(d)
     oom = None
     if reason == "oom" and requested is not None:

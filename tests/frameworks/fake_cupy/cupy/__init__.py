@@ -11,6 +11,8 @@ shaped like CuPy's default one (docs/guide.md, "CuPy's pool").
     cupy.cuda.set_allocator(fn)         fn: a pool's malloc, or
                                        cupy.cuda.memory.malloc_direct (no
                                        pool: each array a driver allocation)
+    cupy.cuda.MemoryAsyncPool()        a pool whose set_limit/get_limit are
+                                       a release threshold (refuses nothing)
     cupy.cuda.runtime.getDevice()      0
     cupy.cuda.memory.OutOfMemoryError  raised as CuPy's pool raises it: after
                                        a driver failure, its cached chunks

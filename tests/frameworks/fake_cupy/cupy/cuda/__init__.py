@@ -2,6 +2,7 @@
 
 from . import memory  # noqa: F401
 from . import runtime  # noqa: F401
+from .memory import MemoryAsyncPool  # noqa: F401
 
 _allocator = None
 

@@ -114,3 +114,27 @@ class MemoryPool:
 
     def get_limit(self):
         return self._limit
+
+
+class MemoryAsyncPool(MemoryPool):
+    """Shaped like CuPy's MemoryAsyncPool where the bootstrap reads it: its
+    set_limit/get_limit are the CUDA pool's release threshold (what it keeps
+    cached), which refuses nothing — a program may set it to 2**64 - 1 to
+    keep everything."""
+
+    def __init__(self):
+        super().__init__()
+        self._threshold = 0
+
+    def malloc(self, size):
+        limit, self._limit = self._limit, 0
+        try:
+            return super().malloc(size)
+        finally:
+            self._limit = limit
+
+    def set_limit(self, size=None, fraction=None):
+        self._threshold = int(size or 0)
+
+    def get_limit(self):
+        return self._threshold

@@ -169,7 +169,24 @@ struct series {
 	uint64_t bytes, count, growth;
 };
 
-static struct series *merge_sites(const struct gmt__metrics_site *v, size_t n, size_t *out_n)
+static int by_bytes(const void *a, const void *b)
+{
+	const struct series *x = a, *y = b;
+
+	return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : strcmp(x->label, y->label);
+}
+
+static int by_growth(const void *a, const void *b)
+{
+	const struct series *x = a, *y = b;
+
+	return x->growth != y->growth ? (x->growth < y->growth ? 1 : -1) : strcmp(x->label, y->label);
+}
+
+/* The series of v's sites, equal labels added up, the `top` largest by
+ * `cmp` (all when top is 0), largest first. */
+static struct series *merge_sites(const struct gmt__metrics_site *v, size_t n, size_t top,
+				  int (*cmp)(const void *, const void *), size_t *out_n)
 {
 	struct series *s = calloc(n > 0 ? n : 1, sizeof(*s));
 	size_t k = 0;
@@ -189,7 +206,8 @@ static struct series *merge_sites(const struct gmt__metrics_site *v, size_t n, s
 		s[j].count += v[i].count;
 		s[j].growth += v[i].growth;
 	}
-	*out_n = k;
+	qsort(s, k, sizeof(*s), cmp);
+	*out_n = top > 0 && k > top ? top : k;
 	return s;
 }
 
@@ -199,8 +217,8 @@ static int sites(FILE *f, const char *labels, const struct gmt__metrics *m)
 	size_t ntop = 0, ngrowing = 0;
 	char extra[GMT_METRICS_ESCAPED_MAX + 16];
 
-	top = merge_sites(m->sites, m->nsites, &ntop);
-	growing = merge_sites(m->suspects, m->nsuspects, &ngrowing);
+	top = merge_sites(m->sites, m->nsites, m->top, by_bytes, &ntop);
+	growing = merge_sites(m->suspects, m->nsuspects, m->top, by_growth, &ngrowing);
 	if (top == NULL || growing == NULL) {
 		free(top);
 		free(growing);

@@ -51,10 +51,12 @@ struct gmt__metrics {
 	uint64_t snapshots, snapshot_errors;
 	uint64_t events_recorded, events_applied;
 	uint64_t tracer_bytes;
-	/* The largest sites by live bytes, and the growth suspects by growth
-	 * (at most GPUMEMTRACE_METRICS_TOP each, largest first). */
+	/* Sites by live bytes, and growth suspects by growth: more may be
+	 * given than are written (several stacks of one site, the stacks of
+	 * the largest few sites); the text adds up those of one label and
+	 * writes the `top` largest of each (GPUMEMTRACE_METRICS_TOP; 0: all). */
 	const struct gmt__metrics_site *sites, *suspects;
-	size_t nsites, nsuspects;
+	size_t nsites, nsuspects, top;
 };
 
 /* The exposition into *text (malloc'd, NUL-terminated) and its length into

@@ -352,6 +352,7 @@ static void write_metrics(bool running)
 		c.m.nsites = c.ntop;
 		c.m.suspects = suspects;
 		c.m.nsuspects = c.ngrowing;
+		c.m.top = c.max;
 		r = gmt__metrics_text(&c.m, &text, &len);
 		gmt__sites_free(&stack_sites);
 		gmt__frames_close(&cache);

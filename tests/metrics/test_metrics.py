@@ -208,6 +208,23 @@ def test_ledger(launcher: str, env: Dict[str, str]) -> None:
         promtool_ok([mid, path], "ledger")
 
 
+def test_many_sites(launcher: str, env: Dict[str, str]) -> None:
+    """More sites than the writer keeps stacks for (4 × GPUMEMTRACE_METRICS_TOP):
+    the top K are still exactly the K largest, with their bytes."""
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
+        env = dict(env, GPUMEMTRACE_METRICS_INTERVAL="1", GPUMEMTRACE_METRICS_TOP="3")
+        p, _, go = start_rank(launcher, env, tmp, tmp, 0, tail=["many"])
+        ready = wait_ready(p)
+        t = time.time()
+        samples = wait_write_after(os.path.join(tmp, f"gpumemtrace.{p.pid}.prom"), t) if ready else []
+        open(go, "w").close()
+        p.communicate(timeout=120)
+        sites = {lb["site"]: int(v) for n, lb, v in samples if n == "gpumemtrace_site_live_bytes"}
+        got = sorted((v, (re.findall(r"site_\d+", k) or [k])[-1]) for k, v in sites.items())
+        check(got == [(34 * MIB, "site_34"), (35 * MIB, "site_35"), (36 * MIB, "site_36")],
+              "many sites: the 3 largest of 38, exactly, with their bytes", sites)
+
+
 def test_oom(launcher: str, env: Dict[str, str]) -> None:
     """An out-of-memory is in the file soon, not an interval later."""
     with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
@@ -454,6 +471,7 @@ def main(argv: List[str]) -> int:
     env = base_env()
     test_ledger(launcher, env)
     test_oom(launcher, env)
+    test_many_sites(launcher, env)
     test_launcher_option(launcher, env)
     test_bad_input(launcher, env)
     test_stale(launcher, env)

@@ -120,6 +120,40 @@ static void test_text(void)
 	free(text);
 }
 
+/* More stacks given than sites written: those of one label added up first,
+ * then the `top` largest by bytes (suspects by growth), largest first. */
+static void test_top(void)
+{
+	struct gmt__metrics_device dev[2];
+	struct gmt__metrics_site sites[5] = {
+		{ "a (x.py:1)", 30 * MIB, 1, 0 }, { "b (x.py:2)", 20 * MIB, 1, 0 }, { "c (x.py:3)", 12 * MIB, 1, 0 },
+		{ "c (x.py:3)", 12 * MIB, 1, 0 }, /* c: 24 MiB in all, above b */
+		{ "d (x.py:4)", 10 * MIB, 1, 0 },
+	};
+	struct gmt__metrics_site suspects[3] = {
+		{ "g (x.py:7)", 1, 1, 1 * MIB }, { "h (x.py:8)", 1, 1, 3 * MIB }, { "i (x.py:9)", 1, 1, 2 * MIB },
+	};
+	struct gmt__metrics m = sample(dev, sites, suspects);
+	char *text = NULL, *a, *c;
+	size_t len = 0;
+
+	m.nsites = 5;
+	m.nsuspects = 3;
+	m.top = 2;
+	CHECK_INT(gmt__metrics_text(&m, &text, &len), 0);
+	if (text == NULL)
+		return;
+	a = strstr(text, "site_live_bytes{pid");
+	c = a != NULL ? strstr(a, "site=\"c (x.py:3)\"} 25165824") : NULL;
+	CHECK(a != NULL && strstr(a, "site=\"a (x.py:1)\"} 31457280") != NULL && c != NULL);
+	CHECK(strstr(text, "site=\"b (x.py:2)\"") == NULL && strstr(text, "site=\"d (x.py:4)\"") == NULL);
+	CHECK(strstr(text, "site=\"h (x.py:8)\"} 3145728") != NULL && strstr(text, "site=\"i (x.py:9)\"} 2097152") != NULL);
+	CHECK(strstr(text, "site=\"g (x.py:7)\"") == NULL);
+	/* Largest first. */
+	CHECK(c != NULL && strstr(a, "site=\"a (x.py:1)\"") < c);
+	free(text);
+}
+
 /* Names a hostile program could give its functions and files, and a host. */
 static void test_hostile(const char *out)
 {
@@ -162,6 +196,7 @@ int main(int argc, char **argv)
 {
 	test_label();
 	test_text();
+	test_top();
 	test_hostile(argc > 1 ? argv[1] : NULL);
 	printf("metrics: %d failed\n", check_failed);
 	return check_failed != 0;

@@ -259,6 +259,19 @@ def report_cost(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     return rows
 
 
+def merge_cost(ranks: int, n: int, repeat: int) -> dict[str, Any]:
+    """bench/view_merge.py: `gpumemtrace view` of the snapshots of many ranks
+    (the terminal summary of their merge), beside json.loads of the files."""
+    med = numbers(subprocess.run([sys.executable, os.path.join(HERE, "view_merge.py"), str(ranks), str(n), str(repeat)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, check=True,
+                                 timeout=3600).stdout)
+    return {"ranks": ranks, "allocations": n, "snapshot_bytes": int(med["snapshot_bytes"]),
+            "workers": int(med["workers"]), "json_loads_seconds": round(med["json_loads_s"], 2),
+            "seconds": round(med["view_s"], 2), "peak_rss_bytes": int(med["view_peak_rss"]),
+            "json_loads_peak_rss_bytes": int(med["json_loads_peak_rss"]),
+            "ratio": round(med["view_s"] / max(med["json_loads_s"], 1e-6), 2)}
+
+
 def capture_cost(build: str, iterations: int, repeat: int) -> dict[str, Any]:
     """bench/capture: one capture at depths 16 and 64 (alone and interned),
     beside an untraced allocation+free pair, in the same process; medians."""
@@ -432,6 +445,13 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         r["json_roundtrip_seconds"], r["seconds"],
                         note=f"baseline: json.loads + json.dumps of the {r['snapshot_bytes'] / 2**20:.0f} MiB "
                              f"snapshot; report {r['report_bytes'] / 2**20:.1f} MiB"))
+    m = result["merge"]
+    rows.append(row("merge of many ranks (gpumemtrace view RANK_FILES...), seconds",
+                    f"{m['ranks']} ranks of {m['allocations']:,} allocations", "s",
+                    m["json_loads_seconds"], m["seconds"],
+                    note=f"baseline: json.loads of the {m['snapshot_bytes'] / 2**30:.2f} GiB of snapshots in one "
+                         f"process; {m['workers']} workers; peak memory {m['peak_rss_bytes'] / 2**20:.0f} MiB "
+                         f"(json.loads alone {m['json_loads_peak_rss_bytes'] / 2**20:.0f} MiB)"))
     c = result["capture"]
     sec = "one stack capture from 70 frames deep, ns (baseline: an untraced pair)"
     for d in (16, 64):
@@ -537,6 +557,8 @@ def run_all(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[s
     result["symbolised_snapshot"] = symbolised_snapshot_cost(build, 1000 if quick else 10000, repeat)
     progress("HTML report")
     result["report"] = report_cost([10000] if quick else [100000, 1000000], repeat)
+    progress("merge of many ranks")
+    result["merge"] = merge_cost(64 if quick else 512, 1000 if quick else 10000, 1 if quick else 3)
     progress("stack capture")
     result["capture"] = capture_cost(build, 2000 if quick else 200000, repeat)
     progress("Python frames")

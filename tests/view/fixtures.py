@@ -339,3 +339,18 @@ def run_tests(tests: Sequence[Callable[[], None]]) -> int:
             print(f"FAIL  {fn.__name__}\n{traceback.format_exc()}")
     print(f"{len(tests) - failed} of {len(tests)} passed")
     return 1 if failed else 0
+
+
+def with_steps(doc: Dict[str, Any], n: int, first: int = 1) -> Dict[str, Any]:
+    """doc with the steps first .. first + n - 1 (gmt_step) in its history,
+    evenly from its series' start, so that its end (its out-of-memory) falls
+    half a step after the last: at step first + n - 0.5 on a timeline
+    aligned on steps."""
+    start, end = doc["series"]["start_ns"], doc["time_ns"]
+    seq = max((e["seq"] for e in doc["history"]["events"]), default=0)
+    for k in range(n):
+        doc["history"]["events"].append(
+            {"op": "step", "seq": seq + 1 + k, "time_ns": start + (end - start) * (2 * k + 2) // (2 * n + 1),
+             "address": None, "size": 0, "step": first + k, "kind": None, "device": -1, "api": None,
+             "thread": doc["pid"], "stack": 0})
+    return doc

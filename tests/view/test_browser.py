@@ -623,6 +623,40 @@ class TestMergeReport(BrowserTest):
         self.assertEqual(self.table("alloc-table")["total"], 2000)
         self.browser.screenshot(os.path.join(OUT, "merge.png"))
 
+    def test_merge_on_steps(self) -> None:
+        """Ranks that marked their steps are drawn on one axis of steps:
+        each ran out of memory half a step after its step 10, at its own
+        time (they started apart and ran at different speeds), and each
+        out-of-memory line stands at step 10.5."""
+        raws = []
+        for r in range(3):
+            raw = fixtures.synthetic(n=300 + 150 * r, seed=30 + r, pid=400 + r, rank=r)[0]
+            shift = r * 7_000_000_000
+            raw["time_ns"] += shift
+            raw["series"]["start_ns"] += shift
+            raw["series"]["time_ns"] = [t + shift for t in raw["series"]["time_ns"]]
+            for e in raw["history"]["events"]:
+                e["time_ns"] += shift
+            for a in raw["allocations"]:
+                a["time_ns"] += shift
+            raws.append(fixtures.with_steps(raw, 8, first=3))
+        docs = [load.parse(json.dumps(r), f"s{i}") for i, r in enumerate(raws)]
+        path = write_report(docs, "merge", [f"rank{i}.json" for i in range(3)], "merge-steps.html")
+        self.show(path)
+        b = self.browser
+        self.assertEqual(b.eval("document.querySelector('figure.processes svg').dataset.align"), "step")
+        at = b.eval("Array.from(document.querySelectorAll('figure.processes .oom-line')).map(e => +e.dataset.at)")
+        self.assertEqual(len(at), 3)
+        for x in at:
+            self.assertAlmostEqual(x, 10.5, places=6)
+        xs = b.eval("Array.from(document.querySelectorAll('figure.processes .oom-line')).map(e => +e.getAttribute('x1'))")
+        self.assertLess(max(xs) - min(xs), 0.01)
+        ticks = b.eval("Array.from(document.querySelectorAll('figure.processes .axis-step')).map(e => e.textContent)")
+        self.assertIn("step 10", ticks)
+        self.assertIn("aligned on their steps", b.eval("document.querySelector('figure.processes').textContent"))
+        self.assertEqual(b.errors(), [])
+        b.screenshot(os.path.join(OUT, "merge-steps.png"))
+
 
 BINARY = ""
 

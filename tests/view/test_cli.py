@@ -305,6 +305,32 @@ def modes() -> None:
 
 
 @test
+def many_ranks_read_in_parallel() -> None:
+    """A merge of enough ranks to be read by worker processes prints what
+    the merge of the fully read documents prints, with host memory; a bad
+    file among them is its one line, and nothing else."""
+    from gmtview import load, summary
+    paths = []
+    for r in range(load.PARALLEL_FROM + 3):
+        doc = fixtures.synthetic(rank=r, pid=700 + r, seed=40 + r, n=120, oom=r == 5)[0]
+        paths.append(fixtures.write(doc, path(f"many{r}.json")))
+    rc, out, err = run(["--color", "never", "--width", "100"] + paths)
+    want = summary.merge_text([load.load(p) for p in paths], width=100, color=False)
+    assert rc == 0 and err == "" and out == want, (rc, err, out[:300], want[:300])
+    assert "host" in want and f"{len(paths)} processes" in want, want[:600]
+    bad = write("many-bad.json", "{\"format\": \"gpumemtrace-snapshot\", \"version\": 1")
+    rc, out, err = run(paths[:6] + [bad] + paths[6:])
+    one_line_error("a bad file among many ranks", rc, err, "many-bad.json")
+    assert out == "", out[:200]
+    # Lean reading checks every allocation before it drops them.
+    doc = fixtures.synthetic(rank=99, pid=799, n=120)[0]
+    doc["allocations"][77]["size"] = "big"
+    bad = fixtures.write(doc, path("many-bad-size.json"))
+    rc, out, err = run(paths + [bad])
+    one_line_error("a bad allocation among many ranks", rc, err, "/allocations/77/size")
+
+
+@test
 def hostile_snapshot_on_the_terminal() -> None:
     evil = "\x1b[31mRED\x1b]0;pwned\x07\x9b2J\u202e\ud800\n"
     p = write("hostile.json", json.dumps(fixtures.hostile(evil=evil, n=100)[0]))

@@ -362,6 +362,25 @@ class TestModes(unittest.TestCase):
         self.assertIn("3 processes hold", page)
         TestSingle.assert_self_contained(self, page)
 
+    def test_merge_aligned_on_steps(self) -> None:
+        """Ranks that marked their steps share an axis of steps; one that
+        marked none, or steps out of order, puts them back on one clock."""
+        raws = [fixtures.with_steps(fixtures.synthetic(n=200, seed=40 + r, pid=200 + r, rank=r)[0], 8, first=3)
+                for r in range(3)]
+        docs = [doc_of(r, f"rank{i}.json") for i, r in enumerate(raws)]
+        data = embedded(html.report(docs, "merge", ["a", "b", "c"]))
+        self.assertEqual(data["merge"]["align"], "step")
+        for d in data["docs"]:
+            self.assertEqual([s[1] for s in d["marks"]["steps"]], list(range(3, 11)))
+        plain = doc_of(fixtures.synthetic(n=200, seed=44, pid=204, rank=3)[0], "rank3.json")
+        data = embedded(html.report(docs + [plain], "merge", ["a", "b", "c", "d"]))
+        self.assertEqual(data["merge"]["align"], "time")
+        back = fixtures.with_steps(fixtures.synthetic(n=200, seed=45, pid=205, rank=4)[0], 4)
+        for e, k in zip([e for e in back["history"]["events"] if e["op"] == "step"], (1, 2, 5, 4)):
+            e["step"] = k
+        data = embedded(html.report(docs + [doc_of(back, "rank4.json")], "merge", ["a", "b", "c", "e"]))
+        self.assertEqual(data["merge"]["align"], "time")
+
     def test_bad_arguments(self) -> None:
         d = doc_of(fixtures.synthetic(n=5)[0])
         with self.assertRaises(ValueError):
@@ -424,7 +443,8 @@ class TestEdges(unittest.TestCase):
                 self.assertEqual(s["t"], sorted(s["t"]))
 
     def test_steps_marked(self) -> None:
-        """The program's steps are marks of the timeline (at most 200, evenly)."""
+        """The program's steps are marks of the timeline (200, evenly, and the
+        last: a timeline aligned on steps reaches it)."""
         raw, _ = fixtures.synthetic(n=50, sites=2)
         t0 = raw["history"]["events"][0]["time_ns"]
         raw["history"]["events"][:0] = [
@@ -432,8 +452,8 @@ class TestEdges(unittest.TestCase):
              "kind": None, "device": -1, "api": None, "thread": 1, "stack": 0} for k in range(1000)]
         d = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]
         steps = d["marks"]["steps"]
-        self.assertEqual(len(steps), 200)
-        self.assertEqual([s[1] for s in steps[:3]], [0, 5, 10])
+        self.assertEqual(len(steps), 201)
+        self.assertEqual([s[1] for s in steps[:3]] + [steps[-1][1]], [0, 5, 10, 999])
         base = int(d["base_ns"])
         self.assertEqual(steps[1][0], t0 + 5 - base)
 

@@ -132,7 +132,11 @@ def run(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     if args.files.count("-") > 1:
         raise ViewError("standard input (-) given more than once")
-    docs = [loader.load(f) for f in args.files]
+    # A merge printed in the terminal reads no device allocation: its
+    # snapshots are read lean, many of them in parallel (load.load_all).
+    exports = args.html or args.perfetto or args.speedscope or args.pytorch
+    lean = not exports and not args.diff and (args.merge or len(args.files) > 2)
+    docs = loader.load_all(args.files, lean_docs=lean)
     mode = choose_mode(docs, args.diff, args.merge)
 
     # The modules of each output are imported only when asked for.

@@ -720,8 +720,24 @@ def _marks(doc: Doc, base: int) -> Dict[str, Any]:
     # The program's steps (gmt_step), at most _STEP_MARKS of them, evenly.
     steps = doc["history"]["steps"]
     every = max(1, -(-len(steps) // _STEP_MARKS))
+    kept = steps[::every]
+    if steps and kept[-1] is not steps[-1]:
+        kept.append(steps[-1])
     return {"oom": [o[:5] for o in ooms], "tags": _tag_spans(doc, base),
-            "steps": [[s["time_ns"] - base, s["step"]] for s in steps[::every]]}
+            "steps": [[s["time_ns"] - base, s["step"]] for s in kept]}
+
+
+def align_on_steps(docs: Sequence[Doc]) -> bool:
+    """Whether the merged timeline can put the processes on one axis of
+    steps: every process marked at least two (gmt_step), each later one in
+    time with a higher number. Else the processes share one clock."""
+    for d in docs:
+        steps = d["history"]["steps"]
+        if len(steps) < 2:
+            return False
+        if any(b["time_ns"] <= a["time_ns"] or b["step"] <= a["step"] for a, b in zip(steps, steps[1:])):
+            return False
+    return True
 
 
 def _tag_spans(doc: Doc, base: int) -> List[List[Any]]:
@@ -828,6 +844,7 @@ def payload(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> Dict[str, A
         # relative to the earliest, for one time axis across processes.
         bases = [int(x["base_ns"]) for x in data["docs"]]
         data["merge"] = {
+            "align": "step" if align_on_steps(docs) else "time",
             "processes": [{"label": p["label"], "doc": i, "live": p["live_bytes"], "peak": p["peak_bytes"],
                            "count": p["live_count"], "reason": p["reason"], "offset": bases[i] - min(bases)}
                           for p, i in zip(m["processes"], m["order"])],

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Dict, List, Optional
+import os
+import re
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import model
 from .vocab import EPISODE_ENDS, FRAME_ROLES, HIST_OPS, KINDS, LEAK_CLASSES, REASONS
 
 U64 = 1 << 64
+_KIND_SET = frozenset(KINDS)
 # What one document may hold: a snapshot of 10 million allocations is ~3 GB of
 # JSON, more than a viewer in Python should try to hold.
 MAX_ITEMS = 10_000_000
@@ -121,16 +124,19 @@ def _reject_constant(name: str) -> float:
 
 
 def _no_duplicates(pairs: List[Any]) -> Dict[str, Any]:
-    d: Dict[str, Any] = {}
-    for k, v in pairs:
-        if k in d:
-            raise ValueError(f"key {_short(k)} twice in one object")
-        d[k] = v
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: Dict[str, Any] = {}
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"key {_short(k)} twice in one object")
+            seen[k] = None
     return d
 
 
-def parse(text: str, name: str) -> Dict[str, Any]:
-    """The checked document in text (see the module's contract)."""
+def parse(text: str, name: str, lean: bool = False) -> Dict[str, Any]:
+    """The checked document in text (see the module's contract); lean: without
+    its device allocations (check())."""
     try:
         doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
@@ -140,11 +146,12 @@ def parse(text: str, name: str) -> Dict[str, Any]:
         raise ViewError(f"{name}: not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
     except (ValueError, RecursionError) as e:
         raise ViewError(f"{name}: not JSON: {e}") from None
-    return check(doc, name)
+    return check(doc, name, lean)
 
 
-def load(path: str) -> Dict[str, Any]:
-    """The checked snapshot in the file at path ("-": standard input)."""
+def load(path: str, lean: bool = False) -> Dict[str, Any]:
+    """The checked snapshot in the file at path ("-": standard input); lean:
+    without its device allocations (check())."""
     try:
         if path == "-":
             import sys
@@ -158,11 +165,44 @@ def load(path: str) -> Dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ViewError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    return parse(text, path)
+    return parse(text, path, lean)
 
 
-def check(doc: Any, name: str) -> Dict[str, Any]:
-    """doc, checked and completed in place (see the module's contract)."""
+def _load_lean(path: str) -> Dict[str, Any]:
+    return load(path, lean=True)
+
+
+# Files from which load_all reads in parallel, and how many at a time a
+# worker takes.
+PARALLEL_FROM = 8
+_CHUNK = 4
+
+
+def load_all(paths: Sequence[str], lean_docs: bool = False, jobs: Optional[int] = None) -> List[Dict[str, Any]]:
+    """The checked snapshots of paths, in order; lean_docs: each without its
+    device allocations (check()).
+    Many lean ones (PARALLEL_FROM or more files, none of them standard
+    input) are read by one worker process per CPU (jobs), each handing back
+    its lean documents; the first file that fails fails the whole, with its
+    one-line error, as when read one by one."""
+    if not lean_docs:
+        return [load(p) for p in paths]
+    n = jobs if jobs is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                       else os.cpu_count() or 1)
+    if n < 2 or len(paths) < PARALLEL_FROM or "-" in paths:
+        return [_load_lean(p) for p in paths]
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with ctx.Pool(min(n, len(paths))) as pool:
+        return pool.map(_load_lean, paths, chunksize=_CHUNK)
+
+
+def check(doc: Any, name: str, lean: bool = False) -> Dict[str, Any]:
+    """doc, checked and completed in place (see the module's contract).
+    lean: what a terminal merge of many processes reads of it — every
+    section checked, then the allocations, the history's events and the
+    series dropped: devices[] hold the GPUs' bytes by kind, "_host_bytes"
+    the pinned host memory's ({kind: bytes}), "_lean" is true."""
     c = _Checker(name)
     d = c.obj(doc, "")
     if d.get("format") != "gpumemtrace-snapshot":
@@ -199,11 +239,11 @@ def check(doc: Any, name: str) -> Dict[str, Any]:
     _framework(c, d)
     st = c.opt(d, "stats", "", c.obj) or {}
     d["stats"] = {k: c.int_(v, f"/stats/{k}") for k, v in st.items()}
-    _allocations(c, d, stack_ref)
+    _allocations(c, d, stack_ref, stack_ids, lean)
     _vmm(c, d, stack_ref)
     _sites(c, d, stack_ref)
     _series(c, d)
-    _history(c, d, stack_ref)
+    _history(c, d, stack_ref, stack_ids)
     mods = c.opt(d, "modules", "", c.arr) or []
     for i, m in enumerate(mods):
         p = f"/modules/{i}"
@@ -213,6 +253,10 @@ def check(doc: Any, name: str) -> Dict[str, Any]:
         c.opt(m, "build_id", p, c.str_)
     d["modules"] = mods
     _leaks(c, d, stack_ref)
+    if lean:
+        d["history"]["events"] = []
+        d["series"]["time_ns"], d["series"]["columns"] = [], []
+        d["_lean"] = True
     return d
 
 
@@ -468,9 +512,64 @@ def _diagnosis(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], i
                                           for i, s in enumerate(c.arr(gs, f"{p}/numbers/growth_stacks"))]
 
 
-def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+_HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
+
+
+def _ints_ok(vals: List[Any], lo: int, hi: int) -> bool:
+    # type(), not isinstance: a bool is an int in Python, never in a snapshot.
+    return not vals or (set(map(type, vals)) == {int} and lo <= min(vals) and max(vals) <= hi)
+
+
+def _hexes_ok(vals: List[Any]) -> bool:
+    return not vals or (set(map(type, vals)) == {str} and all(map(_HEX.fullmatch, vals)))
+
+
+def _allocations_ok(allocs: List[Any], stack_ids: Dict[int, Any]) -> bool:
+    """True when every allocation is as the checks of _allocations want it,
+    asked column by column without naming a path (a snapshot's bulk:
+    millions of fields). False sends the caller to those checks, which name
+    the first wrong field."""
+    if not allocs:
+        return True
+    try:
+        if set(map(type, allocs)) != {dict}:
+            return False
+        stacks = [a.get("stack", 0) for a in allocs]
+        if not (_hexes_ok([a["address"] for a in allocs]) and _ints_ok([a["size"] for a in allocs], 0, U64 - 1)
+                and _ints_ok([a["device"] for a in allocs], -1, U64 - 1)
+                and set(a["kind"] for a in allocs) <= _KIND_SET
+                and _ints_ok(stacks, 0, U64 - 1) and (set(stacks) - {0}).issubset(stack_ids)
+                and all(_ints_ok([a.get(k, 0) for a in allocs], 0, U64 - 1) for k in ("seq", "time_ns", "thread"))
+                and set(type(a.get("api", "")) for a in allocs) == {str}
+                and _hexes_ok([a["stream"] for a in allocs if "stream" in a])):
+            return False
+    except (KeyError, TypeError):  # a field missing, a kind not hashable
+        return False
+    return True
+
+
+def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int], stack_ids: Dict[int, Any],
+                 lean: bool) -> None:
     allocs = c.opt(d, "allocations", "", c.arr) or []
+    if not _allocations_ok(allocs, stack_ids):
+        _allocations_one_by_one(c, allocs, stack_ref)
+    if lean:
+        host: Dict[str, int] = {}
+        for a in allocs:
+            if a["device"] < 0:
+                host[a["kind"]] = host.get(a["kind"], 0) + a["size"]
+        d["_host_bytes"] = host
+        allocs = []
     d["allocations"] = allocs
+    for a in allocs:
+        if "stack" not in a:
+            a["stack"] = 0
+        for k in ("time_ns", "api", "thread"):
+            if k not in a:
+                a[k] = None
+
+
+def _allocations_one_by_one(c: _Checker, allocs: List[Any], stack_ref: Callable[[Any, str], int]) -> None:
     int_, hex_, str_ = c.int_, c.hex_, c.str_
     for i, a in enumerate(allocs):
         p = f"/allocations/{i}"
@@ -566,7 +665,34 @@ def _series(c: _Checker, d: Dict[str, Any]) -> None:
                 c.int_(n, f"{q}/{k}/{j}")
 
 
-def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+_EVENT_OPTIONAL = ("seq", "address", "kind", "api", "thread", "stream", "stack")
+_MEMORY_OPS = frozenset(HIST_OPS) - {"step"}
+
+
+def _events_ok(events: List[Any], stack_ids: Dict[int, Any]) -> bool:
+    """True when every event (steps aside) is as _history's checks want it,
+    asked column by column (as _allocations_ok)."""
+    if not events:
+        return True
+
+    def given(k: str) -> List[Any]:
+        return [e[k] for e in events if e.get(k) is not None]
+    try:
+        if set(map(type, events)) != {dict} or not set(e["op"] for e in events) <= _MEMORY_OPS:
+            return False
+        stacks = given("stack")
+        return (_ints_ok(given("seq"), 0, U64 - 1) and _ints_ok([e["time_ns"] for e in events], 0, U64 - 1)
+                and _hexes_ok(given("address")) and _ints_ok([e["size"] for e in events], 0, U64 - 1)
+                and set(map(type, given("kind"))) <= {str} and set(map(type, given("api"))) <= {str}
+                and _ints_ok([e["device"] for e in events], -1, U64 - 1) and _ints_ok(given("thread"), 0, U64 - 1)
+                and _hexes_ok(given("stream")) and _ints_ok(stacks, 0, U64 - 1)
+                and (set(stacks) - {0}).issubset(stack_ids))
+    except (KeyError, TypeError):
+        return False
+
+
+def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int],
+             stack_ids: Dict[int, Any]) -> None:
     h = c.opt(d, "history", "", c.obj)
     if h is None:
         h = d["history"] = {}
@@ -579,7 +705,15 @@ def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int
     # holds what happened to memory.
     h["events"] = [e for e in events if not (isinstance(e, dict) and e.get("op") == "step")]
     h["steps"] = []
-    for i, e in enumerate(events):
+    todo: Iterable[Tuple[int, Any]] = enumerate(events)
+    if _events_ok(h["events"], stack_ids):
+        for e in h["events"]:
+            for k in _EVENT_OPTIONAL:
+                if k not in e:
+                    e[k] = None
+            e["stack"] = e["stack"] or 0
+        todo = [(i, e) for i, e in enumerate(events) if isinstance(e, dict) and e.get("op") == "step"]
+    for i, e in todo:
         q = f"{p}/events/{i}"
         c.obj(e, q)
         op = c.req(e, "op", q, c.str_)

@@ -375,13 +375,14 @@ def _places(doc: Doc) -> Tuple[Dict[int, Dict[Tuple[int, str], int]], Dict[str, 
 
 def kind_bytes(doc: Doc) -> Dict[Tuple[int, str], int]:
     """Live bytes by (device, kind): devices[].kinds, and host memory (device
-    -1) from the allocations."""
+    -1) from the allocations (a lean document's "_host_bytes")."""
     out: Dict[Tuple[int, str], int] = {}
     for d in doc["devices"]:
         for k, b in d["kinds"].items():
             if b:
                 out[(d["index"], k)] = out.get((d["index"], k), 0) + b
-    for k, b in _places(doc)[1].items():
+    host = doc["_host_bytes"] if doc.get("_lean") else _places(doc)[1]
+    for k, b in host.items():
         out[(-1, k)] = out.get((-1, k), 0) + b
     return out
 

@@ -437,49 +437,93 @@
     return fig;
   }
 
-  // Merge: every process's live bytes (all devices and kinds) on one time axis.
+  // A time of document d (ns from its base) as a step: between two of its
+  // step marks, in proportion; before the first and after the last, at the
+  // rate of the nearest interval.
+  function stepOf(steps, t) {
+    var n = steps.length, lo = 0, hi = n - 2;
+    if (t >= steps[n - 1][0]) lo = n - 2;
+    else if (t > steps[0][0]) {
+      while (lo < hi) { var mid = (lo + hi + 1) >> 1; if (steps[mid][0] <= t) lo = mid; else hi = mid - 1; }
+    }
+    var a = steps[lo], b = steps[lo + 1], dt = b[0] - a[0];
+    return dt > 0 ? a[1] + (t - a[0]) / dt * (b[1] - a[1]) : a[1];
+  }
+
+  // Merge: every process's live bytes (all devices and kinds) on one axis:
+  // the program's steps when every process marked at least two (gmt_step),
+  // else time.
   function processesChart(container) {
-    var procs = DATA.merge.processes, H = MT + TH + MB;
+    var procs = DATA.merge.processes, H = MT + TH + MB, bySteps = DATA.merge.align === 'step';
+    var lo = Infinity, hi = -Infinity;
+    if (bySteps) {
+      // The axis spans the steps marked, one step either side: the time
+      // before the first mark (start-up) and after the last is drawn at
+      // the edges, not stretched over the chart.
+      procs.forEach(function (p) {
+        var st = docs[p.doc].marks.steps;
+        lo = Math.min(lo, st[0][1] - 1);
+        hi = Math.max(hi, st[st.length - 1][1] + 1);
+      });
+    }
+    function axis(l, t) {
+      if (!bySteps) return t + l.p.offset;
+      return Math.max(lo, Math.min(hi, stepOf(l.d.marks.steps, t)));
+    }
     var lines = procs.map(function (p) {
       var d = docs[p.doc], s = d.series, n = s.t.length, v = new Float64Array(n), t = new Float64Array(n);
+      var l = { p: p, d: d, t: t, v: v };
       s.cols.forEach(function (c) { for (var i = 0; i < n; i++) v[i] += c.live[i]; });
-      for (var i = 0; i < n; i++) t[i] = s.t[i] + p.offset;
-      return { p: p, d: d, t: t, v: v };
+      for (var i = 0; i < n; i++) t[i] = axis(l, s.t[i]);
+      return l;
     });
     var tmin = Infinity, tmax = -Infinity, ymax = 1;
     lines.forEach(function (l) {
       if (!l.t.length) return;
       tmin = Math.min(tmin, l.t[0]);
-      tmax = Math.max(tmax, l.t[l.t.length - 1], l.d.end + l.p.offset);
+      tmax = Math.max(tmax, l.t[l.t.length - 1], axis(l, l.d.end));
       for (var i = 0; i < l.v.length; i++) ymax = Math.max(ymax, l.v[i]);
     });
     if (tmin === Infinity) return;
     ymax *= 1.08;
-    var span = Math.max(1, tmax - tmin);
+    var span = Math.max(bySteps ? 1e-9 : 1, tmax - tmin);
     function X(t) { return ML + (t - tmin) / span * (TW - ML - MR); }
     function Y(v) { return MT + TH - v / ymax * TH; }
+    function where(t) { return bySteps ? 'step ' + fixed(t, 1) : fmtTime(t - tmin); }
     var root = svg('svg', { viewBox: '0 0 ' + TW + ' ' + H, role: 'img' }, 'chart');
-    root.setAttribute('aria-label', 'live bytes of every process over time');
+    root.setAttribute('aria-label', 'live bytes of every process over ' + (bySteps ? 'steps' : 'time'));
+    if (bySteps) root.dataset.align = 'step';
     var grid = svg('g', {}, 'grid');
     byteTicks(ymax / 1.08).forEach(function (v) {
       grid.appendChild(svg('line', { x1: ML, x2: TW - MR, y1: Y(v), y2: Y(v) }));
       grid.appendChild(svgText(ML - 6, Y(v) + 4, fmtBytes(v), 'tick', 'end'));
     });
-    var step = niceStep(span / 1e9, 6) * 1e9;
-    for (var r = 0; tmin + r <= tmax; r += step) {
-      grid.appendChild(svg('line', { x1: X(tmin + r), x2: X(tmin + r), y1: MT, y2: MT + TH }));
-      grid.appendChild(svgText(X(tmin + r), MT + TH + 15, fmtTick(r, step), 'tick', 'middle'));
+    if (bySteps) {
+      var every = Math.max(1, niceStep(span, 6));
+      for (var k = Math.ceil(tmin / every) * every; k <= tmax; k += every) {
+        grid.appendChild(svg('line', { x1: X(k), x2: X(k), y1: MT, y2: MT + TH }));
+        grid.appendChild(svgText(X(k), MT + TH + 15, 'step ' + k, 'tick axis-step', 'middle'));
+      }
+    } else {
+      var step = niceStep(span / 1e9, 6) * 1e9;
+      for (var r = 0; tmin + r <= tmax; r += step) {
+        grid.appendChild(svg('line', { x1: X(tmin + r), x2: X(tmin + r), y1: MT, y2: MT + TH }));
+        grid.appendChild(svgText(X(tmin + r), MT + TH + 15, fmtTick(r, step), 'tick', 'middle'));
+      }
     }
     root.appendChild(grid);
-    root.appendChild(svgText(ML, 11, 'all processes, every device and kind', 'chart-title'));
+    root.appendChild(svgText(ML, 11, 'all processes, every device and kind, ' +
+      (bySteps ? 'aligned on their steps (gmt_step)' : 'on one clock'), 'chart-title'));
     var legend = el('figcaption', 'legend');
     lines.forEach(function (l, i) {
       var pts = [];
       for (var j = 0; j < l.t.length; j++) pts.push(X(l.t[j]).toFixed(1) + ',' + Y(l.v[j]).toFixed(1));
       root.appendChild(svg('polyline', { points: pts.join(' ') }, 'ln proc lane' + (i % 6)));
       l.d.marks.oom.forEach(function (o) {
-        var x = X(o[0] + l.p.offset);
-        root.appendChild(svg('line', { x1: x, x2: x, y1: MT, y2: MT + TH }, 'oom-line'));
+        var x = X(axis(l, o[0]));
+        var m = svg('line', { x1: x, x2: x, y1: MT, y2: MT + TH }, 'oom-line');
+        m.dataset.at = String(axis(l, o[0]));
+        root.appendChild(m);
       });
       legend.appendChild(key('lane' + (i % 6), l.p.label + ' ' + fmtBytes(l.v[l.v.length - 1] || 0)));
     });
@@ -487,7 +531,7 @@
     hover.addEventListener('mousemove', function (ev) {
       var box = root.getBoundingClientRect();
       var t = tmin + ((ev.clientX - box.left) / box.width * TW - ML) / (TW - ML - MR) * span;
-      var out = [fmtTime(t - tmin)];
+      var out = [where(t)];
       lines.forEach(function (l) {
         var lo = 0, hi = l.t.length - 1;
         if (hi < 0 || t < l.t[0]) return;

@@ -199,10 +199,12 @@ def load_all(paths: Sequence[str], lean_docs: bool = False, jobs: Optional[int] 
 
 def check(doc: Any, name: str, lean: bool = False) -> Dict[str, Any]:
     """doc, checked and completed in place (see the module's contract).
-    lean: what a terminal merge of many processes reads of it — every
-    section checked, then the allocations, the history's events and the
-    series dropped: devices[] hold the GPUs' bytes by kind, "_host_bytes"
-    the pinned host memory's ({kind: bytes}), "_lean" is true."""
+    lean: only what a terminal merge of many processes reads of it, checked
+    as always — every section but the allocations, the VMM ranges, the
+    series, the history, the modules and the leaks, which are left empty
+    (the leaks out), and of the allocations their device, kind and size:
+    devices[] hold the GPUs' bytes by kind, "_host_bytes" the pinned host
+    memory's ({kind: bytes}); "_lean" is true."""
     c = _Checker(name)
     d = c.obj(doc, "")
     if d.get("format") != "gpumemtrace-snapshot":
@@ -239,7 +241,19 @@ def check(doc: Any, name: str, lean: bool = False) -> Dict[str, Any]:
     _framework(c, d)
     st = c.opt(d, "stats", "", c.obj) or {}
     d["stats"] = {k: c.int_(v, f"/stats/{k}") for k, v in st.items()}
-    _allocations(c, d, stack_ref, stack_ids, lean)
+    if lean:
+        # What a terminal merge reads of the rest: the sites, and of the
+        # allocations the pinned host memory's bytes by kind.
+        _lean_allocations(c, d, stack_ref)
+        _sites(c, d, stack_ref)
+        d["vmm"] = {"reservations": [], "mappings": []}
+        d["series"] = {"interval_ns": 0, "start_ns": None, "columns_dropped": 0, "time_ns": [], "columns": []}
+        d["history"] = {"capacity": 0, "dropped": 0, "events": [], "steps": []}
+        d["modules"] = []
+        d.pop("leaks", None)
+        d["_lean"] = True
+        return d
+    _allocations(c, d, stack_ref, stack_ids)
     _vmm(c, d, stack_ref)
     _sites(c, d, stack_ref)
     _series(c, d)
@@ -253,10 +267,6 @@ def check(doc: Any, name: str, lean: bool = False) -> Dict[str, Any]:
         c.opt(m, "build_id", p, c.str_)
     d["modules"] = mods
     _leaks(c, d, stack_ref)
-    if lean:
-        d["history"]["events"] = []
-        d["series"]["time_ns"], d["series"]["columns"] = [], []
-        d["_lean"] = True
     return d
 
 
@@ -548,18 +558,11 @@ def _allocations_ok(allocs: List[Any], stack_ids: Dict[int, Any]) -> bool:
     return True
 
 
-def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int], stack_ids: Dict[int, Any],
-                 lean: bool) -> None:
+def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int],
+                 stack_ids: Dict[int, Any]) -> None:
     allocs = c.opt(d, "allocations", "", c.arr) or []
     if not _allocations_ok(allocs, stack_ids):
         _allocations_one_by_one(c, allocs, stack_ref)
-    if lean:
-        host: Dict[str, int] = {}
-        for a in allocs:
-            if a["device"] < 0:
-                host[a["kind"]] = host.get(a["kind"], 0) + a["size"]
-        d["_host_bytes"] = host
-        allocs = []
     d["allocations"] = allocs
     for a in allocs:
         if "stack" not in a:
@@ -567,6 +570,29 @@ def _allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str],
         for k in ("time_ns", "api", "thread"):
             if k not in a:
                 a[k] = None
+
+
+def _lean_allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    """A lean document's allocations: their device, kind and size checked,
+    the pinned host memory's bytes by kind kept ("_host_bytes"), the list
+    dropped. A wrong one is named by the whole check."""
+    allocs = c.opt(d, "allocations", "", c.arr) or []
+    try:
+        ok = set(map(type, allocs)) <= {dict}
+        if ok:
+            devs, kinds, sizes = [a["device"] for a in allocs], [a["kind"] for a in allocs], [a["size"] for a in allocs]
+            ok = _ints_ok(devs, -1, U64 - 1) and set(kinds) <= _KIND_SET and _ints_ok(sizes, 0, U64 - 1)
+    except (KeyError, TypeError):  # a field missing, a kind not hashable
+        ok = False
+    if not ok:
+        _allocations_one_by_one(c, allocs, stack_ref)
+        devs, kinds, sizes = [a["device"] for a in allocs], [a["kind"] for a in allocs], [a["size"] for a in allocs]
+    host: Dict[str, int] = {}
+    for dev, kind, size in zip(devs, kinds, sizes):
+        if dev < 0:
+            host[kind] = host.get(kind, 0) + size
+    d["_host_bytes"] = host
+    d["allocations"] = []
 
 
 def _allocations_one_by_one(c: _Checker, allocs: List[Any], stack_ref: Callable[[Any, str], int]) -> None:

@@ -179,9 +179,8 @@ _CHUNK = 4
 
 
 def load_all(paths: Sequence[str], lean_docs: bool = False, jobs: Optional[int] = None) -> List[Dict[str, Any]]:
-    """The checked snapshots of paths, in order; lean_docs: each without its
-    device allocations (check()).
-    Many lean ones (PARALLEL_FROM or more files, none of them standard
+    """The checked snapshots of paths, in order; lean_docs: each lean
+    (check()). Many lean ones (PARALLEL_FROM or more files, none of them standard
     input) are read by one worker process per CPU (jobs), each handing back
     its lean documents; the first file that fails fails the whole, with its
     one-line error, as when read one by one."""
@@ -579,16 +578,17 @@ def _lean_allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, 
     allocs = c.opt(d, "allocations", "", c.arr) or []
     try:
         ok = set(map(type, allocs)) <= {dict}
-        if ok:
-            devs, kinds, sizes = [a["device"] for a in allocs], [a["kind"] for a in allocs], [a["size"] for a in allocs]
-            ok = _ints_ok(devs, -1, U64 - 1) and set(kinds) <= _KIND_SET and _ints_ok(sizes, 0, U64 - 1)
+        devs = [a["device"] for a in allocs] if ok else []
+        kinds = [a["kind"] for a in allocs] if ok else []
+        sizes = [a["size"] for a in allocs] if ok else []
+        ok = ok and _ints_ok(devs, -1, U64 - 1) and set(kinds) <= _KIND_SET and _ints_ok(sizes, 0, U64 - 1)
     except (KeyError, TypeError):  # a field missing, a kind not hashable
         ok = False
     if not ok:
-        _allocations_one_by_one(c, allocs, stack_ref)
-        devs, kinds, sizes = [a["device"] for a in allocs], [a["kind"] for a in allocs], [a["size"] for a in allocs]
+        _allocations_one_by_one(c, allocs, stack_ref)  # names the first wrong field
+    rows = zip(devs, kinds, sizes) if ok else ((a["device"], a["kind"], a["size"]) for a in allocs)
     host: Dict[str, int] = {}
-    for dev, kind, size in zip(devs, kinds, sizes):
+    for dev, kind, size in rows:
         if dev < 0:
             host[kind] = host.get(kind, 0) + size
     d["_host_bytes"] = host
@@ -731,15 +731,15 @@ def _history(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int
     # holds what happened to memory.
     h["events"] = [e for e in events if not (isinstance(e, dict) and e.get("op") == "step")]
     h["steps"] = []
-    todo: Iterable[Tuple[int, Any]] = enumerate(events)
+    pending: Iterable[Tuple[int, Any]] = enumerate(events)
     if _events_ok(h["events"], stack_ids):
         for e in h["events"]:
             for k in _EVENT_OPTIONAL:
                 if k not in e:
                     e[k] = None
             e["stack"] = e["stack"] or 0
-        todo = [(i, e) for i, e in enumerate(events) if isinstance(e, dict) and e.get("op") == "step"]
-    for i, e in todo:
+        pending = [(i, e) for i, e in enumerate(events) if isinstance(e, dict) and e.get("op") == "step"]
+    for i, e in pending:
         q = f"{p}/events/{i}"
         c.obj(e, q)
         op = c.req(e, "op", q, c.str_)

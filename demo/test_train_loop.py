@@ -53,9 +53,10 @@ REPORT = [
     re.compile(r"gpumemtrace: out of memory: cuMemAllocAsync of ([\d.]+) MiB on device 0 failed "
                r"with ([\d.]+) MiB free of 4\.00 GiB"),
     re.compile(r"gpumemtrace:   verdict: growth: 1 allocation site kept growing and added "
-               r"[\d.]+ GiB \(a leak suspect\); the request fell [\d.]+ MiB short"),
-    re.compile(r"gpumemtrace:   try: drop what this growing site keeps by mistake .*: it gained [\d.]+ GiB, "
-               r"64\.0 MiB a step over \d+ whole steps "
+               r"[\d.]+ GiB \(a leak suspect\): stream_alloc \(train_loop\.c:\d+\) ← train_step "
+               r"\(train_loop\.c:\d+\), 64\.0 MiB a step over \d+ steps; the request fell [\d.]+ MiB short"),
+    re.compile(r"gpumemtrace:   try: free what this site allocates once it is done with it — each buffer it keeps "
+               r"across iterations \(64\.0 MiB a step over \d+ whole steps\) "
                r"\(at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\)\)"),
     re.compile(r"gpumemtrace:   top sites: [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\); .*"),
     re.compile(r"gpumemtrace:   snapshot: (\S+)"),

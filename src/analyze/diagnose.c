@@ -9,7 +9,11 @@
  * 1a. The framework's allocated bytes and its request past its own limit
  *    (JAX's bytes_limit, a CuPy pool's set_limit): framework_limit — its
  *    allocator refused without asking the driver.
- * 1b. The free bytes inside the framework's segments cover its request but
+ * 1b. With the framework's tensors known, growing sites whose growth covers
+ *    the shortfall: growth, whatever else the request met — what the
+ *    program kept is the cause; the allocator's fragmentation, released
+ *    cache and the rest are listed beside it with their numbers.
+ * 1c. The free bytes inside the framework's segments cover its request but
  *    no free block is that large: allocator_fragmentation — its segments are
  *    fragmented (PyTorch: expandable segments).
  * 2. A request no larger than what the driver reports free: fragmentation (the
@@ -89,6 +93,17 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 			 "largest free block is %s: its segments are fragmented",
 			 gmt__human_bytes(a, sizeof(a), in->fw_reserved_unallocated),
 			 gmt__human_bytes(b, sizeof(b), in->fw_requested), gmt__human_bytes(c, sizeof(c), in->fw_largest_free));
+		if (v != &d->v[0] && d->v[0].verdict == GMT_VERDICT_GROWTH) {
+			/* What the growing site kept would be free too. */
+			size_t at = strlen(v->detail);
+
+			rests(v, "framework_requested_bytes", "reserved_unallocated_bytes", "largest_free_block_bytes",
+			      "growth_top_bytes", NULL);
+			snprintf(v->detail + at, sizeof(v->detail) - at, "; without what %s kept (%s), %s of them would be free",
+				 in->growth_top_label != NULL ? in->growth_top_label : "the growing site",
+				 gmt__human_bytes(a, sizeof(a), in->growth_top_bytes),
+				 gmt__human_bytes(b, sizeof(b), in->fw_reserved_unallocated + in->growth_top_bytes));
+		}
 		break;
 	case GMT_VERDICT_FRAMEWORK_LIMIT:
 		rests(v, "framework_requested_bytes", "framework_allocated_bytes", "framework_limit_bytes", "free_bytes",
@@ -134,6 +149,17 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 				 "this process holds %s live on the device; %s free is less than the %s asked for",
 				 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), in->state->free_bytes),
 				 gmt__human_bytes(c, sizeof(c), in->requested));
+			if (in->step_tensors && in->fw_known && in->fw_allocated >= in->step_live_bytes) {
+				/* What the step needs against what earlier steps left. */
+				size_t at = strlen(v->detail);
+
+				rests(v, "requested_bytes", "free_bytes", "tracked_total_bytes", "step_live_bytes",
+				      "framework_allocated_bytes");
+				snprintf(v->detail + at, sizeof(v->detail) - at,
+					 "; of the framework's tensors, step %llu's own hold %s and earlier steps left %s",
+					 (unsigned long long)in->step, gmt__human_bytes(a, sizeof(a), in->step_live_bytes),
+					 gmt__human_bytes(b, sizeof(b), in->fw_allocated - in->step_live_bytes));
+			}
 		} else {
 			rests(v, "requested_bytes", "tracked_total_bytes", NULL, NULL, NULL);
 			snprintf(v->detail, sizeof(v->detail),
@@ -166,13 +192,34 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 		snprintf(v->detail, sizeof(v->detail), "other processes hold %s of the device; the request fell %s short",
 			 gmt__human_bytes(a, sizeof(a), v->bytes), gmt__human_bytes(b, sizeof(b), d->shortfall));
 		break;
-	case GMT_VERDICT_GROWTH:
+	case GMT_VERDICT_GROWTH: {
+		size_t at;
+
 		rests(v, "growth_bytes", "growth_sites", "shortfall_bytes", NULL, NULL);
-		snprintf(v->detail, sizeof(v->detail),
-			 "%d allocation site%s kept growing and added %s (a leak suspect); the request fell %s short",
-			 in->growth_sites, in->growth_sites == 1 ? "" : "s", gmt__human_bytes(a, sizeof(a), v->bytes),
-			 gmt__human_bytes(b, sizeof(b), d->shortfall));
+		at = (size_t)snprintf(v->detail, sizeof(v->detail), "%d allocation site%s kept growing and added %s (%s)",
+				      in->growth_sites, in->growth_sites == 1 ? "" : "s",
+				      gmt__human_bytes(a, sizeof(a), v->bytes),
+				      in->growth_sites == 1 ? "a leak suspect" : "leak suspects");
+		/* Which site, and at what pace. */
+		if (in->growth_top_label != NULL && at < sizeof(v->detail)) {
+			rests(v, "growth_bytes", "growth_sites", "shortfall_bytes", "growth_top_stack", "growth_top_bytes");
+			if (in->growth_sites == 1)
+				at += (size_t)snprintf(v->detail + at, sizeof(v->detail) - at, ": %s", in->growth_top_label);
+			else
+				at += (size_t)snprintf(v->detail + at, sizeof(v->detail) - at, ", the most at %s (%s)",
+						       in->growth_top_label,
+						       gmt__human_bytes(a, sizeof(a), in->growth_top_bytes));
+			if (in->growth_top_steps > 0 && at < sizeof(v->detail))
+				at += (size_t)snprintf(v->detail + at, sizeof(v->detail) - at, ", %s a step over %llu steps",
+						       gmt__human_bytes(a, sizeof(a),
+									in->growth_top_step_bytes / in->growth_top_steps),
+						       (unsigned long long)in->growth_top_steps);
+		}
+		if (at < sizeof(v->detail))
+			snprintf(v->detail + at, sizeof(v->detail) - at, "; the request fell %s short",
+				 gmt__human_bytes(b, sizeof(b), d->shortfall));
 		break;
+	}
 	case GMT_VERDICT_UNTRACKED:
 		rests(v, "used_bytes", "footprint_bytes", "other_processes_bytes", "untracked_bytes", NULL);
 		snprintf(v->detail, sizeof(v->detail),
@@ -202,6 +249,7 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	uint64_t cand[GMT_VERDICT_COUNT] = { 0 }, own, others;
 	bool applies[GMT_VERDICT_COUNT] = { false };
 	int best = -1;
+	bool fw_fragmented, growth_first;
 	char a[32], b[32], c[32];
 
 	memset(d, 0, sizeof(*d));
@@ -243,9 +291,10 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 		add(d, GMT_VERDICT_EXHAUSTION, own);
 		goto done;
 	}
-	if (in->fw_known && in->fw_largest_known && in->fw_requested > 0 &&
-	    in->fw_reserved_unallocated >= in->fw_requested &&
-	    in->fw_largest_free < in->fw_requested) {
+	fw_fragmented = in->fw_known && in->fw_largest_known && in->fw_requested > 0 &&
+			in->fw_reserved_unallocated >= in->fw_requested && in->fw_largest_free < in->fw_requested;
+	growth_first = in->tensors && d->shortfall > 0 && in->growth_sites > 0 && in->growth_bytes >= d->shortfall;
+	if (fw_fragmented && !growth_first) {
 		add(d, GMT_VERDICT_ALLOCATOR_FRAGMENTATION, in->fw_reserved_unallocated);
 		goto done;
 	}
@@ -266,6 +315,11 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 	}
 	applies[GMT_VERDICT_EXHAUSTION] = own >= d->shortfall;
 	cand[GMT_VERDICT_EXHAUSTION] = own;
+	/* Beside a growth that comes first, the fragmentation it met. */
+	applies[GMT_VERDICT_ALLOCATOR_FRAGMENTATION] = growth_first && fw_fragmented;
+	cand[GMT_VERDICT_ALLOCATOR_FRAGMENTATION] = in->fw_reserved_unallocated;
+	if (growth_first)
+		best = GMT_VERDICT_GROWTH;
 	if (best < 0)
 		best = GMT_VERDICT_EXHAUSTION;
 	/* Exhaustion as the verdict counts all this process holds; beside

@@ -120,18 +120,30 @@ struct gmt__diag_input {
 	 * (gmt__site_step_growth; 0: not known). */
 	uint32_t growth_top_stack;
 	uint64_t growth_top_bytes, growth_top_step_bytes, growth_top_steps;
+	/* Its site's label (sites.h), or NULL; whether its frame is Python's,
+	 * and whether it is a stack of the framework's tensors. */
+	const char *growth_top_label;
+	bool growth_top_python, growth_top_tensor;
+	/* The framework's tensors are known (analyze/tensors.h): growth, the
+	 * largest stack and the step's memory above are those of its tensors
+	 * and of the memory that is not the framework's, and a growth that
+	 * covers the shortfall comes before its allocator's fragmentation. */
+	bool tensors;
+	/* step_live_bytes is what the live tensors allocated since the step's
+	 * mark hold. */
+	bool step_tensors;
 };
 
 struct gmt__diag_verdict {
 	enum gmt__verdict verdict;
 	uint64_t bytes;           /* the memory it puts the failure on */
 	const char *rests_on[6];  /* names of diagnosis.numbers it reads, NULL-terminated */
-	char detail[256];
+	char detail[512];
 };
 
 struct gmt__diagnosis {
 	enum gmt__verdict primary;
-	char summary[512];
+	char summary[768];
 	int nverdicts;           /* those that apply, the primary first */
 	struct gmt__diag_verdict v[GMT_VERDICT_COUNT];
 	/* derived numbers (the inputs are written beside them) */

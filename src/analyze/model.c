@@ -72,14 +72,15 @@ static void no_python(void *ctx, uintptr_t word)
  * then their sites (sites.h: without memory for them, frames are written
  * without a site), and the leak check's rules matched (lw, may be NULL). */
 static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
-			   const char *site_libraries, struct gmt__sites *sites, struct gmt__leak_work *lw)
+			   const char *site_libraries, struct gmt__sites *sites, struct gmt__leak_work *lw,
+			   const struct gmt__frame_source *more)
 {
 	const struct gmt__frame_sink none = { no_native, no_python, NULL };
 	struct gmt__site_rules rules;
 
 	for (size_t i = 0; i < n; i++) {
 		int depth = 0;
-		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		const uintptr_t *ips = gmt__is_tensor_stack(ids->v[i]) ? NULL : gmt__stack_get(ids->v[i], &depth);
 
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
 		if (ips != NULL) {
@@ -88,13 +89,17 @@ static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__ids
 		}
 	}
 	(void)gmt__site_rules_init(&rules, site_libraries);
-	(void)gmt__sites_build(sites, cache, ids->v, n, &rules);
+	(void)gmt__sites_build(sites, cache, ids->v, n, &rules, more);
 	gmt__site_rules_free(&rules);
 	for (size_t i = 0; lw != NULL && i < n; i++) {
 		int depth = 0;
-		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		const uintptr_t *ips;
 		const struct gmt__stack_site *site = sites->n > 0 ? &sites->v[i] : NULL;
 
+		/* The leak check judges the driver's memory: its stacks only. */
+		if (gmt__is_tensor_stack(ids->v[i]))
+			continue;
+		ips = gmt__stack_get(ids->v[i], &depth);
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
 		gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, gmt__stack_frames(ips, depth),
 					  site != NULL ? site->label : "an unknown place");
@@ -132,6 +137,29 @@ static int sites_sorted(const struct gmt__history *h, struct gmt__site_ref **out
 	return 0;
 }
 
+/* The n largest of bytes[0..nslots) (slot 0: no stack) into rep, with
+ * their labels; bytes is spent. */
+static void top_of(struct gmt__top_sites *rep, uint64_t *bytes, const uint64_t *count, const uint64_t *tensors,
+		   size_t nslots, const struct gmt__sites *sites)
+{
+	for (int k = 0; k < GMT_TOP_SITES; k++) {
+		size_t best = SIZE_MAX;
+
+		for (size_t i = 0; i < nslots; i++) {
+			if (bytes[i] > 0 && (best == SIZE_MAX || bytes[i] > bytes[best]))
+				best = i;
+		}
+		if (best == SIZE_MAX)
+			break;
+		rep->bytes[k] = bytes[best];
+		rep->count[k] = count[best];
+		rep->tensors[k] = tensors != NULL ? tensors[best] : 0;
+		rep->where[k] = best > 0 ? sites->labels[best - 1] : "(no stack recorded)";
+		rep->n++;
+		bytes[best] = 0;
+	}
+}
+
 /* The out-of-memory report's top sites: live bytes by site, summed over the
  * sites' stacks (the history's sites are stacks). */
 static void top_sites(struct gmt__top_sites *rep, const struct gmt__history *h, const struct gmt__site_ref *v,
@@ -150,23 +178,91 @@ static void top_sites(struct gmt__top_sites *rep, const struct gmt__history *h, 
 		bytes[slot] += s->live_bytes;
 		count[slot] += s->live_count;
 	}
-	for (int k = 0; bytes != NULL && count != NULL && k < GMT_TOP_SITES; k++) {
-		size_t best = SIZE_MAX;
-
-		for (size_t i = 0; i < nslots; i++) {
-			if (bytes[i] > 0 && (best == SIZE_MAX || bytes[i] > bytes[best]))
-				best = i;
-		}
-		if (best == SIZE_MAX)
-			break;
-		rep->bytes[k] = bytes[best];
-		rep->count[k] = count[best];
-		rep->where[k] = best > 0 ? sites->labels[best - 1] : "(no stack recorded)";
-		rep->n++;
-		bytes[best] = 0;
-	}
+	if (bytes != NULL && count != NULL)
+		top_of(rep, bytes, count, NULL, nslots, sites);
 	free(bytes);
 	free(count);
+}
+
+/* The out-of-memory report's top sites at the tensor level: the live
+ * tensors and the driver's memory that is not the framework's, by site. */
+static void top_sites_tensors(struct gmt__top_sites *rep, const struct gmt__model *d)
+{
+	const struct gmt__tensors *t = &d->tensors;
+	size_t nslots = (size_t)d->stack_sites.nsites + 1;
+	uint64_t *bytes = calloc(nslots, sizeof(*bytes)), *count = calloc(nslots, sizeof(*count));
+	uint64_t *tensors = calloc(nslots, sizeof(*tensors));
+
+	memset(rep, 0, sizeof(*rep));
+	for (size_t i = 0; bytes != NULL && count != NULL && tensors != NULL && i < t->n; i++) {
+		const struct gmt__stack_site *ss = gmt__sites_of(&d->stack_sites, d->ids.v,
+								 gmt__tensor_stack_id(t->v[i].stack));
+		uint32_t slot = ss != NULL ? ss->site : 0;
+
+		bytes[slot] += t->v[i].size;
+		count[slot]++;
+		tensors[slot]++;
+	}
+	for (size_t i = 0; bytes != NULL && count != NULL && tensors != NULL && i < d->hi0; i++) {
+		const struct gmt__stack_site *ss;
+		uint32_t slot;
+
+		if (gmt__tensors_backs(t, d->live[i]))
+			continue;
+		ss = gmt__sites_of(&d->stack_sites, d->ids.v, d->live[i]->stack);
+		slot = ss != NULL ? ss->site : 0;
+		bytes[slot] += d->live[i]->size;
+		count[slot]++;
+	}
+	if (bytes != NULL && count != NULL && tensors != NULL)
+		top_of(rep, bytes, count, tensors, nslots, &d->stack_sites);
+	free(bytes);
+	free(count);
+	free(tensors);
+}
+
+/* Whether one of v[0..n), sorted by address, starts at addr. */
+static bool starts_at(const struct gmt__entry *const *v, size_t n, uint64_t addr)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (v[mid]->addr < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && v[lo]->addr == addr;
+}
+
+/* Each of the framework's segments joined to the driver's memory by
+ * address: "allocation" true when a live allocation, VMM reservation or
+ * mapping starts there; "segments_joined" counts them. */
+static int join_segments(struct gmt__model *d)
+{
+	json_t *seg;
+	size_t i, matched = 0;
+	int r = 0;
+
+	json_array_foreach(json_object_get(d->framework, "segments"), i, seg) {
+		json_t *a = json_object_get(seg, "address");
+		uint64_t addr;
+		bool found;
+
+		if (!json_is_integer(a) || json_integer_value(a) < 0)
+			continue;
+		addr = (uint64_t)json_integer_value(a);
+		found = starts_at(d->live, d->hi0, addr) || starts_at(d->live + d->hi0, d->hi1 - d->hi0, addr) ||
+			starts_at(d->live + d->hi1, d->nlive - d->hi1, addr);
+		matched += found;
+		if (json_object_set_new(seg, "allocation", json_boolean(found)) < 0)
+			r = -ENOMEM;
+	}
+	if (json_object_set_new(d->framework, "segments_joined", json_integer((json_int_t)matched)) < 0)
+		r = -ENOMEM;
+	return r;
 }
 
 /* The sites of the memory an episode freed, summed by site, largest first. */
@@ -232,6 +328,7 @@ static int episode_stacks(struct gmt__idset *ids, const struct gmt__episode *ep)
 int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 {
 	const struct gmt__history *h = s->history;
+	const struct gmt__frame_source more = { gmt__tensors_frames, &d->tensors };
 	int r;
 
 	memset(d, 0, sizeof(*d));
@@ -249,7 +346,15 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 		;
 	for (d->hi1 = d->hi0; d->hi1 < d->nlive && section_of(d->live[d->hi1]) == 1; d->hi1++)
 		;
-	gmt__view_build(s, d->live, d->hi0, d->view);
+	if (s->framework != NULL) {
+		/* Checked when it was handed over: NULL is memory. */
+		d->framework = json_loads(s->framework, 0, NULL);
+		if (d->framework == NULL || (r = join_segments(d)) < 0 ||
+		    (r = gmt__tensors_build(&d->tensors, d->framework, d->live, d->hi0, d->live + d->hi1,
+					    d->nlive - d->hi1)) < 0)
+			return d->framework == NULL ? -ENOMEM : r;
+	}
+	gmt__view_build(s, d->live, d->hi0, d->framework, &d->tensors, d->view);
 	if (s->leaks != NULL) {
 		r = gmt__leakcheck_collect(&d->lw, d->live, d->hi0, d->live + d->hi1, d->nlive - d->hi1, h, &d->ids);
 		if (r < 0)
@@ -277,17 +382,25 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 				return r;
 		}
 	}
+	/* The framework's stacks: ids of their own (tensors.h). */
+	for (size_t i = 1; i < d->tensors.nstacks; i++) {
+		if ((r = gmt__idset_add(&d->ids, gmt__tensor_stack_id((uint32_t)i))) < 0)
+			return r;
+	}
 	d->nids = gmt__idset_sorted(&d->ids);
 	if (s->leaks != NULL)
 		gmt__leakcheck_scan(&d->lw, s);
 	gmt__frames_open(&d->cache);
 	d->cache_open = true;
 	resolve_stacks(&d->cache, &d->ids, d->nids, s->site_libraries, &d->stack_sites,
-		       s->leaks != NULL ? &d->lw : NULL);
-	if (h != NULL)
+		       s->leaks != NULL ? &d->lw : NULL, &more);
+	if (d->tensors.known)
+		top_sites_tensors(&d->top, d);
+	else if (h != NULL)
 		top_sites(&d->top, h, d->sites, d->nsites, &d->stack_sites, d->ids.v);
 	if (s->episode != NULL)
 		freed_sites(&d->freed, s->episode, &d->stack_sites, d->ids.v);
+	gmt__view_diagnose(d->view, &d->stack_sites, d->ids.v);
 	if (s->leaks != NULL) {
 		if ((r = gmt__leakcheck_classify(&d->lw)) < 0)
 			return r;
@@ -301,6 +414,8 @@ void gmt__model_free(struct gmt__model *d)
 	if (d->cache_open)
 		gmt__frames_close(&d->cache);
 	gmt__leakcheck_free(&d->lw);
+	gmt__tensors_free(&d->tensors);
+	json_decref(d->framework);
 	gmt__sites_free(&d->stack_sites);
 	free(d->sites);
 	free(d->view);

@@ -1,9 +1,10 @@
 /* The model of one snapshot: everything its document and its reports say,
  * concluded from a capture (capture.h) without the tracer's lock and without
- * I/O — the live set in document order, the stacks it names with their frames
- * resolved and their sites decided, the view of the devices (pages,
- * fragmentation, growth, the diagnosis), the leak check, and the
- * out-of-memory report's top sites. The report stage renders it (JSON, text
+ * I/O — the live set in document order, the framework's level above it (its
+ * tensors, tensors.h) where a framework handed it over, the stacks both name
+ * with their frames resolved and their sites decided by one rule, the view
+ * of the devices (pages, fragmentation, growth, the diagnosis), the leak
+ * check, and the out-of-memory report's top sites. The report stage renders it (JSON, text
  * or both: report/document.h); nothing in it is written here. */
 #ifndef GMT_MODEL_H
 #define GMT_MODEL_H
@@ -12,24 +13,22 @@
 #include "analyze/frames.h"
 #include "analyze/leakcheck.h"
 #include "analyze/sites.h"
+#include "analyze/tensors.h"
 #include "analyze/view.h"
+
+#include <jansson.h>
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* A stack of the history's per-stack sites, and its live bytes. */
-struct gmt__site_ref {
-	uint32_t id;
-	uint64_t live;
-};
-
 /* The out-of-memory report's top sites: the sites (sites.h) with the most
- * live bytes, summed over their stacks, largest first, and their labels. */
+ * live bytes, summed over their stacks, largest first, and their labels;
+ * at the tensor level, how many of count are tensors. */
 #define GMT_TOP_SITES 3
 struct gmt__top_sites {
 	int n;
-	uint64_t bytes[GMT_TOP_SITES], count[GMT_TOP_SITES];
+	uint64_t bytes[GMT_TOP_SITES], count[GMT_TOP_SITES], tensors[GMT_TOP_SITES];
 	const char *where[GMT_TOP_SITES];
 };
 
@@ -46,8 +45,12 @@ struct gmt__model {
 	struct gmt__frame_cache cache; /* every frame of those stacks, resolved */
 	bool cache_open;
 	struct gmt__sites stack_sites; /* each stack's site, by index in ids (empty without memory) */
-	struct gmt__top_sites top;
+	struct gmt__top_sites top;    /* at the tensor level when the tensors are known */
 	struct gmt__top_sites freed;  /* an episode's freed memory by site (s->episode) */
+	/* The framework's state (s->framework) parsed, each segment joined to
+	 * the driver's memory ("allocation", "segments_joined"); NULL: none. */
+	json_t *framework;
+	struct gmt__tensors tensors;  /* the framework's level (tensors.h) */
 	struct gmt__leak_work lw;     /* exit snapshots (s->leaks): the leak check */
 };
 

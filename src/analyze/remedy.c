@@ -16,7 +16,8 @@
  *   ⌈step / (step − shortfall)⌉; checkpointing recomputes what the forward
  *   keeps for the backward instead.
  * - free_growing_site: growth applies; the site that gained most, its gain
- *   and, with steps, its gain per whole step.
+ *   and, with steps, its gain per whole step, in the words of its language
+ *   (a PyTorch tensor's line, a Python line, C).
  * - shrink_largest_site: exhaustion is primary and the stack holding the most
  *   live memory on the device alone covers the shortfall.
  * - raise_framework_limit: framework_limit is primary and what the framework
@@ -157,29 +158,48 @@ static void step_memory(const struct gmt__diag_input *in, struct gmt__diagnosis 
 	    gmt__human_bytes(a, sizeof(a), x), (unsigned long long)in->step, gmt__human_bytes(b, sizeof(b), f));
 }
 
+/* What the growing site kept, in the words of its language: a PyTorch
+ * tensor's line (a tensor kept keeps its graph; evaluation without
+ * torch.no_grad() keeps every output's), a Python line (the references
+ * that keep its arrays), the C code (the buffers it keeps). */
 static void free_growth(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 {
 	static const char *const rests[] = { "growth_top_stack", "growth_top_bytes", "growth_top_step_bytes",
 					     "growth_top_steps", NULL };
 	uint64_t g = in->growth_top_bytes, n = in->growth_top_steps;
-	char a[32], b[32], c[32];
+	char a[32], b[32], how[96];
 	struct gmt__remedy *r;
 
 	if (!listed(d, GMT_VERDICT_GROWTH) || in->growth_top_stack == 0 || g == 0)
 		return;
 	r = offer(d, GMT_REMEDY_FREE_GROWTH, GMT_VERDICT_GROWTH, g, in->growth_top_stack, rests);
 	if (n > 0)
+		snprintf(how, sizeof(how), "%s a step over %llu whole steps",
+			 gmt__human_bytes(b, sizeof(b), in->growth_top_step_bytes / n), (unsigned long long)n);
+	else
+		snprintf(how, sizeof(how), "it grew by %s while the program ran", gmt__human_bytes(a, sizeof(a), g));
+	if (in->fw_torch && in->growth_top_tensor && n > 0)
 		say(r,
-		    "drop what this growing site keeps by mistake (a list of tensors, a loss kept with its graph; "
-		    "`del` it%s): it gained %s, %s a step over %llu whole steps",
-		    in->fw_torch ? ", then torch.cuda.empty_cache()" : "", gmt__human_bytes(a, sizeof(a), g),
-		    gmt__human_bytes(b, sizeof(b), in->growth_top_step_bytes / n), (unsigned long long)n);
+		    "stop keeping what this line allocates across steps (%s): a tensor kept across steps keeps its "
+		    "graph too, so keep `loss.item()` or `loss.detach()` instead of the tensor, and `del` what a list "
+		    "or an attribute holds; in evaluation, run under `torch.no_grad()`",
+		    how);
+	else if (in->fw_torch && in->growth_top_tensor)
+		say(r,
+		    "stop keeping what this line allocates (%s): if it runs the model for evaluation, wrap it in "
+		    "`with torch.no_grad():` (without it every output keeps the activations of a backward that never "
+		    "comes); otherwise keep `.item()` or `.detach()` of what is kept, and `del` the rest",
+		    how);
+	else if (in->growth_top_python)
+		say(r,
+		    "drop the references that keep what this line allocates alive — a list, a dict, an attribute, a "
+		    "cache (%s)",
+		    how);
 	else
 		say(r,
-		    "drop what this growing site keeps by mistake (a list of tensors, a loss kept with its graph; "
-		    "`del` it%s): it gained %s of the %s the growing sites added",
-		    in->fw_torch ? ", then torch.cuda.empty_cache()" : "", gmt__human_bytes(a, sizeof(a), g),
-		    gmt__human_bytes(c, sizeof(c), in->growth_bytes));
+		    "free what this site allocates once it is done with it — each buffer it keeps across iterations "
+		    "(%s)",
+		    how);
 }
 
 static void largest_site(const struct gmt__diag_input *in, struct gmt__diagnosis *d)

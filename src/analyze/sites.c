@@ -306,6 +306,7 @@ static int judge_stack(struct gmt__stack_site *out, struct gmt__site_pending *p,
 	out->user = out->frame >= 0;
 	if (!out->user && n > 0)
 		out->frame = ncuda < n ? ncuda : n - 1;
+	out->python = out->frame >= 0 && v[out->frame].python;
 	if (out->frame < 0) {
 		p->text = strdup("(no frames)");
 		hash_str(&p->hash, "(no frames)");
@@ -519,17 +520,24 @@ int gmt__sites_finish(struct gmt__sites *s)
 }
 
 int gmt__sites_build(struct gmt__sites *out, struct gmt__frame_cache *cache, const uint32_t *ids, size_t n,
-		     struct gmt__site_rules *rules)
+		     struct gmt__site_rules *rules, const struct gmt__frame_source *more)
 {
 	struct collect c = { 0 };
 	struct gmt__frame_sink sink = { collect_native, collect_python, &c };
 	int r = gmt__sites_begin(out, n);
 
 	for (size_t i = 0; r == 0 && i < n; i++) {
-		int depth = 0;
-		const uintptr_t *ips = gmt__stack_get(ids[i], &depth);
-		int frames = gmt__stack_frames(ips, depth);
+		const struct gmt__site_frame *given;
+		int depth = 0, ngiven = 0;
+		const uintptr_t *ips;
+		int frames;
 
+		if (more != NULL && more->frames(more->ctx, ids[i], &given, &ngiven)) {
+			r = gmt__sites_add(out, i, given, ngiven, rules);
+			continue;
+		}
+		ips = gmt__stack_get(ids[i], &depth);
+		frames = gmt__stack_frames(ips, depth);
 		cache->epoch = gmt__stack_epoch(ids[i]);
 		c.n = 0;
 		if (ips != NULL)

@@ -78,6 +78,7 @@ struct gmt__stack_site {
 	uint32_t site;           /* stacks with the same call chain of the program's own code share it; from 1 */
 	int frame;               /* the site's frame among the stack's written frames; -1: no frames */
 	bool user;               /* that frame is the program's own code (else no frame was) */
+	bool python;             /* that frame is a Python frame */
 	int nframes;
 	uint8_t *roles;          /* enum gmt__frame_role of each written frame */
 	char *label;             /* the site in words */
@@ -94,10 +95,20 @@ struct gmt__sites {
 	struct gmt__site_pending *pending; /* while being built */
 };
 
-/* Decides every stack's site; frames through cache (the loader's lock:
- * never under the tracer's). 0, or -ENOMEM (then out is empty: n is 0). */
+/* Where the frames of stacks that are not the recorder's come from (a
+ * framework's Python stacks, tensors.h): true with the frames of `id`
+ * (innermost first), false when id is not one of them. */
+struct gmt__frame_source {
+	bool (*frames)(const void *ctx, uint32_t id, const struct gmt__site_frame **v, int *n);
+	const void *ctx;
+};
+
+/* Decides every stack's site — one rule and one numbering for the
+ * recorder's stacks and those of `more` (may be NULL); frames through cache
+ * (the loader's lock: never under the tracer's). 0, or -ENOMEM (then out is
+ * empty: n is 0). */
 int gmt__sites_build(struct gmt__sites *out, struct gmt__frame_cache *cache, const uint32_t *ids, size_t n,
-		     struct gmt__site_rules *rules);
+		     struct gmt__site_rules *rules, const struct gmt__frame_source *more);
 
 /* The same in steps, from frames given (the unit tests' way in): room for n
  * stacks; stack i's frames (innermost first), each stack once; then the

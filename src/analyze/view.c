@@ -84,15 +84,64 @@ static int device_slot_of(const struct gmt__snapshot *s, int device)
 	return -1;
 }
 
-/* The growing sites with live memory on device `slot`, for the diagnosis:
- * their growth summed, the largest kept by id. */
+/* Notes one growing site (document stack id) for the diagnosis: its growth
+ * summed, the one that gained most, the 8 largest kept by id. */
+static void note_growth(struct gmt__view *view, uint64_t *best, uint32_t id, uint64_t growth,
+			const struct gmt__history *h, const struct gmt__site *site)
+{
+	int at;
+
+	view->diag_in.growth_bytes += growth;
+	view->diag_in.growth_sites++;
+	if (growth > view->diag_in.growth_top_bytes) {
+		view->diag_in.growth_top_bytes = growth;
+		view->diag_in.growth_top_stack = id;
+		view->diag_in.growth_top_step_bytes = gmt__site_step_growth(h, site, &view->diag_in.growth_top_steps);
+	}
+	/* Insertion into the 8 largest, largest first. */
+	for (at = view->ngrowth_ids; at > 0 && best[at - 1] < growth; at--)
+		;
+	if (at < 8) {
+		int last = view->ngrowth_ids < 8 ? view->ngrowth_ids : 7;
+
+		for (int k = last; k > at; k--) {
+			best[k] = best[k - 1];
+			view->growth_ids[k] = view->growth_ids[k - 1];
+		}
+		best[at] = growth;
+		view->growth_ids[at] = id;
+		if (view->ngrowth_ids < 8)
+			view->ngrowth_ids++;
+	}
+}
+
+/* The growing sites with live memory on `device`, for the diagnosis. With
+ * a framework's tensors known, its segments are the allocator's business:
+ * the driver's sites count for the memory that is not the framework's, and
+ * the tensors' sites (their replayed history) for the rest. */
 static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-			     int device, struct gmt__view *view)
+			     int device, const struct gmt__tensors *t, struct gmt__view *view)
 {
 	const struct gmt__history *h = s->history;
 	uint64_t best[8] = { 0 };
 	uint8_t *seen;
 
+	if (t->known && t->history != NULL) {
+		seen = calloc(t->nstacks / 8 + 1, 1);
+		for (size_t i = 0; seen != NULL && i < t->n; i++) {
+			const struct gmt__site *site;
+			uint32_t id = t->v[i].stack, rises, falls;
+			uint64_t growth;
+
+			if (t->v[i].device != device || (seen[id / 8] & (1u << (id % 8))))
+				continue;
+			seen[id / 8] |= (uint8_t)(1u << (id % 8));
+			site = gmt__history_site(t->history, id);
+			if (id != 0 && site != NULL && gmt__site_growing(t->history, site, &rises, &falls, &growth))
+				note_growth(view, best, gmt__tensor_stack_id(id), growth, t->history, site);
+		}
+		free(seen);
+	}
 	if (h == NULL || h->nsites == 0)
 		return;
 	seen = calloc(h->nsites / 8 + 1, 1);
@@ -102,37 +151,14 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 		const struct gmt__site *site;
 		uint32_t id = v[i]->stack, rises, falls;
 		uint64_t growth;
-		int at;
 
-		if (v[i]->device != device || id >= h->nsites || (seen[id / 8] & (1u << (id % 8))))
+		if (v[i]->device != device || id >= h->nsites || (seen[id / 8] & (1u << (id % 8))) ||
+		    (t->known && gmt__tensors_backs(t, v[i])))
 			continue;
 		seen[id / 8] |= (uint8_t)(1u << (id % 8));
 		site = gmt__history_site(h, id);
-		if (site == NULL || !gmt__site_growing(h, site, &rises, &falls, &growth))
-			continue;
-		view->diag_in.growth_bytes += growth;
-		view->diag_in.growth_sites++;
-		if (growth > view->diag_in.growth_top_bytes) {
-			view->diag_in.growth_top_bytes = growth;
-			view->diag_in.growth_top_stack = id;
-			view->diag_in.growth_top_step_bytes =
-				gmt__site_step_growth(h, site, &view->diag_in.growth_top_steps);
-		}
-		/* Insertion into the 8 largest, largest first. */
-		for (at = view->ngrowth_ids; at > 0 && best[at - 1] < growth; at--)
-			;
-		if (at < 8) {
-			int last = view->ngrowth_ids < 8 ? view->ngrowth_ids : 7;
-
-			for (int k = last; k > at; k--) {
-				best[k] = best[k - 1];
-				view->growth_ids[k] = view->growth_ids[k - 1];
-			}
-			best[at] = growth;
-			view->growth_ids[at] = id;
-			if (view->ngrowth_ids < 8)
-				view->ngrowth_ids++;
-		}
+		if (site != NULL && gmt__site_growing(h, site, &rises, &falls, &growth))
+			note_growth(view, best, id, growth, h, site);
 	}
 	free(seen);
 }
@@ -144,31 +170,10 @@ static int by_stack_id(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The stack holding the most live memory on `device`, and with step
- * markers the live memory allocated there since the latest. */
-static void own_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n, int device,
-			  struct gmt__diag_input *in)
+/* The largest of the stacks that hold live memory, one run of `mine`
+ * (sorted by stack) after another. */
+static void largest_of(const struct gmt__entry **mine, size_t m, struct gmt__diag_input *in)
 {
-	const struct gmt__history *h = s->history;
-	const struct gmt__entry **mine = malloc((n ? n : 1) * sizeof(*mine));
-	size_t m = 0;
-
-	if (h != NULL && h->stepped) {
-		in->step_known = true;
-		in->step = h->step;
-		in->steps = h->round[GMT_SCALE_STEPS];
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (v[i]->device != device || v[i]->kind == GMT_KIND_MANAGED)
-			continue;
-		/* link: the seq of the event that made the entry (table.h) */
-		if (in->step_known && !in->step_from_framework && v[i]->link >= h->step_seq)
-			in->step_live_bytes += v[i]->size;
-		if (mine != NULL && v[i]->stack != 0)
-			mine[m++] = v[i];
-	}
-	if (mine == NULL)
-		return;
 	qsort(mine, m, sizeof(*mine), by_stack_id);
 	for (size_t i = 0, j; i < m; i = j) {
 		uint64_t bytes = 0;
@@ -180,7 +185,60 @@ static void own_on_device(const struct gmt__snapshot *s, const struct gmt__entry
 			in->largest_stack = mine[i]->stack;
 		}
 	}
+}
+
+/* The stack holding the most live memory on `device` — with a framework's
+ * tensors known, among the tensors' stacks and the stacks of the memory
+ * that is not the framework's — and with step markers the live memory
+ * allocated there since the latest (the tensors' own when their history
+ * reaches back to it). */
+static void own_on_device(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n, int device,
+			  const struct gmt__tensors *t, struct gmt__diag_input *in)
+{
+	const struct gmt__history *h = s->history;
+	const struct gmt__entry **mine = malloc((n + t->n ? n + t->n : 1) * sizeof(*mine));
+	struct gmt__entry *as_entries = t->n > 0 ? calloc(t->n, sizeof(*as_entries)) : NULL;
+	size_t m = 0;
+
+	if (h != NULL && h->stepped) {
+		in->step_known = true;
+		in->step = h->step;
+		in->steps = h->round[GMT_SCALE_STEPS];
+	}
+	if (t->known && t->step_known) {
+		/* The tensors allocated since the latest step mark: exact where
+		 * the allocator's counters only give a difference. */
+		in->step_known = true;
+		in->step = t->step;
+		in->step_from_framework = true;
+		in->step_tensors = true;
+		in->step_live_bytes = t->step_bytes;
+		if (in->steps < t->steps)
+			in->steps = t->steps;
+	}
+	for (size_t i = 0; i < n; i++) {
+		bool fw = t->known && gmt__tensors_backs(t, v[i]);
+
+		if (v[i]->device != device || v[i]->kind == GMT_KIND_MANAGED)
+			continue;
+		/* link: the seq of the event that made the entry (table.h) */
+		if (in->step_known && !in->step_from_framework && v[i]->link >= h->step_seq)
+			in->step_live_bytes += v[i]->size;
+		if (mine != NULL && v[i]->stack != 0 && !fw)
+			mine[m++] = v[i];
+	}
+	/* The tensors, as entries of their stacks' document ids. */
+	for (size_t i = 0; mine != NULL && as_entries != NULL && i < t->n; i++) {
+		if (t->v[i].device != device || t->v[i].stack == 0)
+			continue;
+		as_entries[i] = (struct gmt__entry){ .addr = t->v[i].addr, .size = t->v[i].size,
+						     .stack = gmt__tensor_stack_id(t->v[i].stack) };
+		mine[m++] = &as_entries[i];
+	}
+	if (mine != NULL)
+		largest_of(mine, m, in);
 	free(mine);
+	free(as_entries);
 }
 
 static uint64_t json_u64(const json_t *o, const char *key, bool *ok)
@@ -210,9 +268,9 @@ static const char *known_framework(const char *name)
 /* What a framework's allocator state (s->framework, checked JSON) says of
  * `device`: its counters, and the request its out-of-memory observer was
  * told of when it was on that device. */
-static void framework_on_device(const char *text, int device, struct gmt__diag_input *in)
+static void framework_on_device(const json_t *doc, int device, struct gmt__diag_input *in)
 {
-	json_t *doc = json_loads(text, 0, NULL), *d, *oom;
+	const json_t *d, *oom;
 	size_t i;
 
 	if (doc == NULL)
@@ -267,11 +325,10 @@ static void framework_on_device(const char *text, int device, struct gmt__diag_i
 		if (ok && dev == (uint64_t)device)
 			in->fw_requested = req;
 	}
-	json_decref(doc);
 }
 
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-		     struct gmt__view *view)
+		     const json_t *framework, const struct gmt__tensors *tensors, struct gmt__view *view)
 {
 	struct page_walk walks[GMT_SNAPSHOT_MAX_DEVICES] = { 0 };
 	int ndev = s->ndevices < GMT_SNAPSHOT_MAX_DEVICES ? s->ndevices : GMT_SNAPSHOT_MAX_DEVICES;
@@ -312,16 +369,30 @@ void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *con
 		memcpy(view->diag_in.tracked, view->kinds[d], sizeof(view->diag_in.tracked));
 		view->diag_in.pages = view->pages[d];
 		view->diag_in.fw_expandable = -1;
-		growth_on_device(s, v, n, s->failed->device, view);
-		if (s->framework != NULL)
-			framework_on_device(s->framework, s->failed->device, &view->diag_in);
-		own_on_device(s, v, n, s->failed->device, &view->diag_in);
+		view->diag_in.tensors = tensors->known;
+		growth_on_device(s, v, n, s->failed->device, tensors, view);
+		framework_on_device(framework, s->failed->device, &view->diag_in);
+		own_on_device(s, v, n, s->failed->device, tensors, &view->diag_in);
 		if (s->episode != NULL) {
 			view->diag_in.episode_failures = s->episode->failures;
 			view->diag_in.released_bytes = s->episode->freed_bytes;
 			view->diag_in.released_count = s->episode->freed_count;
 		}
-		gmt__diagnose(&view->diag_in, &view->diag);
 		view->have_diagnosis = true;
 	}
+}
+
+void gmt__view_diagnose(struct gmt__view *view, const struct gmt__sites *sites, const uint32_t *ids)
+{
+	const struct gmt__stack_site *ss;
+
+	if (!view->have_diagnosis)
+		return;
+	ss = view->diag_in.growth_top_stack != 0 ? gmt__sites_of(sites, ids, view->diag_in.growth_top_stack) : NULL;
+	if (ss != NULL) {
+		view->diag_in.growth_top_label = ss->label;
+		view->diag_in.growth_top_python = ss->python;
+		view->diag_in.growth_top_tensor = gmt__is_tensor_stack(view->diag_in.growth_top_stack);
+	}
+	gmt__diagnose(&view->diag_in, &view->diag);
 }

@@ -1,11 +1,16 @@
 /* What a snapshot derives from its live set before it writes anything:
  * per device its pages and fragmentation, the growing sites with memory
- * there, and the inputs and result of the diagnosis. Pure: no lock, no I/O. */
+ * there (the tensors' where a framework handed them over), and the inputs
+ * and result of the diagnosis. Pure: no lock, no I/O. */
 #ifndef GMT_VIEW_H
 #define GMT_VIEW_H
 
 #include "analyze/diagnose.h"
 #include "analyze/capture.h"
+#include "analyze/sites.h"
+#include "analyze/tensors.h"
+
+#include <jansson.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,8 +33,14 @@ struct gmt__view {
 	int ngrowth_ids;
 };
 
-/* Fills the view from the live allocations v[0..n) (sorted by address). */
+/* Fills the view from the live allocations v[0..n) (sorted by address), the
+ * framework's state (parsed, may be NULL) and its tensors (tensors.h): all
+ * but the diagnosis itself, whose labels need the sites. */
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-		     struct gmt__view *view);
+		     const json_t *framework, const struct gmt__tensors *tensors, struct gmt__view *view);
+
+/* The diagnosis of an out-of-memory snapshot, once the sites of the stacks
+ * (ids[0..], ascending) are decided: the growing site's label and words. */
+void gmt__view_diagnose(struct gmt__view *view, const struct gmt__sites *sites, const uint32_t *ids);
 
 #endif /* GMT_VIEW_H */

@@ -328,7 +328,10 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_lit(p, ", \"step_live_bytes\": ");
 	p = put_u64_or_null(p, in->step_known, in->step_live_bytes);
 	p = gmt__put_lit(p, ", \"step_live_source\": ");
-	p = gmt__put_lit(p, !in->step_known ? "null" : in->step_from_framework ? "\"framework\"" : "\"driver\"");
+	p = gmt__put_lit(p, !in->step_known	       ? "null"
+			    : in->step_tensors	       ? "\"tensors\""
+			    : in->step_from_framework ? "\"framework\""
+						       : "\"driver\"");
 	p = gmt__put_lit(p, ", \"framework_expandable\": ");
 	p = gmt__put_lit(p, in->fw_expandable < 0 ? "null" : in->fw_expandable ? "true" : "false");
 	p = gmt__put_lit(p, "}},\n");

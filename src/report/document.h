@@ -42,9 +42,18 @@ void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s);
 /* The "episode" section of an out-of-memory snapshot (s->episode). */
 void gmt__doc_episode(struct gmt__json *o, const struct gmt__snapshot *s);
 
-/* The "framework" section (s->framework), its segments joined to m's live
- * memory by address. */
-void gmt__doc_framework(struct gmt__json *o, const struct gmt__snapshot *s, const struct gmt__model *m);
+/* The "framework" section: the state handed over (m->framework), its
+ * segments joined to the live memory by the model. */
+void gmt__doc_framework(struct gmt__json *o, const struct gmt__model *m);
+
+/* The "tensors" section: the framework's level (m->tensors), when known. */
+void gmt__doc_tensors(struct gmt__json *o, const struct gmt__model *m);
+
+/* The elements of a "sites" array: the history h's sites v[0..n) (ids
+ * indexing h), each with its growth; `tensors`: the ids are tensor stacks'
+ * indices (tensors.h), written as their document ids. */
+void gmt__doc_site_list(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n,
+			bool tensors);
 
 void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache);
 

@@ -52,15 +52,13 @@ static void out_frame(struct gmt__json *o, const struct gmt__frame_info *f, cons
 	gmt__json_commit(o, p);
 }
 
-/* One Python frame (pystack.h): no address or module, a function, file and
- * line, and the marker. */
-static void out_py_frame(struct gmt__json *o, uintptr_t word, bool first, const char *role)
+/* One Python frame: no address or module, a function, file and line, and
+ * the marker. */
+static void out_py_frame(struct gmt__json *o, const char *function, const char *file, int line, bool first,
+			 const char *role)
 {
-	const char *function = NULL, *file = NULL;
-	int line = 0;
 	char *p;
 
-	(void)gmt__py_frame(word, &function, &file, &line);
 	gmt__json_str(o, first ? "{\"address\": null, \"module\": null, \"function\": "
 			 : ", {\"address\": null, \"module\": null, \"function\": ");
 	gmt__json_string_or_null(o, function);
@@ -101,8 +99,11 @@ static void json_native(void *ctx, const struct gmt__frame_info *f, const struct
 static void json_python(void *ctx, uintptr_t word)
 {
 	struct json_frames *j = ctx;
+	const char *function = NULL, *file = NULL;
+	int line = 0;
 
-	out_py_frame(j->o, word, j->i == 0, json_role(j));
+	(void)gmt__py_frame(word, &function, &file, &line);
+	out_py_frame(j->o, function, file, line, j->i == 0, json_role(j));
 	j->i++;
 }
 
@@ -164,12 +165,34 @@ static void out_site(struct gmt__json *o, const struct gmt__stack_site *site)
  * looked up (the cache answers), each stack with its site (none without
  * memory for the rule). */
 static void out_stacks(struct gmt__json *o, struct gmt__frame_cache *cache, const struct gmt__idset *ids, size_t n,
-		       const struct gmt__sites *sites)
+		       const struct gmt__sites *sites, const struct gmt__tensors *tensors)
 {
 	gmt__json_str(o, " \"stacks\": [");
 	for (size_t i = 0; i < n; i++) {
-		int depth = 0;
-		const uintptr_t *ips = gmt__stack_get(ids->v[i], &depth);
+		const struct gmt__site_frame *given;
+		int depth = 0, ngiven = 0;
+		const uintptr_t *ips;
+
+		if (gmt__tensors_frames(tensors, ids->v[i], &given, &ngiven)) {
+			/* A framework's Python stack: its frames as handed over. */
+			const struct gmt__stack_site *site = sites->n > 0 ? &sites->v[i] : NULL;
+			char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+
+			p = gmt__put_lit(p, i ? ",\n  {\"id\": " : "\n  {\"id\": ");
+			p = gmt__put_u64(p, ids->v[i]);
+			p = gmt__put_lit(p, ", \"runtime_call\": null, \"tags\": []");
+			gmt__json_commit(o, p);
+			if (site != NULL)
+				out_site(o, site);
+			gmt__json_str(o, ", \"frames\": [");
+			for (int k = 0; k < ngiven; k++)
+				out_py_frame(o, given[k].function, given[k].file, given[k].line, k == 0,
+					     gmt__frame_role_name(site != NULL && k < site->nframes ? site->roles[k]
+												  : GMT_ROLE_USER));
+			gmt__json_str(o, "]}");
+			continue;
+		}
+		ips = gmt__stack_get(ids->v[i], &depth);
 		int nframes = gmt__stack_frames(ips, depth), ntags = ips != NULL ? depth - nframes : 0;
 		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
@@ -277,7 +300,7 @@ static char *put_stream(char *p, uint8_t kind, uint16_t stream)
 }
 
 static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const struct gmt__api_table *apis,
-		      bool first)
+		      bool first, const struct gmt__tensors *t)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES + apis->longest);
 
@@ -313,16 +336,19 @@ static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const str
 		break;
 	}
 	p = put_entry_origin(p, e, api_name(apis, e->api));
+	if (t != NULL && t->known && gmt__tensors_backs(t, e))
+		p = gmt__put_lit(p, ", \"framework_segment\": true");
 	*p++ = '}';
 	gmt__json_commit(o, p);
 }
 
-/* Writes the entries v[0..n) of one section as the elements of a JSON array. */
+/* Writes the entries v[0..n) of one section as the elements of a JSON
+ * array; t (may be NULL) marks the memory of a framework's segments. */
 static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, size_t n,
-			const struct gmt__api_table *apis)
+			const struct gmt__api_table *apis, const struct gmt__tensors *t)
 {
 	for (size_t i = 0; i < n && o->err == 0; i++)
-		out_entry(o, v[i], apis, i == 0);
+		out_entry(o, v[i], apis, i == 0, t);
 	if (n > 0)
 		gmt__json_str(o, "\n ");
 }
@@ -330,20 +356,20 @@ static void out_section(struct gmt__json *o, const struct gmt__entry *const *v, 
 /* ---- the history: sites, series, events ------------------------------------------ */
 
 
-static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n)
+void gmt__doc_site_list(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n,
+			bool tensors)
 {
-	gmt__json_str(o, " \"sites\": [");
 	for (size_t i = 0; i < n && o->err == 0; i++) {
 		const struct gmt__site *s = gmt__history_site(h, v[i].id);
 		uint32_t rises, falls;
-		uint64_t growth;
+		uint64_t growth, steps, step_growth = gmt__site_step_growth(h, s, &steps);
 		bool growing = gmt__site_growing(h, s, &rises, &falls, &growth);
 		uint64_t rise;
 		bool suspect = gmt__site_suspect(h, s, &rises, &falls, &rise);
 		char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 		p = gmt__put_lit(p, i ? ",\n  {\"stack\": " : "\n  {\"stack\": ");
-		p = gmt__put_u64(p, v[i].id);
+		p = gmt__put_u64(p, tensors ? gmt__tensor_stack_id(v[i].id) : v[i].id);
 		p = gmt__put_lit(p, ", \"live_bytes\": ");
 		p = gmt__put_u64(p, s->live_bytes);
 		p = gmt__put_lit(p, ", \"live_count\": ");
@@ -360,10 +386,20 @@ static void out_sites(struct gmt__json *o, const struct gmt__history *h, const s
 		p = gmt__put_u64(p, falls);
 		p = gmt__put_lit(p, ", \"growth_bytes\": ");
 		p = gmt__put_u64(p, growth);
+		p = gmt__put_lit(p, ", \"step_growth_bytes\": ");
+		p = gmt__put_u64(p, step_growth);
+		p = gmt__put_lit(p, ", \"growth_steps\": ");
+		p = gmt__put_u64(p, steps);
 		p = gmt__put_lit(p, growing ? ", \"growing\": true" : ", \"growing\": false");
 		p = gmt__put_lit(p, suspect ? ", \"suspect\": true}" : ", \"suspect\": false}");
 		gmt__json_commit(o, p);
 	}
+}
+
+static void out_sites(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n)
+{
+	gmt__json_str(o, " \"sites\": [");
+	gmt__doc_site_list(o, h, v, n, false);
 	gmt__json_str(o, n > 0 ? "\n ],\n" : "],\n");
 }
 
@@ -736,20 +772,21 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct gm
 {
 	out_header(o, s, d->view);
 	gmt__json_str(o, " \"allocations\": [");
-	out_section(o, d->live, d->hi0, apis);
+	out_section(o, d->live, d->hi0, apis, &d->tensors);
 	gmt__json_str(o, "],\n \"vmm\": {\"reservations\": [");
-	out_section(o, d->live + d->hi0, d->hi1 - d->hi0, apis);
+	out_section(o, d->live + d->hi0, d->hi1 - d->hi0, apis, NULL);
 	gmt__json_str(o, "], \"mappings\": [");
-	out_section(o, d->live + d->hi1, d->nlive - d->hi1, apis);
+	out_section(o, d->live + d->hi1, d->nlive - d->hi1, apis, NULL);
 	gmt__json_str(o, "]},\n");
-	if (s->framework != NULL)
-		gmt__doc_framework(o, s, d);
+	if (d->framework != NULL)
+		gmt__doc_framework(o, d);
+	gmt__doc_tensors(o, d);
 	if (s->history != NULL) {
 		out_sites(o, s->history, d->sites, d->nsites);
 		out_series(o, s->history, s->time_ns);
 		out_history(o, s->history, apis);
 	}
-	out_stacks(o, &d->cache, &d->ids, d->nids, &d->stack_sites);
+	out_stacks(o, &d->cache, &d->ids, d->nids, &d->stack_sites, &d->tensors);
 	if (s->leaks != NULL)
 		out_leaks(o, &d->cache, &d->lw);
 	gmt__json_str(o, "}\n");

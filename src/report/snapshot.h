@@ -14,8 +14,10 @@
  * snapshot, and the verdicts never_fits and cache_released; 3, the
  * diagnosis's remedies; 4, framework sections of CuPy's pool; 5, failures a
  * framework's allocator refused on its own (failed_request.refused_by), the
- * verdict framework_limit, JAX's framework section, allocations[].stream. */
-#define GMT_SNAPSHOT_MINOR "5"
+ * verdict framework_limit, JAX's framework section, allocations[].stream;
+ * 6, the tensors section (the framework's level), the memory of its segments
+ * marked, the sites' growth over steps. */
+#define GMT_SNAPSHOT_MINOR "6"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

@@ -292,9 +292,21 @@ void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model
 			at += (size_t)snprintf(s->report + at, s->report_len - at, " (at %s)",
 					       m->stack_sites.labels[ss->site - 1]);
 	}
+	/* With the framework's tensors known, its tensors and the memory that
+	 * is not the framework's; else the driver's allocations. */
 	for (int i = 0; i < rep->n && at < s->report_len; i++) {
-		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in %llu allocation%s at %s",
-				       i == 0 ? "\ntop sites: " : "; ", gmt__human_bytes(a, sizeof(a), rep->bytes[i]),
-				       (unsigned long long)rep->count[i], rep->count[i] == 1 ? "" : "s", rep->where[i]);
+		uint64_t tensors = rep->tensors[i], others = rep->count[i] - tensors;
+
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in ",
+				       i == 0 ? "\ntop sites: " : "; ",
+				       gmt__human_bytes(a, sizeof(a), rep->bytes[i]));
+		if (at < s->report_len && tensors > 0)
+			at += (size_t)snprintf(s->report + at, s->report_len - at, "%llu tensor%s%s",
+					       (unsigned long long)tensors, tensors == 1 ? "" : "s", others > 0 ? " and " : "");
+		if (at < s->report_len && others > 0)
+			at += (size_t)snprintf(s->report + at, s->report_len - at, "%llu allocation%s",
+					       (unsigned long long)others, others == 1 ? "" : "s");
+		if (at < s->report_len)
+			at += (size_t)snprintf(s->report + at, s->report_len - at, " at %s", rep->where[i]);
 	}
 }

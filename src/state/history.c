@@ -29,10 +29,25 @@ int gmt__history_init(struct gmt__history *h, size_t max_events)
 	h->pt_val = gmt__map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
 	h->pt_max = gmt__map((size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
 	h->sites = gmt__map(SITES_FIRST * sizeof(*h->sites));
+	h->nsites = h->sites != NULL ? SITES_FIRST : 0;
 	if (h->pt_time == NULL || h->pt_val == NULL || h->pt_max == NULL || h->sites == NULL)
 		return -ENOMEM;
-	h->nsites = SITES_FIRST;
 	return 0;
+}
+
+void gmt__history_destroy(struct gmt__history *h)
+{
+	if (h->events != NULL)
+		munmap(h->events, h->cap * sizeof(*h->events));
+	if (h->pt_time != NULL)
+		munmap(h->pt_time, GMT_SERIES_POINTS * sizeof(uint64_t));
+	if (h->pt_val != NULL)
+		munmap(h->pt_val, (size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
+	if (h->pt_max != NULL)
+		munmap(h->pt_max, (size_t)GMT_SERIES_COLUMNS * GMT_SERIES_POINTS * sizeof(uint64_t));
+	if (h->sites != NULL)
+		munmap(h->sites, h->nsites * sizeof(*h->sites));
+	memset(h, 0, sizeof(*h));
 }
 
 void gmt__history_clear(struct gmt__history *h)
@@ -229,12 +244,22 @@ static struct scale_verdict judge_scale(const struct gmt__site *s, int k, uint32
 }
 
 /* The scale a site grows (still: `still`) at — time first, then the
- * longest rounds — or -1. */
+ * longest rounds — or -1; in a program that marked GMT_GROWTH_MIN_RISES
+ * steps or more, its steps alone.
+ * NOTE: the steps are the program's own rhythm, the same on any machine:
+ * what rises within a step and falls by its end (a batch's activations) is
+ * the step's, not a leak, however the windows of time or the rounds of
+ * changes happen to cut it. */
 static int growing_scale(const struct gmt__history *h, const struct gmt__site *s, bool still)
 {
-	/* time, steps, then 256, 32 and 4 changes */
+	/* time, then 256, 32 and 4 changes; the steps before them */
 	static const int order[GMT_SCALES] = { 0, GMT_SCALE_STEPS, 3, 2, 1 };
 
+	if (h->round[GMT_SCALE_STEPS] >= GMT_GROWTH_MIN_RISES) {
+		struct scale_verdict v = judge_scale(s, GMT_SCALE_STEPS, h->round[GMT_SCALE_STEPS]);
+
+		return (still ? v.grows : v.grew) ? GMT_SCALE_STEPS : -1;
+	}
 	for (int i = 0; i < GMT_SCALES; i++) {
 		int k = order[i];
 		struct scale_verdict v = judge_scale(s, k, h->round[k]);

@@ -36,7 +36,8 @@
  * was rising. It grows when it does at some scale: a leak is
  * found however fast the loop runs, while a step's allocations and frees
  * meet within one round of a scale that is long enough. A program that marks
- * its steps (gmt_step) has a fifth scale, exactly its own: one round a step. */
+ * its steps (gmt_step) has a fifth scale, exactly its own: one round a step;
+ * once it marked GMT_GROWTH_MIN_RISES steps, growth is judged there alone. */
 #define GMT_GROWTH_MIN_RISES 4
 #define GMT_SCALES 5
 #define GMT_SCALE_STEPS 4                     /* the scale of gmt_step's steps */
@@ -89,6 +90,12 @@ struct gmt__site {
 	} scale[GMT_SCALES];
 };
 
+/* A stack of a history's per-stack sites, and its live bytes. */
+struct gmt__site_ref {
+	uint32_t id;
+	uint64_t live;
+};
+
 /* What happened to memory, for the history and the series. */
 struct gmt__hist_cause {
 	uint64_t seq, time_ns;
@@ -135,6 +142,10 @@ struct gmt__history {
 /* Sets up an empty history keeping `max_events` events (0: none). Returns 0
  * or -ENOMEM (then nothing is kept, and every call below is harmless). */
 int gmt__history_init(struct gmt__history *h, size_t max_events);
+
+/* Gives back the memory of a history made by gmt__history_init (h itself
+ * is the caller's). */
+void gmt__history_destroy(struct gmt__history *h);
 
 /* Forgets everything, keeping the memory (a fork child starts afresh). */
 void gmt__history_clear(struct gmt__history *h);

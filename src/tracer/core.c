@@ -648,7 +648,7 @@ int gmt__api_framework(const char *json)
 	json_error_t err;
 	json_t *doc, *reason;
 	char *text;
-	bool exit;
+	bool exit, api;
 
 	if (!api_ready())
 		return -ENOSYS;
@@ -672,12 +672,14 @@ int gmt__api_framework(const char *json)
 		return r;
 	}
 	if (!json_is_object(doc) || !json_is_string(reason) ||
-	    (strcmp(json_string_value(reason), "oom") != 0 && strcmp(json_string_value(reason), "exit") != 0)) {
+	    (strcmp(json_string_value(reason), "oom") != 0 && strcmp(json_string_value(reason), "exit") != 0 &&
+	     strcmp(json_string_value(reason), "api") != 0)) {
 		json_decref(doc);
 		return -EINVAL;
 	}
 	exit = strcmp(json_string_value(reason), "exit") == 0;
-	if (!exit) {
+	api = strcmp(json_string_value(reason), "api") == 0;
+	if (!exit && !api) {
 		/* The request its error named, and where. */
 		json_t *oom = json_object_get(doc, "oom"), *name = json_object_get(doc, "name");
 		json_t *dev = json_object_get(oom, "device"), *req = json_object_get(oom, "requested_bytes");
@@ -696,6 +698,8 @@ int gmt__api_framework(const char *json)
 		return -ENOMEM;
 	if (exit)
 		gmt__episode_framework_exit(text);
+	else if (api)
+		gmt__episode_framework_api(text);
 	else
 		gmt__on_framework_oom(text, (uint16_t)label, size, device);
 	return 0;

@@ -312,6 +312,14 @@ void gmt__episode_framework_exit(char *json)
 	gmt__core_unlock();
 }
 
+void gmt__episode_framework_api(char *json)
+{
+	gmt__core_lock();
+	free(gmt__core.framework_api);
+	gmt__core.framework_api = json;
+	gmt__core_unlock();
+}
+
 bool gmt__episode_awaits(void)
 {
 	bool awaits;
@@ -367,6 +375,8 @@ void gmt__episode_fork_child(void)
 	free(gmt__core.episode.framework);
 	free(gmt__core.framework_exit);
 	gmt__core.framework_exit = NULL;
+	free(gmt__core.framework_api);
+	gmt__core.framework_api = NULL;
 	memset(&gmt__core.episode, 0, sizeof(gmt__core.episode));
 	pthread_mutex_unlock(&write_lock);
 }

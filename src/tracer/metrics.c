@@ -338,7 +338,7 @@ static void write_metrics(bool running)
 		}
 		gmt__frames_open(&cache);
 		(void)gmt__site_rules_init(&rules, opt->site_libraries);
-		(void)gmt__sites_build(&stack_sites, &cache, ids, nids, &rules);
+		(void)gmt__sites_build(&stack_sites, &cache, ids, nids, &rules, NULL);
 		gmt__site_rules_free(&rules);
 		name_sites(&stack_sites, ids, c.top, c.ntop, names);
 		name_sites(&stack_sites, ids, c.growing, c.ngrowing, names + c.ntop);

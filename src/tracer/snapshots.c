@@ -92,6 +92,7 @@ struct take {
 	const struct gmt__episode *episode;
 	const char *framework;       /* a framework's state (oom: the episode's; exit: gmt__core's) */
 	bool exit_framework;         /* take a copy of the state handed over for exit */
+	bool api_framework;          /* take the state handed over for gmt_dump() */
 	uint64_t replace_seq;        /* rewrite this number's file (an episode's) */
 	struct gmt__oom_write *oom;  /* keep the oom report here instead of printing it */
 };
@@ -195,6 +196,12 @@ static int take(const struct take *t)
 		framework = strdup(gmt__core.framework_exit);
 		s.framework = framework;
 	}
+	/* A gmt_dump()'s: handed over just before it, for it alone. */
+	if (r == 0 && t->api_framework && gmt__core.framework_api != NULL) {
+		framework = gmt__core.framework_api;
+		gmt__core.framework_api = NULL;
+		s.framework = framework;
+	}
 	if (r == 0 && gmt__core.have_hist) {
 		hist = gmt__history_copy(&gmt__core.hist);
 		r = hist != NULL ? 0 : -ENOMEM;
@@ -246,7 +253,8 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 			     struct gmt__snapshot_leaks *leaks, bool no_file)
 {
 	struct take t = { .reason = reason, .failed = failed, .state = state, .out = out, .outlen = outlen,
-			  .leaks = leaks, .no_file = no_file, .exit_framework = reason == GMT_REASON_EXIT };
+			  .leaks = leaks, .no_file = no_file, .exit_framework = reason == GMT_REASON_EXIT,
+			  .api_framework = reason == GMT_REASON_API };
 
 	return take(&t);
 }

@@ -217,6 +217,7 @@ struct gmt__core {
 	uint64_t oom_failures;
 	struct gmt__oom_episode episode;
 	char *framework_exit; /* a framework's state for the exit snapshot (gmt_framework), or NULL */
+	char *framework_api;  /* a framework's state for the next gmt_dump() snapshot, taken by it; or NULL */
 	/* The frameworks whose out-of-memory errors are reported to the tracer
 	 * (gmt_framework "watch": their observers are in), "torch/cupy", or "":
 	 * an episode none reported, ended by a success, is one an allocator
@@ -379,6 +380,9 @@ void gmt__episode_settle(bool exiting);
 /* A framework's allocator state (gmt_framework; `json` checked, malloc'd,
  * taken over) for the exit snapshot. Takes the locks. */
 void gmt__episode_framework_exit(char *json);
+/* The same for the next gmt_dump() snapshot, which takes it (`json`
+ * malloc'd, taken over). */
+void gmt__episode_framework_api(char *json);
 /* Whether the open episode's latest failure awaits a framework's hand-over
  * (a peek: the answer may be stale by the time it is used). */
 bool gmt__episode_awaits(void);

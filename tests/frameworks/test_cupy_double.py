@@ -112,7 +112,7 @@ except cupy.cuda.memory.OutOfMemoryError as e:
 
 def cupy_env(source: str) -> Dict[str, str]:
     env = common.base_env(source)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_cupy"), os.path.join(HERE, "fake_common")])
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_cupy", "site-packages"), os.path.join(HERE, "fake_common", "site-packages")])
     return env
 
 
@@ -168,7 +168,7 @@ def test_recovered(launcher: str, env: Dict[str, str]) -> None:
 def test_both(launcher: str, env: Dict[str, str]) -> None:
     """PyTorch and CuPy in one program: both watch, and the recovered line
     names them both."""
-    both = dict(env, PYTHONPATH=os.pathsep.join([env["PYTHONPATH"], os.path.join(HERE, "fake_torch")]))
+    both = dict(env, PYTHONPATH=os.pathsep.join([env["PYTHONPATH"], os.path.join(HERE, "fake_torch", "site-packages")]))
     with tempfile.TemporaryDirectory(prefix="gmt-cupy-") as tmp:
         text = "import torch\ntorch.cuda.init()\n" + RECOVER
         common.recovered_then_raised(launcher, both, tmp, text, "both.py", "torch/cupy", "both")

@@ -137,7 +137,7 @@ except jax.errors.JaxRuntimeError as e:
 
 def jax_env(source: str) -> Dict[str, str]:
     env = common.base_env(source)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_jax"), os.path.join(HERE, "fake_common")])
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_jax", "site-packages"), os.path.join(HERE, "fake_common", "site-packages")])
     return env
 
 

@@ -156,7 +156,7 @@ def base_env(source: str) -> Dict[str, str]:
            if not k.startswith(("GPUMEMTRACE_", "GMTSIM_")) and k not in ("LD_PRELOAD", "PYTHONPATH")}
     env["GMTSIM_MEMORY"] = "1G"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_torch"), os.path.join(HERE, "fake_common")])
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "fake_torch", "site-packages"), os.path.join(HERE, "fake_common", "site-packages")])
     if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
         env["LD_PRELOAD"] = os.environ["GMT_TEST_ASAN_RUNTIME"]
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
@@ -345,8 +345,8 @@ def test_steps(launcher: str, source: str, env: Dict[str, str]) -> None:
         nums = dg.get("numbers") or {}
         check((nums.get("step"), nums.get("steps")) == (steps, steps) and n == steps + 1,
               "steps: each optimizer step marked", (nums.get("step"), nums.get("steps"), steps))
-        check((nums.get("step_live_bytes"), nums.get("step_live_source")) == (now - at_step, "framework"),
-              "steps: the step's memory is PyTorch's count now less at the step's mark",
+        check((nums.get("step_live_bytes"), nums.get("step_live_source")) == (now - at_step, "tensors"),
+              "steps: the step's memory is its tensors': PyTorch's count now less at the step's mark",
               (nums.get("step_live_bytes"), nums.get("step_live_source"), now - at_step))
         names = [x["name"] for x in dg.get("remedies") or []]
         check(dg.get("verdict") == "exhaustion" and names[:2] == ["smaller_batch", "checkpointing"],
@@ -362,7 +362,7 @@ def test_steps(launcher: str, source: str, env: Dict[str, str]) -> None:
         latest = max(glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json")), key=os.path.getmtime)
         with open(latest, encoding="utf-8") as f:
             nums = (json.load(f).get("diagnosis") or {}).get("numbers") or {}
-        check(nums.get("step") == 1000 + steps and nums.get("step_live_source") == "driver",
+        check(nums.get("step") == 1000 + steps and nums.get("step_live_source") == "tensors",
               "steps: the program's own marks, not the bootstrap's", (nums.get("step"), nums.get("step_live_source")))
 
 

@@ -74,11 +74,12 @@ static void test_pages(void)
 	struct gmt__snapshot_device devs[2] = { { .index = 0 }, { .index = 1 } };
 	struct gmt__snapshot s = { .reason = GMT_REASON_API, .devices = devs, .ndevices = 2 };
 	struct gmt__view *view = malloc(sizeof(*view));
+	struct gmt__tensors none = { 0 };
 
 	CHECK(view != NULL);
 	if (view == NULL)
 		return;
-	gmt__view_build(&s, v, 4, view);
+	gmt__view_build(&s, v, 4, NULL, &none, view);
 	CHECK_U64(view->pages[0].granularity, 2 * MiB);
 	CHECK(!view->pages[0].granularity_known);
 	CHECK_U64(view->pages[0].pages, 5);
@@ -203,7 +204,7 @@ static void test_sites_resolved(void)
 	}
 	CHECK_INT(gmt__site_rules_init(&rules, NULL), 0);
 	gmt__frames_open(&fc);
-	CHECK_INT(gmt__sites_build(&sites, &fc, ids, 2, &rules), 0);
+	CHECK_INT(gmt__sites_build(&sites, &fc, ids, 2, &rules, NULL), 0);
 	CHECK_INT(sites.nsites, 2);
 	for (size_t i = 0; i < sites.n; i++) {
 		const struct gmt__stack_site *s = gmt__sites_of(&sites, ids, ids[i]);

@@ -600,21 +600,119 @@ static void test_remedies_growth(void)
 	CHECK_STR(names(&d), "growth,exhaustion");
 	CHECK_STR(remedies(&d), "free_growing_site");
 	CHECK_INT(d.remedies[0].stack, 5);
-	CHECK(strstr(d.remedies[0].text, "it gained 10.0 GiB of the 12.0 GiB the growing sites added") != NULL);
-	CHECK(strstr(d.remedies[0].text, "empty_cache") == NULL);
+	/* C's words: a native site, no framework. */
+	CHECK(strstr(d.remedies[0].text, "free what this site allocates once it is done with it — each buffer it "
+					 "keeps across iterations (it grew by 10.0 GiB while the program ran)") != NULL);
+	CHECK(strstr(d.remedies[0].text, "torch") == NULL && strstr(d.remedies[0].text, "tensor") == NULL);
 
-	/* With steps: the gain over whole steps, per step; with PyTorch, its
-	 * cache returned too. The step's own memory is no remedy beside a leak. */
+	/* A Python line (CuPy, numba): the references that keep its arrays. */
+	in.growth_top_python = true;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "drop the references that keep what this line allocates alive") != NULL);
+	CHECK(strstr(d.remedies[0].text, "torch") == NULL);
+
+	/* With steps: the gain over whole steps, per step. The step's own
+	 * memory is no remedy beside a leak. A PyTorch tensor's line: the words
+	 * of what PyTorch users keep by mistake. */
 	in.step_known = true;
 	in.step = 40;
 	in.step_live_bytes = 4 * GIB;
 	in.growth_top_step_bytes = 9 * GIB;
 	in.growth_top_steps = 36;
 	in.fw_torch = true;
+	in.growth_top_tensor = true;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(remedies(&d), "free_growing_site");
-	CHECK(strstr(d.remedies[0].text, "then torch.cuda.empty_cache()): it gained 10.0 GiB, 256 MiB a step over 36 "
-					 "whole steps") != NULL);
+	CHECK(strstr(d.remedies[0].text, "stop keeping what this line allocates across steps (256 MiB a step over 36 "
+					 "whole steps): a tensor kept across steps keeps its graph too, "
+					 "so keep `loss.item()` or `loss.detach()`") != NULL);
+	CHECK(strstr(d.remedies[0].text, "empty_cache") == NULL);
+
+	/* No steps: evaluation first (torch.no_grad()). */
+	in.growth_top_steps = 0;
+	in.growth_top_step_bytes = 0;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "stop keeping what this line allocates (it grew by 10.0 GiB while the "
+					 "program ran): if it runs the model for evaluation, wrap it in "
+					 "`with torch.no_grad():`") != NULL);
+}
+
+/* With the framework's tensors known, a growth that covers the shortfall is
+ * the verdict even when the request met the allocator's fragmentation,
+ * which is listed beside it; without growth, or with the tensors unknown,
+ * fragmentation stays first. */
+static void test_tensor_growth_first(void)
+{
+	struct gmt__device_state st = device(0);
+	struct gmt__diag_input in = input(&st, 40 * MIB, 16 * GIB);
+	struct gmt__diagnosis d;
+
+	in.fw_known = in.fw_largest_known = in.fw_torch = true;
+	in.fw_name = "torch";
+	in.fw_expandable = 0;
+	in.fw_requested = 40 * MIB;
+	in.fw_reserved_unallocated = 688 * MIB;
+	in.fw_largest_free = 16 * MIB;
+	in.fw_allocated = 15 * GIB;
+	in.growth_sites = 1;
+	in.growth_bytes = 912 * MIB;
+	in.growth_top_stack = 0x40000003;
+	in.growth_top_bytes = 912 * MIB;
+	in.growth_top_step_bytes = 984 * MIB;
+	in.growth_top_steps = 41;
+	in.growth_top_label = "train_step (loss.py:16)";
+	in.growth_top_tensor = in.growth_top_python = true;
+
+	/* The tensors unknown: the allocator's fragmentation, as before. */
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "allocator_fragmentation");
+	CHECK_STR(remedies(&d), "expandable_segments");
+
+	in.tensors = true;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "growth,exhaustion,allocator_fragmentation");
+	CHECK_U64(d.v[0].bytes, 912 * MIB);
+	CHECK(strstr(d.v[0].detail, "1 allocation site kept growing and added 912 MiB (a leak suspect): train_step "
+				    "(loss.py:16), 24.0 MiB a step over 41 steps; the request fell 40.0 MiB short") != NULL);
+	CHECK(strstr(d.v[2].detail, "its largest free block is 16.0 MiB: its segments are fragmented; without what "
+				    "train_step (loss.py:16) kept (912 MiB), 1.56 GiB of them would be free") != NULL);
+	CHECK(rests_on(&d.v[2], "growth_top_bytes"));
+	CHECK_STR(remedies(&d), "free_growing_site");
+	CHECK(strstr(d.remedies[0].text, "loss.item()") != NULL);
+
+	/* A growth too small for the shortfall: the fragmentation stays first. */
+	in.growth_bytes = in.growth_top_bytes = 16 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "allocator_fragmentation");
+
+	/* No growth: fragmentation, and its remedy. */
+	in.growth_sites = 0;
+	in.growth_bytes = in.growth_top_bytes = 0;
+	in.growth_top_stack = 0;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "allocator_fragmentation");
+	CHECK_STR(remedies(&d), "expandable_segments");
+}
+
+/* Exhaustion with the tensors of the step known: what the step's own
+ * tensors hold against what earlier steps left. */
+static void test_exhaustion_step_tensors(void)
+{
+	struct gmt__device_state st = device(100 * MIB);
+	struct gmt__diag_input in = input(&st, 512 * MIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	in.tensors = in.fw_known = in.fw_torch = true;
+	in.fw_allocated = 14 * GIB;
+	in.step_known = in.step_from_framework = in.step_tensors = true;
+	in.step = 7;
+	in.step_live_bytes = 10 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion,untracked");
+	CHECK(strstr(d.v[0].detail, "; of the framework's tensors, step 7's own hold 10.0 GiB and earlier steps left "
+				    "4.00 GiB") != NULL);
+	CHECK(rests_on(&d.v[0], "step_live_bytes"));
+	CHECK_STR(remedies(&d), "smaller_batch,checkpointing");
 }
 
 int main(void)
@@ -623,6 +721,8 @@ int main(void)
 	test_never_fits();
 	test_cache_released();
 	test_allocator_fragmentation();
+	test_tensor_growth_first();
+	test_exhaustion_step_tensors();
 	test_framework_limit();
 	test_fragmentation();
 	test_pool();

@@ -659,16 +659,17 @@ def simulator_snapshots() -> None:
     check_width(text, 80, "simulator oom")
     print(text, end="")
     has(section(text, "Why it failed"), "verdict: growth", "verdict")
-    has(" ".join(text.split()), "1 allocation site kept growing and added 3.06 GiB", "diagnosis summary")
+    has(" ".join(text.split()), "1 allocation site kept growing and added 3.12 GiB", "diagnosis summary")
     first = site_entries(text)[0]
     line = _source_line("demo/train_loop.c", "cudaMallocAsync(&p")
     has(first.split("\n")[0], "3.12 GiB", "top site's bytes")
     has(first, f"stream_alloc (train_loop.c:{line})\n", "top site's first frame")
     has(first, "\u2190 train_step (train_loop.c:", "its caller")
     why = section(text, "Why it failed")
-    has(why, f"growing: stream_alloc (train_loop.c:{line}) \u2190 train_step", "growth site")
+    has(" ".join(why.split()), f"(a leak suspect): stream_alloc (train_loop.c:{line}) \u2190 train_step",
+        "growth site")
     # The remedy the numbers support, its site on the line after.
-    has(" ".join(why.split()), "try: drop what this growing site keeps by mistake", "the growth's remedy")
+    has(" ".join(why.split()), "try: free what this site allocates once it is done with it", "the growth's remedy")
     has(" ".join(why.split()), "64.0 MiB a step over", "the leak's bytes per step")
     has(why, f"at stream_alloc (train_loop.c:{line})", "the remedy's site")
     if "try: a smaller batch" in why:

@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speedscope", metavar="OUT", help="write speedscope JSON (live bytes by stack) to OUT")
     p.add_argument("--pytorch", metavar="OUT",
                    help="write a PyTorch memory snapshot pickle (for pytorch.org/memory_viz) to OUT")
+    p.add_argument("--level", choices=("tensors", "driver"), default="tensors",
+                   help="the sites of a snapshot whose framework handed over its tensors (PyTorch): its "
+                        "tensors and the memory outside its segments (tensors, the default), or the driver's "
+                        "allocations, its segments among them (driver)")
     p.add_argument("--top", type=_positive, default=10, metavar="N",
                    help="sites and items listed in the terminal (default 10)")
     p.add_argument("--frames", type=_positive, default=3, metavar="N",
@@ -166,11 +170,12 @@ def run(argv: Sequence[str]) -> int:
         from . import summary
         color, width = _color(args.color), _width(args.width)
         if mode == "single":
-            text = summary.summary(docs[0], width=width, color=color, top=args.top, frames=args.frames)
+            text = summary.summary(docs[0], width=width, color=color, top=args.top, frames=args.frames,
+                                   level=args.level)
         elif mode == "diff":
-            text = summary.diff_text(docs[0], docs[1], width=width, color=color, top=args.top)
+            text = summary.diff_text(docs[0], docs[1], width=width, color=color, top=args.top, level=args.level)
         else:
-            text = summary.merge_text(docs, width=width, color=color, top=args.top)
+            text = summary.merge_text(docs, width=width, color=color, top=args.top, level=args.level)
         # A locale that cannot encode "←" or "—" gets escapes, not a traceback.
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(errors="backslashreplace")

@@ -296,6 +296,8 @@ def _framework_html(doc: Doc) -> str:
                      _b(d.get("largest_free_block_bytes"), "not said"), _b(d.get("limit_bytes"), "none")])
     out.append(_table(["device", "allocated", "reserved", "reserved but unallocated", "largest free block", "limit"],
                       rows, "static framework", num=(1, 2, 3, 4, 5)))
+    # The segments, one click away: the tensors are what the program holds.
+    segs = []
     for s in f["by_free"][:50]:
         head = (f"{_b(s['size'])} at <code>{s['address']:#x}</code> on {esc(_device_name(s['device']))} "
                 f"({esc(s['type'] or 'segment')}, stream {esc(s['stream'])}{', expandable' if s['expandable'] else ''}): "
@@ -306,11 +308,14 @@ def _framework_html(doc: Doc) -> str:
                  _b(b["requested"], "") if summary.block_state(b["state"]) != "free" else "",
                  esc(summary.block_state(b["state"])),
                  esc(b["frame"] or "") if summary.block_state(b["state"]) != "free" else ""] for b in s["blocks"]]
-        out.append(f"<details><summary>{head}</summary>"
-                   + _table(["block", "size", "requested", "state", "allocated at"], rows, "static blocks",
-                            num=(1, 2)) + "</details>")
+        segs.append(f"<details><summary>{head}</summary>"
+                    + _table(["block", "size", "requested", "state", "allocated at"], rows, "static blocks",
+                             num=(1, 2)) + "</details>")
     if len(f["by_free"]) > 50:
-        out.append(f'<p class="muted">{_n(len(f["by_free"]) - 50)} more segments: the snapshot has them.</p>')
+        segs.append(f'<p class="muted">{_n(len(f["by_free"]) - 50)} more segments: the snapshot has them.</p>')
+    if segs:
+        out.append(f'<details class="segments"><summary>its {_n(f["segments"])} segments, most free first, '
+                   f"each with its blocks</summary>{''.join(segs)}</details>")
     if f["file"]:
         out.append(f'<p>Its own snapshot: <code>{esc(f["file"])}</code></p>')
     return "".join(out)
@@ -793,6 +798,19 @@ def _tag_spans(doc: Doc, base: int) -> List[List[Any]]:
     return out
 
 
+def _tensors_data(doc: Doc, base: int, kind_ix: Dict[str, int]) -> Optional[Dict[str, Any]]:
+    """The framework's level of a document (model.tensor_level), the one the
+    page shows first: its sites, per site and per stack, and its allocations
+    (the tensors and the memory outside the framework's segments); None
+    without a tensors section."""
+    lv = model.tensor_level(doc)
+    if lv is None:
+        return None
+    return {"framework": doc["tensors"]["framework"], "sites": _sites_data(lv),
+            "stack_sites": _sites_data(lv, per_stack=True), "allocs": _allocs_data(lv, base, kind_ix),
+            "devices": doc["tensors"]["devices"]}
+
+
 def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> Dict[str, Any]:
     base = _time_base(doc)
     s = doc["series"]
@@ -813,6 +831,7 @@ def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> 
         "sites": _sites_data(doc),
         "stack_sites": _sites_data(doc, per_stack=True),
         "allocs": _allocs_data(doc, base, kind_ix),
+        "tensors": _tensors_data(doc, base, kind_ix),
         "series": _series_data(doc, base),
         "history": {"events": len(doc["history"]["events"]), "dropped": doc["history"]["dropped"]},
         "marks": _marks(doc, base),
@@ -829,17 +848,21 @@ def payload(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> Dict[str, A
         for a in d["allocations"]:
             if a["kind"] not in kinds:
                 kinds.append(a["kind"])
+        if d.get("tensors") and model.TENSOR_KIND not in kinds:
+            kinds.append(model.TENSOR_KIND)
     kind_ix = {k: i for i, k in enumerate(kinds)}
     data: Dict[str, Any] = {"version": 1, "mode": mode, "files": list(files), "kinds": kinds,
                             "docs": [_doc_data(d, f, frames, kind_ix) for d, f in zip(docs, files)]}
+    # A diff or a merge compares the tensor level where every document has it.
+    leveled, _ = model.levels(docs)
     if mode == "diff":
-        rows = model.diff(docs[0], docs[1])
+        rows = model.diff(leveled[0], leveled[1])
         data["diff"] = {"title": [r["title"] for r in rows], "stack": [r["stack"] for r in rows],
                         "doc": [1 if r["in"] == "new" else 0 for r in rows],
                         **{k: [r[k] for r in rows] for k in ("old_bytes", "new_bytes", "delta_bytes",
                                                              "old_count", "new_count", "delta_count")}}
     elif mode == "merge":
-        m = model.merge(docs)
+        m = model.merge(leveled)
         # Each document's times count from its own base: where those lie
         # relative to the earliest, for one time axis across processes.
         bases = [int(x["base_ns"]) for x in data["docs"]]
@@ -921,7 +944,9 @@ def report(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> str:
         f"<title>gpumemtrace: {esc(title)}</title>\n<style>{css}</style>\n</head>\n",
         f'<body class="mode-{mode}">\n<header><h1>gpumemtrace <span class="muted">{esc(title)}</span></h1>',
         f'<p class="files">{files_html}</p><nav>{" ".join(nav)}</nav></header>\n',
-        '<div id="gmt-error" class="error" hidden></div>\n<main>\n',
+        '<div id="gmt-error" class="error" hidden></div>\n',
+        '<div id="levels" class="levels" hidden></div>\n<main>\n' if any(d.get("tensors") for d in docs)
+        else "<main>\n",
         "\n".join(body),
         '\n</main>\n<div id="tip" class="tip" hidden></div>\n',
         f'<script type="application/json" id="gmt-data">{data}</script>\n',

@@ -238,12 +238,16 @@ def check(doc: Any, name: str, lean: bool = False) -> Dict[str, Any]:
     _diagnosis(c, d, stack_ref)
     _episode(c, d, stack_ref)
     _framework(c, d)
+    _tensors(c, d, stack_ref)
     st = c.opt(d, "stats", "", c.obj) or {}
     d["stats"] = {k: c.int_(v, f"/stats/{k}") for k, v in st.items()}
     if lean:
         # What a terminal merge reads of the rest: the sites, and of the
-        # allocations the pinned host memory's bytes by kind.
+        # allocations the pinned host memory's bytes by kind; of the
+        # tensors their sites and devices.
         _lean_allocations(c, d, stack_ref)
+        if d.get("tensors"):
+            d["tensors"]["allocations"] = []
         _sites(c, d, stack_ref)
         d["vmm"] = {"reservations": [], "mappings": []}
         d["series"] = {"interval_ns": 0, "start_ns": None, "columns_dropped": 0, "time_ns": [], "columns": []}
@@ -592,6 +596,9 @@ def _lean_allocations(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, 
         if dev < 0:
             host[kind] = host.get(kind, 0) + size
     d["_host_bytes"] = host
+    # The stacks of a framework's segments: what the tensor level leaves to
+    # its tensors (model.tensor_level).
+    d["_segment_stacks"] = {a.get("stack", 0) for a in allocs if isinstance(a, dict) and a.get("framework_segment")}
     d["allocations"] = []
 
 
@@ -644,20 +651,61 @@ def _vmm(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -
                 c.opt(m, "offset", p, c.int_)
 
 
-def _sites(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
-    sites = c.opt(d, "sites", "", c.arr) or []
+def _sites(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int], path: str = "") -> None:
+    sites = c.opt(d, "sites", path, c.arr) or []
     d["sites"] = sites
     for i, s in enumerate(sites):
-        p = f"/sites/{i}"
+        p = f"{path}/sites/{i}"
         c.obj(s, p)
         c.req(s, "stack", p, stack_ref)
         for k in ("live_bytes", "live_count"):
             c.req(s, k, p, c.int_)
-        for k in ("allocs", "alloc_bytes", "peak_bytes", "rising_windows", "falling_windows", "growth_bytes"):
+        for k in ("allocs", "alloc_bytes", "peak_bytes", "rising_windows", "falling_windows", "growth_bytes",
+                  "step_growth_bytes", "growth_steps"):
             if c.opt(s, k, p, c.int_) is None:
                 s[k] = 0
         s["growing"] = bool(c.opt(s, "growing", p, c.bool_))
         s["suspect"] = bool(c.opt(s, "suspect", p, c.bool_))
+
+
+def _tensors(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int]) -> None:
+    """The framework's level (format minor 6): its tensors, by level each
+    device's bytes, the tensor sites. What model.tensor_level() reads."""
+    t = c.opt(d, "tensors", "", c.obj)
+    if t is None:
+        return
+    p = "/tensors"
+    c.opt(t, "framework", p, c.str_)
+    c.req(t, "stack_base", p, c.int_)
+    h = c.opt(t, "history", p, c.obj)
+    if h is not None:
+        for k in ("events", "seeded", "steps"):
+            c.req(h, k, f"{p}/history", c.int_)
+        c.req(h, "complete", f"{p}/history", c.bool_)
+        for k in ("first_ns", "last_ns"):
+            c.opt(h, k, f"{p}/history", c.int_)
+    st = c.opt(t, "step", p, c.obj)
+    if st is not None:
+        for k in ("step", "time_ns", "tensor_bytes", "tensor_count"):
+            c.req(st, k, f"{p}/step", c.int_)
+    for i, x in enumerate(c.req(t, "devices", p, c.arr)):
+        q = f"{p}/devices/{i}"
+        c.obj(x, q)
+        c.req(x, "device", q, c.int_)
+        for k in ("tensor_bytes", "tensor_count", "cached_bytes", "reserved_bytes", "segment_bytes",
+                  "other_bytes", "live_bytes"):
+            c.req(x, k, q, c.int_)
+    for i, a in enumerate(c.req(t, "allocations", p, c.arr)):
+        q = f"{p}/allocations/{i}"
+        c.obj(a, q)
+        c.req(a, "address", q, c.hex_)
+        c.req(a, "segment", q, c.hex_)
+        c.opt(a, "stream", q, c.hex_)
+        for k in ("size", "requested_size", "device"):
+            c.req(a, k, q, c.int_)
+        c.opt(a, "time_ns", q, c.int_)
+        c.req(a, "stack", q, stack_ref)
+    _sites(c, t, stack_ref, p)
 
 
 def _series(c: _Checker, d: Dict[str, Any]) -> None:

@@ -141,6 +141,51 @@ def site_groups(doc: Doc) -> List[Dict[str, Any]]:
     return sorted(groups.values(), key=lambda g: (-g["live_bytes"], -g["live_count"], g["stack"]))
 
 
+# What the kind of a tensor reads as in the views: it is no kind of the
+# driver's (vocab.KINDS) but the framework's.
+TENSOR_KIND = "tensor"
+
+
+def tensor_level(doc: Doc) -> Optional[Doc]:
+    """The document at the framework's level (docs/guide.md, "Two levels of
+    memory"), or None when it has no tensors section: a view of doc whose
+    allocations are the framework's live tensors (kind "tensor") and the
+    driver's allocations that are not the framework's (no framework_segment),
+    and whose sites are the tensor sites and those of the driver's stacks
+    that hold no memory of the framework's segments. With the memory cached
+    free inside the segments (tensors.devices[].cached_bytes), they add up to
+    the device's live bytes: the tracer decided which is which, this only
+    puts them side by side. Everything else is the document's own."""
+    t = doc.get("tensors")
+    if not t:
+        return None
+    segment_stacks = doc.get("_segment_stacks")
+    if segment_stacks is None:
+        segment_stacks = {a["stack"] for a in doc["allocations"] if a.get("framework_segment")}
+    allocations = [dict(a, kind=TENSOR_KIND, api=t["framework"] or "framework", thread=0)
+                   for a in t["allocations"]]
+    allocations += [a for a in doc["allocations"] if not a.get("framework_segment")]
+    sites = list(t["sites"]) + [s for s in doc["sites"] if s["stack"] not in segment_stacks]
+    sites.sort(key=lambda s: -s["live_bytes"])
+    return dict(doc, allocations=allocations, sites=sites, _level="tensors")
+
+
+def level(doc: Doc, which: str = "tensors") -> Doc:
+    """doc at the level asked for: "tensors" (tensor_level, when it has one)
+    or "driver" (the driver's allocations: doc itself)."""
+    return (tensor_level(doc) if which == "tensors" else None) or doc
+
+
+def levels(docs: Sequence[Doc], which: str = "tensors") -> Tuple[List[Doc], str]:
+    """Several documents at one level, to be compared or merged: the tensor
+    level when asked for and every one of them has it (a framework's tensors
+    beside another's segments would compare tensors with segments), else
+    the driver's; and which it is."""
+    if which == "tensors" and docs and all(d.get("tensors") for d in docs):
+        return [tensor_level(d) or d for d in docs], "tensors"
+    return list(docs), "driver"
+
+
 def diff(old: Doc, new: Doc) -> List[Dict[str, Any]]:
     """Growth by site from old to new, most growth first: one row per site in
     either, {"key", "title", "old_bytes", "new_bytes", "delta_bytes",

@@ -390,10 +390,14 @@ def kind_bytes(doc: Doc) -> Dict[Tuple[int, str], int]:
 # ---------------------------------------------------------------------------
 # One snapshot
 
-def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
+def facts(doc: Doc, top: int = 10, frames: int = 3, level: str = "tensors") -> Dict[str, Any]:
     """What the summary of one snapshot shows, as data (bytes as ints); the
-    three largest sites with `frames` frames each, the others with one."""
-    by_stack, host = _places(doc)
+    three largest sites with `frames` frames each, the others with one. The
+    sites, suspects and tags are those of the level asked for: "tensors"
+    (model.tensor_level: a framework's tensors and the memory outside its
+    segments, where the snapshot has them) or "driver"."""
+    lv = model.level(doc, level)
+    by_stack, host = _places(lv)
     s = doc["summary"]
     out: Dict[str, Any] = {
         "reason": doc["reason"], "seq": doc["seq"], "time_ns": doc["time_ns"],
@@ -436,9 +440,13 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
     out["devices"] = devs
     out["host"] = _sorted_kinds(host)
 
+    tensors = doc.get("tensors") if lv is not doc else None
+    out["level"] = {"name": "tensors" if tensors else "driver", "framework": (tensors or {}).get("framework"),
+                    "other": bool(doc.get("tensors")) and not tensors,
+                    "devices": [dict(x) for x in (doc.get("tensors") or {}).get("devices") or []]}
     live_total = s["live_bytes"]
     sites = []
-    live_sites = [g for g in model.site_groups(doc) if g["live_bytes"] or g["live_count"]]
+    live_sites = [g for g in model.site_groups(lv) if g["live_bytes"] or g["live_count"]]
     for rank, x in enumerate(live_sites[:top]):
         st = doc["_stack_by_id"].get(x["stack"]) if x["stack"] else None
         where: Dict[Tuple[int, str], int] = {}
@@ -451,6 +459,7 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
                 calls.append(call)
         places = sorted(where.items(), key=lambda kv: (-kv[1], kv[0]))
         sites.append({"stack": x["stack"], "live_bytes": x["live_bytes"], "live_count": x["live_count"],
+                      "tensors": bool(places) and all(k == model.TENSOR_KIND for (_, k), _ in places),
                       "share": _percent(x["live_bytes"], live_total),
                       "places": [(dev, kind, b) for (dev, kind), b in places],
                       "runtime_call": ", ".join(calls) or None,
@@ -473,7 +482,7 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
         }
 
     suspects: Dict[int, Dict[str, Any]] = {}
-    for x in doc["sites"]:
+    for x in lv["sites"]:
         if x["suspect"] or x["growing"]:
             suspects[x["stack"]] = {"stack": x["stack"], "live_bytes": x["live_bytes"],
                                     "peak_bytes": x["peak_bytes"], "growth_bytes": x["growth_bytes"],
@@ -488,7 +497,7 @@ def facts(doc: Doc, top: int = 10, frames: int = 3) -> Dict[str, Any]:
 
     tags: Dict[str, int] = {}
     untagged = 0
-    for x in doc["sites"]:
+    for x in lv["sites"]:
         st = doc["_stack_by_id"].get(x["stack"]) if x["stack"] else None
         if st and st["tags"]:
             for t in dict.fromkeys(st["tags"]):
@@ -567,9 +576,11 @@ def block_state(state: str) -> str:
     return "active" if state in _ACTIVE else "free" if state in _FREE else state
 
 
-def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frames: int = 3) -> str:
-    """The terminal summary of one snapshot."""
-    f = facts(doc, top, frames)
+def summary(doc: Doc, width: int = 80, color: bool = False, top: int = 10, frames: int = 3,
+            level: str = "tensors") -> str:
+    """The terminal summary of one snapshot, its sites at the level asked
+    for (facts())."""
+    f = facts(doc, top, frames, level)
     f["frames_shown"] = frames
     t = _Text(width, color)
     _header(t, doc, f)
@@ -617,8 +628,11 @@ def _diagnosis(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
             t.wrap(r["text"], indent=2, hang=7, style="green", first=[("try: ", "green")])
             if r["stack"]:
                 t.add("       at ", site_title(doc, r["stack"], t.width - 10))
+        # A growing site a remedy named above is not named again.
+        named = {r["stack"] for r in dg["remedies"] if r["stack"]}
         for sid in dg["growth_stacks"]:
-            t.add("  growing: ", site_title(doc, sid, t.width - 11))
+            if sid not in named:
+                t.add("  growing: ", site_title(doc, sid, t.width - 11))
         if dg.get("released"):
             t.wrap(dg["released"], indent=2, hang=4, first=[("cache released: ", "yellow")])
         if dg["others"]:
@@ -745,6 +759,13 @@ def _devices(t: _Text, f: Dict[str, Any]) -> None:
             t.flow(head, [(fmt_bytes(d["live"]), "bold"), "live here", "(free and total not asked)"],
                    hang=4, sep=" ")
         t.flow("    by kind: ", _kinds_list(d["kinds"]), hang=6, sep=", ")
+        for x in f["level"]["devices"]:
+            if x["device"] == d["index"]:
+                # The same live bytes, by level: they add up (tensors.h).
+                name = f["level"]["framework"] or "framework"
+                t.flow("    by level: ", [f"{name}'s tensors {fmt_bytes(x['tensor_bytes'])}",
+                                          f"free inside its segments {fmt_bytes(x['cached_bytes'])}",
+                                          f"not {name}'s {fmt_bytes(x['other_bytes'])}"], hang=6, sep=", ")
         p = d["pools"]
         if p:
             unused = p["reserved_bytes"] - p["used_bytes"]
@@ -766,10 +787,11 @@ def _devices(t: _Text, f: Dict[str, Any]) -> None:
 
 
 def place_text(dev: int, kind: str) -> str:
-    """Where memory lies: "async on GPU 0", "pinned host", "registered host"."""
+    """Where memory lies: "async on GPU 0", "pinned host", "registered host",
+    "tensors on GPU 0"."""
     if dev < 0:
         return "pinned host" if kind == "host" else f"{kind} host"
-    return f"{kind} on {device_name(dev)}"
+    return f"{kind + 's' if kind == model.TENSOR_KIND else kind} on {device_name(dev)}"
 
 
 def _places_text(places: Sequence[Tuple[int, str, int]]) -> str:
@@ -780,6 +802,7 @@ def _places_text(places: Sequence[Tuple[int, str, int]]) -> str:
         kind = places[0][1]
         if not gpus:
             return place_text(-1, kind)
+        kind = kind + "s" if kind == model.TENSOR_KIND else kind
         return f"{kind} on GPU {gpus[0]}" if len(gpus) == 1 else \
             f"{kind} on GPUs {', '.join(str(g) for g in gpus)}"
     dev, kind, _ = places[0]
@@ -790,7 +813,7 @@ def _site_head(x: Dict[str, Any]) -> List[Span]:
     spans: List[Span] = [(fmt_bytes(x["live_bytes"]), "bold")]
     if x["share"]:
         spans.append(x["share"])
-    spans.append(_plural(x["live_count"], "alloc"))
+    spans.append(_plural(x["live_count"], "tensor" if x.get("tensors") else "alloc"))
     if x["places"]:
         spans.append(_places_text(x["places"]))
     if x["runtime_call"]:
@@ -804,13 +827,28 @@ def _site_head(x: Dict[str, Any]) -> List[Span]:
     return spans
 
 
+def _level_note(t: _Text, lv: Dict[str, Any]) -> None:
+    """Which level the sites are of, and where the other one is."""
+    name = lv["framework"] or "the framework"
+    if lv["name"] == "tensors":
+        cached = sum(d["cached_bytes"] for d in lv["devices"])
+        t.wrap(f"{name}'s tensors, and the memory outside its segments; {fmt_bytes(cached)} more lie free "
+               f"inside its segments (its cache). Its segments as the driver sees them: --level driver",
+               indent=2, hang=2, style="dim")
+    elif lv["other"]:
+        t.wrap(f"the driver's allocations: {name}'s segments, not its tensors (--level tensors)",
+               indent=2, hang=2, style="dim")
+
+
 def _sites(t: _Text, doc: Doc, f: Dict[str, Any]) -> None:
     if not f["sites"]:
         t.heading("Top sites by live bytes", "none live")
+        _level_note(t, f["level"])
         return
     shown = len(f["sites"])
     t.heading("Top sites by live bytes",
               f"{shown} of {f['sites_live']}" if shown < f["sites_live"] else _plural(shown, "site"))
+    _level_note(t, f["level"])
     num_w = len(str(shown)) + 1
     for i, x in enumerate(f["sites"]):
         pad = " " * (num_w + 4)
@@ -985,11 +1023,13 @@ def _warnings(t: _Text, f: Dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------
 # Two snapshots
 
-def diff_facts(old: Doc, new: Doc, top: int = 10) -> Dict[str, Any]:
-    """What changed from old to new, as data."""
-    rows = model.diff(old, new)
-    old_keys = {model.stack_key(old, s["stack"]) for s in old["sites"]}
-    new_keys = {model.stack_key(new, s["stack"]) for s in new["sites"]}
+def diff_facts(old: Doc, new: Doc, top: int = 10, level: str = "tensors") -> Dict[str, Any]:
+    """What changed from old to new, as data; the sites at the level asked
+    for where both snapshots have it (model.levels)."""
+    (lo, ln), level_name = model.levels([old, new], level)
+    rows = model.diff(lo, ln)
+    old_keys = {model.stack_key(lo, s["stack"]) for s in lo["sites"]}
+    new_keys = {model.stack_key(ln, s["stack"]) for s in ln["sites"]}
     grew, added, shrank, gone = [], [], [], []
     for r in rows:
         if r["key"] not in old_keys:
@@ -1019,6 +1059,7 @@ def diff_facts(old: Doc, new: Doc, top: int = 10) -> Dict[str, Any]:
         "kinds": kinds,
         "grew": grew, "new_sites": added, "shrank": shrank, "gone": gone,
         "unchanged_sites": len(old_keys & new_keys) - len(grew) - len(shrank) - len(gone),
+        "level": level_name, "framework": (new.get("tensors") or {}).get("framework"),
     }
 
 
@@ -1026,9 +1067,10 @@ def _delta_style(n: int) -> str:
     return "red" if n > 0 else "green" if n < 0 else "dim"
 
 
-def diff_text(old: Doc, new: Doc, width: int = 80, color: bool = False, top: int = 10) -> str:
+def diff_text(old: Doc, new: Doc, width: int = 80, color: bool = False, top: int = 10,
+              level: str = "tensors") -> str:
     """What grew from old to new (the order given), by site, device and kind."""
-    f = diff_facts(old, new, top)
+    f = diff_facts(old, new, top, level)
     t = _Text(width, color)
     o, n = f["old"], f["new"]
     t.add(("gpumemtrace diff: ", "bold"), (o["label"] if f["same_process"] else
@@ -1047,6 +1089,9 @@ def diff_text(old: Doc, new: Doc, width: int = 80, color: bool = False, top: int
     if not f["same_process"]:
         t.wrap("different processes: sites are matched by their frames, not their addresses",
                indent=2, hang=4, style="dim")
+    if f["level"] == "tensors":
+        t.wrap(f"sites: {f['framework'] or 'the framework'}'s tensors, and the memory outside its segments "
+               "(--level driver: the driver's allocations)", indent=2, hang=4, style="dim")
 
     t.heading("Totals")
     names = {"live_bytes": "live", "peak_bytes": "peak", "live_count": "live allocations",
@@ -1108,10 +1153,13 @@ def diff_text(old: Doc, new: Doc, width: int = 80, color: bool = False, top: int
 _PER_RANK_MAX = 8
 
 
-def merge_facts(docs: Sequence[Doc], top: int = 10) -> Dict[str, Any]:
+def merge_facts(docs: Sequence[Doc], top: int = 10, level: str = "tensors") -> Dict[str, Any]:
     """The merged report's data: model.merge() plus totals by kind, the
-    out-of-memory processes and, per site, the smallest and largest process."""
-    m = model.merge(docs)
+    out-of-memory processes and, per site, the smallest and largest
+    process; the sites at the level asked for where every process has it
+    (model.levels)."""
+    leveled, level_name = model.levels(docs, level)
+    m = model.merge(leveled)
     procs = m["processes"]
     ordered = [docs[i] for i in m["order"]]
     kinds: Dict[str, int] = {}
@@ -1136,7 +1184,7 @@ def merge_facts(docs: Sequence[Doc], top: int = 10) -> Dict[str, Any]:
             "peak_sum": sum(p["peak_bytes"] for p in procs),
             "kinds": sorted(kinds.items(), key=lambda kb: (-kb[1], kb[0])),
             "ooms": ooms, "sites": sites, "site_count": len(m["sites"]), "fleet": model.fleet(m, ordered),
-            "all_sites": m["sites"]}
+            "all_sites": m["sites"], "level": level_name}
 
 
 def _short_label(p: Dict[str, Any]) -> str:
@@ -1200,10 +1248,12 @@ def _ranks(t: "_Text", f: Dict[str, Any], docs: Sequence[Doc], top: int) -> None
             t.add(f"    … and {len(groups) - top} more groups")
 
 
-def merge_text(docs: Sequence[Doc], width: int = 80, color: bool = False, top: int = 10) -> str:
+def merge_text(docs: Sequence[Doc], width: int = 80, color: bool = False, top: int = 10,
+               level: str = "tensors") -> str:
     """One report of several processes (ranks): each process, the totals,
-    the out-of-memory ones and the sites across them."""
-    f = merge_facts(docs, top)
+    the out-of-memory ones and the sites across them (at the level asked
+    for, where every process has it)."""
+    f = merge_facts(docs, top, level)
     t = _Text(width, color)
     procs = f["processes"]
     hosts = {p["host"] for p in procs if p["host"]}
@@ -1211,6 +1261,9 @@ def merge_text(docs: Sequence[Doc], width: int = 80, color: bool = False, top: i
           f" on {_plural(len(hosts), 'host')}" if hosts else "",
           (f", {len(f['ooms'])} out of memory" if f["ooms"] else ", none out of memory",
            "bold red" if f["ooms"] else ""))
+    if f["level"] == "tensors":
+        t.wrap("sites: the framework's tensors, and the memory outside its segments (--level driver: the "
+               "driver's allocations)", indent=2, hang=4, style="dim")
 
     # The table: every process up to a limit; beyond it the out-of-memory
     # ones and the largest, in rank order.

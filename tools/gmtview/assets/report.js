@@ -141,10 +141,9 @@
 
   // --- The documents ---------------------------------------------------------------
 
-  // Allocations as typed columns; stacks by id.
-  docs.forEach(function (d, di) {
-    d.index = di;
-    var a = d.allocs, n = a.n;
+  // Allocations as typed columns.
+  function columns(a) {
+    var n = a.n;
     var A = {
       n: n, addr: new Float64Array(n), size: new Float64Array(n), kind: new Uint8Array(n),
       dev: new Int32Array(n), stack: new Float64Array(n), t: new Float64Array(n),
@@ -165,14 +164,37 @@
       A.t[i] = a.t[i] === null ? NaN : a.t[i];
       A.api[i] = a.api[i];
     }
-    d.A = A;
+    return A;
+  }
+
+  // The levels of a document (html.py, docs/guide.md "Two levels of memory"):
+  // the driver's allocations, and where a framework handed over its tensors,
+  // those tensors with the memory outside its segments. The sites, the flame
+  // graph and the allocations table show the level chosen (d.sites,
+  // d.stack_sites, d.LA); the address map always the driver's pages (d.A).
+  function setLevel(d, name) {
+    var l = name === 'tensors' && d.tensorLevel ? d.tensorLevel : d.driverLevel;
+    d.level = l === d.tensorLevel ? 'tensors' : 'driver';
+    d.sites = l.sites;
+    d.stack_sites = l.stack_sites;
+    d.LA = l.LA;
+  }
+
+  // Stacks by id.
+  docs.forEach(function (d, di) {
+    d.index = di;
+    d.A = columns(d.allocs);
+    d.driverLevel = { sites: d.sites, stack_sites: d.stack_sites, LA: d.A };
+    d.tensorLevel = d.tensors ? { sites: d.tensors.sites, stack_sites: d.tensors.stack_sites,
+      LA: columns(d.tensors.allocs) } : null;
+    setLevel(d, 'tensors');
     d.stackIx = new Map();
     d.stacks.id.forEach(function (id, j) { d.stackIx.set(id, j); });
     d.titleLower = new Map();
   });
 
-  function addrHex(d, i) {
-    return d.A.hex ? '0x' + d.A.hex[i] : '0x' + d.A.addr[i].toString(16);
+  function addrHex(A, i) {
+    return A.hex ? '0x' + A.hex[i] : '0x' + A.addr[i].toString(16);
   }
   function stackTitle(d, sid) {
     var j = d.stackIx.get(sid);
@@ -1082,7 +1104,7 @@
     var b = body('allocations-body');
     var shown = processDocs();
     var n = 0;
-    shown.forEach(function (d) { n += d.A.n; });
+    shown.forEach(function (d) { n += d.LA.n; });
     if (!n) {
       b.appendChild(el('p', 'muted', 'No live allocations.'));
       return;
@@ -1090,10 +1112,10 @@
     // Row r is allocation rowIx[r] of document rowDoc[r].
     var rowDoc = new Uint16Array(n), rowIx = new Uint32Array(n), k = 0;
     shown.forEach(function (d) {
-      for (var i = 0; i < d.A.n; i++) { rowDoc[k] = d.index; rowIx[k] = i; k++; }
+      for (var i = 0; i < d.LA.n; i++) { rowDoc[k] = d.index; rowIx[k] = i; k++; }
     });
     function D(r) { return docs[rowDoc[r]]; }
-    function A(r) { return docs[rowDoc[r]].A; }
+    function A(r) { return docs[rowDoc[r]].LA; }
     function stack(r) { return A(r).stack[rowIx[r]]; }
     function api(r) { return A(r).apis[A(r).api[rowIx[r]]] || ''; }
     var cols = [];
@@ -1103,7 +1125,7 @@
     }
     cols.push(
       column('address', 'address', function (r) { return A(r).addr[rowIx[r]]; }, {
-        num: true, left: true, text: true, fmt: function (v, r) { return addrHex(D(r), rowIx[r]); },
+        num: true, left: true, text: true, fmt: function (v, r) { return addrHex(A(r), rowIx[r]); },
         cls: function () { return 'mono nowrap'; } }),
       column('size', 'size', function (r) { return A(r).size[rowIx[r]]; }, BYTES),
       column('kind', 'kind', function (r) { return KINDS[A(r).kind[rowIx[r]]]; }, { text: true, cls: nowrap }),
@@ -1118,9 +1140,9 @@
       id: 'alloc-table', n: n, cols: cols, sort: cols.findIndex(function (c) { return c.key === 'size'; }),
       placeholder: 'filter allocations (e.g. kind:async site:forward 0x7f)\u2026',
       onRow: function (r) {
-        var d = D(r), i = rowIx[r];
-        return stackPanel(d, d.A.stack[i], addrHex(d, i) + ': ' + fmtBytes(d.A.size[i]) + ' of ' +
-          KINDS[d.A.kind[i]] + ' memory on ' + devName(d.A.dev[i]) + ', from ' + stackTitle(d, d.A.stack[i]));
+        var d = D(r), L = d.LA, i = rowIx[r];
+        return stackPanel(d, L.stack[i], addrHex(L, i) + ': ' + fmtBytes(L.size[i]) + ' of ' +
+          KINDS[L.kind[i]] + ' memory on ' + devName(L.dev[i]) + ', from ' + stackTitle(d, L.stack[i]));
       }
     });
   }
@@ -1305,7 +1327,7 @@
         for (var j = a; j < idx.length && A.addr[idx[j]] < hi; j++) {
           nAlloc++;
           if (names.length < 4) {
-            names.push(addrHex(d, idx[j]) + ' ' + fmtBytes(A.size[idx[j]]) + ' ' + stackTitle(d, A.stack[idx[j]]));
+            names.push(addrHex(A, idx[j]) + ' ' + fmtBytes(A.size[idx[j]]) + ' ' + stackTitle(d, A.stack[idx[j]]));
           }
         }
         var lines = [(held[q] > 1 ? fmtNum(held[q]) + ' pages from ' : 'page ') + '0x' + lo.toString(16) +
@@ -1334,8 +1356,40 @@
     if (!b.childNodes.length) b.appendChild(el('p', 'muted', 'No device memory is live.'));
   }
 
+  // The choice of level, where a document has two: the sections that read
+  // it drawn again.
+  function drawLevels() {
+    var bar = document.getElementById('levels');
+    var two = docs.filter(function (d) { return d.tensorLevel; });
+    if (!bar || !two.length) return;
+    bar.hidden = false;
+    bar.textContent = '';
+    var name = clean(two[0].tensors.framework || 'the framework');
+    bar.appendChild(el('span', '', 'Sites, flame graph and allocations of: '));
+    [['tensors', name + '\u2019s tensors, and the memory outside its segments'],
+      ['driver', 'the driver\u2019s allocations (' + name + '\u2019s segments)']].forEach(function (lv) {
+      var label = el('label', 'level'), input = el('input', '');
+      input.type = 'radio';
+      input.name = 'level';
+      input.value = lv[0];
+      input.checked = two[0].level === lv[0];
+      input.addEventListener('change', function () {
+        docs.forEach(function (d) { setLevel(d, lv[0]); });
+        document.body.dataset.level = lv[0];
+        drawFlame();
+        drawSites();
+        drawAllocations();
+      });
+      label.appendChild(input);
+      label.appendChild(document.createTextNode(' ' + lv[1]));
+      bar.appendChild(label);
+    });
+    document.body.dataset.level = two[0].level;
+  }
+
   // --- Start ----------------------------------------------------------------------------
 
+  drawLevels();
   drawTimelines();
   drawFlame();
   drawSites();

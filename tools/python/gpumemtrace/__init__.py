@@ -16,11 +16,14 @@ The pytest plugin is gpumemtrace.pytest_plugin.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import errno
 import os
 import re
+import sys
+import time
 import warnings
 from typing import Iterator, Optional, Tuple
 
@@ -100,10 +103,16 @@ def available() -> bool:
 
 
 def dump() -> Optional[str]:
-    """Writes an "api" snapshot now; its path, or None without the tracer."""
+    """Writes an "api" snapshot now; its path, or None without the tracer.
+    A framework the bootstrap watches (PyTorch) hands over its state for it
+    first: its tensors are in the snapshot too (docs/guide.md, "Two levels
+    of memory")."""
     api = _has("dump")
     if api is None:
         return None
+    frameworks = sys.modules.get("gpumemtrace.frameworks")
+    if frameworks is not None:
+        frameworks.before_dump()
     buf = ctypes.create_string_buffer(4096)
     if not _check(api.dump(buf, len(buf)), "dump"):
         return None
@@ -168,6 +177,10 @@ def live_since(since: int, device: int = ALL_DEVICES) -> Optional[Tuple[int, int
 
 
 _own_steps = False
+# The latest steps marked, (number, CLOCK_REALTIME ns), oldest first: the
+# framework's history (gpumemtrace.frameworks) is replayed on them.
+STEPS_KEPT = 100_000
+_steps_marked: "collections.deque[Tuple[int, int]]" = collections.deque(maxlen=STEPS_KEPT)
 
 
 def step(number: int) -> None:
@@ -181,6 +194,7 @@ def step(number: int) -> None:
 
 
 def _mark_step(number: int) -> None:
+    _steps_marked.append((int(number), time.time_ns()))
     api = _has("step")
     if api is not None:
         _check(api.step(number), "step")

@@ -51,7 +51,7 @@ import pickle
 import re
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # What one hand-over keeps at most: the blocks of all segments, and the
 # innermost frames of each block (the pickle beside keeps everything).
@@ -61,6 +61,9 @@ MAX_FRAMES = 16
 _lock = threading.Lock()
 _count = 0
 _warned = False
+# PyTorch, once its history and observer are in (_start): what before_dump()
+# asks.
+_torch: Any = None
 # Optimizer steps marked, and torch.cuda.memory_allocated() of the current
 # device at the latest mark.
 _steps = 0
@@ -183,7 +186,17 @@ def _start(torch: Any) -> None:
     except Exception as e:  # noqa: BLE001 - PyTorch's own failure: the program goes on
         _warn(f"torch {torch.__version__}: {type(e).__name__}: {e}: PyTorch's allocator state is not recorded")
         return
+    global _torch
+    _torch = torch
     _watch("torch")
+
+
+def before_dump() -> None:
+    """Called by gpumemtrace.dump() before it asks for its snapshot: the
+    state of PyTorch's allocator (its tensors and history) for that
+    snapshot. One torch.cuda.memory._snapshot() a dump."""
+    if _torch is not None:
+        _hand_over(_torch, "api", None)
 
 
 def _watch(name: str) -> None:
@@ -287,13 +300,53 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
                          "stream": int(s.get("stream", 0) or 0), "segment_type": str(s.get("segment_type", "")),
                          "is_expandable": bool(s.get("is_expandable", False)), "blocks": out})
     # Steps the bootstrap marked, unless the program marks its own.
-    own = getattr(sys.modules.get("gpumemtrace"), "_own_steps", False)
+    api = sys.modules.get("gpumemtrace")
+    own = getattr(api, "_own_steps", False)
     for d in devices.values():
         d["reserved_unallocated_bytes"] = d["reserved_bytes"] - d["allocated_bytes"]
         if _steps and not own and d["device"] in _step_allocated:
             d["step_allocated_bytes"] = _step_allocated[d["device"]]
+    traces, stacks = trace_of(snap, _history_entries())
     return {"name": "torch", "version": version, "reason": reason, "file": path, "oom": oom,
-            "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated}
+            "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated,
+            "traces": traces, "trace_stacks": stacks,
+            "steps": [[n, t] for n, t in getattr(api, "_steps_marked", ())]}
+
+
+# The history's events of the tensors themselves; segments are the driver's.
+_TENSOR_ACTIONS = ("alloc", "free_requested", "free_completed")
+
+
+def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any]], List[List[Dict[str, Any]]]]:
+    """PyTorch's allocator history as the tracer replays it (the tensor
+    level, docs/guide.md "Two levels"): per device its tensor events, oldest
+    first, each [action, address, size asked, time_us or None, stack, stream]
+    — the stack an index into the second list (the allocating Python frames,
+    innermost first, each distinct chain once; -1 for a free, paired by
+    address) — and whether the history still holds its first entry (it
+    keeps at most max_entries)."""
+    index: Dict[Tuple[Tuple[str, str, int], ...], int] = {}
+    stacks: List[List[Dict[str, Any]]] = []
+    traces: List[Dict[str, Any]] = []
+    for dev, entries in enumerate(snap.get("device_traces") or []):
+        events: List[List[Any]] = []
+        for e in entries:
+            action = e.get("action")
+            if action not in _TENSOR_ACTIONS:
+                continue
+            stack = -1
+            if action == "alloc":
+                key = tuple((str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0) or 0))
+                            for f in (e.get("frames") or [])[:MAX_FRAMES])
+                stack = index.get(key, -1)
+                if stack < 0:
+                    stack = index[key] = len(stacks)
+                    stacks.append([{"name": n, "filename": fn, "line": ln} for n, fn, ln in key])
+            t = e.get("time_us")
+            events.append([action, int(e["addr"]), int(e.get("size", 0)), int(t) if t is not None else None, stack,
+                           int(e.get("stream", 0) or 0)])
+        traces.append({"device": dev, "complete": len(entries) < max_entries, "events": events})
+    return traces, stacks
 
 
 def _wrap_error(name: str, module: Any, error: Any, error_name: str, what: str,

@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""Tensors, not segments (docs/guide.md, "Two levels of memory"): what a
+PyTorch user leaks or runs out of, on the simulated GPU with the PyTorch
+double (fake_torch/) under `gpumemtrace run`, one program per scenario the
+memory articles describe. Each asserts the primary verdict, the program's
+line it names and the remedy offered, and that the terminal summary and the
+HTML report show the tensor site first:
+
+- loss: each step's loss kept in a list (24 MiB a step), gradients
+  allocated and dropped every step, 2 GiB: growth at the loss line, 24 MiB a
+  step, a remedy to stop keeping it (not expandable segments alone), the
+  allocator's fragmentation beside it with what would be free without the
+  loss;
+- batch: a batch too large, nothing kept across steps: exhaustion, a
+  smaller batch and checkpointing with the step's own tensors' bytes (what
+  the step allocated and still holds) against what earlier steps left;
+- fragmentation: free bytes inside the segments in pieces, no growth:
+  allocator_fragmentation, expandable segments; the largest live tensor's
+  line first, not the line of the 600 MiB tensor freed long ago that made
+  the segment;
+- eval: evaluation without torch.no_grad(), each output keeping the
+  activations of a backward that never comes: growth at the forward's line,
+  the remedy torch.no_grad();
+- others: another process holds 1.25 GiB of the 2 GiB device, on which the
+  loop alone fits: other_processes.
+
+And the level accounting: tensor bytes + free inside the segments + the
+memory that is not PyTorch's (a library's own driver allocation) = the
+device's live bytes = the simulated driver's ledger, at the out-of-memory
+and at exit; and gpumemtrace.dump(): PyTorch hands over its tensors for the
+snapshot, and the diff of two dumps says which tensor line grew. Every
+snapshot is checked against docs/snapshot.schema.json.
+
+Usage: test_torch_levels.py LAUNCHER SOURCE_ROOT NVML_LIBRARY_PATH"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional, Tuple
+
+import test_torch_double as td
+from test_torch_double import check
+
+MIB = 1 << 20
+
+# The loss line: each step keeps its loss (in PyTorch, with its graph).
+LOSS = r'''
+import torch
+MIB = 1 << 20
+weights = torch.empty(256 * MIB)
+opt = torch.optim.Optimizer([weights])
+losses = []
+
+
+def forward():
+    return [torch.empty(8 * MIB) for _ in range(4)]
+
+
+def train_step():
+    acts = forward()
+    grads = [torch.empty(40 * MIB) for _ in range(2)]
+    del grads
+    loss = torch.empty(24 * MIB)  # LOSS
+    losses.append(loss)
+    del acts
+    opt.step()
+
+
+try:
+    while True:
+        train_step()
+except torch.cuda.OutOfMemoryError:
+    print("OOM", len(losses))
+'''
+
+# A batch too large: 8 activations of 32 MiB a step fit, 64 do not.
+BATCH = r'''
+import torch
+MIB = 1 << 20
+weights = torch.empty(256 * MIB)
+opt = torch.optim.Optimizer([weights])
+
+
+def train_step(batch):
+    acts = []
+    for _ in range(batch):
+        acts.append(torch.empty(32 * MIB))  # ACTS
+    del acts
+    opt.step()
+
+
+for _ in range(8):
+    train_step(8)
+try:
+    train_step(64)
+except torch.cuda.OutOfMemoryError:
+    print("OOM", torch.cuda.memory_allocated())
+'''
+
+# Fragmentation inside the allocator: a 600 MiB segment cut into 64 MiB
+# blocks, every other one freed, the rest of the device taken, 128 MiB asked.
+FRAGMENTED = r'''
+import torch
+MIB = 1 << 20
+t = torch.empty(600 * MIB)  # OLD
+del t
+blocks = [torch.empty(64 * MIB) for _ in range(8)]  # BLOCKS
+del blocks[::2]
+blocker = torch.empty(400 * MIB)  # BLOCKER
+try:
+    torch.empty(128 * MIB)
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+'''
+
+# Evaluation without torch.no_grad(): each output keeps what its backward
+# would need (the double's stand-in for autograd's saved tensors).
+EVAL = r'''
+import torch
+MIB = 1 << 20
+weights = torch.empty(128 * MIB)
+
+
+def forward(x):
+    h = torch.empty(24 * MIB)  # FORWARD
+    scratch = torch.empty(4 * MIB)
+    del scratch
+    out = torch.empty(1 * MIB)
+    out.saved_for_backward = (x, h)
+    return out
+
+
+outputs = []
+try:
+    for batch in range(1000):
+        x = torch.empty(2 * MIB)
+        outputs.append(forward(x))
+        del x
+except torch.cuda.OutOfMemoryError:
+    print("OOM", len(outputs))
+'''
+
+# A training loop that fits the device alone, beside another process.
+OTHERS = r'''
+import torch
+MIB = 1 << 20
+weights = torch.empty(256 * MIB)
+opt = torch.optim.Optimizer([weights])
+try:
+    for step in range(100):
+        acts = [torch.empty(64 * MIB) for _ in range(10)]
+        del acts
+        opt.step()
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+'''
+
+# The level accounting: tensors, a library's own driver allocation (a
+# workspace), a failure, then the end with the tensors still held.
+ACCOUNTING = r'''
+import torch
+from gmt_sim_driver import Driver
+MIB = 1 << 20
+kept = [torch.empty(24 * MIB) for _ in range(4)] + [torch.empty(300 * 1024)]
+freed = [torch.empty(40 * MIB) for _ in range(3)]
+del freed[1]
+workspace = Driver().malloc(12 * MIB)
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("OOM", torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+'''
+
+
+# Two dumps of a training loop that keeps each step's loss: the diff of
+# the two says the loss line grew.
+DUMPS = r'''
+import gpumemtrace
+import torch
+MIB = 1 << 20
+weights = torch.empty(64 * MIB)
+opt = torch.optim.Optimizer([weights])
+losses = []
+for step in range(1, 21):
+    acts = [torch.empty(8 * MIB) for _ in range(2)]
+    losses.append(torch.empty(4 * MIB))  # LOSS
+    del acts
+    opt.step()
+    if step in (5, 20):
+        print("DUMP", gpumemtrace.dump())
+'''
+
+
+def line_of(program: str, marker: str) -> int:
+    """The line of program (as run: a file of its text) holding marker."""
+    for i, text in enumerate(program.split("\n")):
+        if marker in text:
+            return i + 1
+    raise AssertionError(f"no line holds {marker!r}")
+
+
+def run_oom(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str, what: str,
+            on: str = "oom") -> Optional[Tuple[subprocess.CompletedProcess, Dict[str, Any], str]]:
+    """The program's run and its one oom snapshot (and its path), or None
+    (a failure noted)."""
+    r = td.run(launcher, env, tmp, text, name, on=on)
+    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    check(r.returncode == 0 and "OOM" in r.stdout and len(ooms) == 1, f"{what}: one oom snapshot",
+          r.stdout + r.stderr[-800:])
+    if len(ooms) != 1:
+        return None
+    with open(ooms[0], encoding="utf-8") as f:
+        return r, json.load(f), ooms[0]
+
+
+def label_of(doc: Dict[str, Any], sid: int) -> str:
+    st = next((s for s in doc["stacks"] if s["id"] == sid), None)
+    return st["site"]["label"] if st else ""
+
+
+def first_site_in_views(launcher: str, env: Dict[str, str], tmp: str, path: str, label: str, what: str) -> None:
+    """The terminal summary's first top site and the HTML report's first
+    site (the level it shows first) are the tensor site `label`."""
+    v = subprocess.run([launcher, "view", "--width", "200", "--html", os.path.join(tmp, "r.html"), path],
+                       env=env, capture_output=True, text=True, timeout=120)
+    top = v.stdout.split("Top sites by live bytes", 1)[-1]
+    first = re.search(r"^\s+1\. .*\n\s+(.*)$", top, re.M)
+    check(v.returncode == 0 and first is not None and first.group(1).strip() == label and " tensors " in top,
+          f"{what}: the terminal's first top site is the tensor site {label}",
+          first.group(0) if first else v.stdout[-1500:] + v.stderr)
+    data: Dict[str, Any] = {}
+    try:
+        with open(os.path.join(tmp, "r.html"), encoding="utf-8") as f:
+            page = f.read()
+        block = page.split('<script type="application/json" id="gmt-data">', 1)[1].split("</script>", 1)[0]
+        data = json.loads(block)
+    except (OSError, IndexError, ValueError):
+        pass
+    d = (data.get("docs") or [{}])[0]
+    sites = (d.get("tensors") or {}).get("sites") or {}
+    titles = dict(zip(d.get("stacks", {}).get("id", []), d.get("stacks", {}).get("title", [])))
+    best = max(range(len(sites.get("live", []))), key=lambda i: sites["live"][i], default=None)
+    check(best is not None and titles.get(sites["stack"][best], "").startswith(label) and 'id="levels"' in page,
+          f"{what}: the HTML report shows the tensor level first, its largest site {label}",
+          titles.get(sites["stack"][best]) if best is not None else list(d))
+
+
+def test_loss(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        got = run_oom(launcher, dict(env, GMTSIM_MEMORY="2G"), tmp, LOSS, "loss.py", "loss")
+        if got is None:
+            return
+        r, doc, path = got
+        dg = doc.get("diagnosis") or {}
+        nums = dg.get("numbers") or {}
+        label = f"train_step (loss.py:{line_of(LOSS, '# LOSS')})"
+        check(dg.get("verdict") == "growth", "loss: primary verdict growth", (dg.get("verdict"), dg.get("summary")))
+        check(label_of(doc, nums.get("growth_top_stack", 0)) == label, "loss: the growing site is the loss line",
+              label_of(doc, nums.get("growth_top_stack", 0)))
+        steps = nums.get("growth_top_steps") or 0
+        check(steps >= 4 and nums.get("growth_top_step_bytes") == steps * 24 * MIB,
+              "loss: 24 MiB a step over whole steps", (nums.get("growth_top_step_bytes"), steps))
+        rem = dg.get("remedies") or []
+        names = [x["name"] for x in rem]
+        check(names[:1] == ["free_growing_site"] and label_of(doc, rem[0]["stack"]) == label and
+              "loss.item()" in rem[0]["text"] and "24.0 MiB a step" in rem[0]["text"],
+              "loss: the remedy stops keeping the loss, at its line, with its bytes a step",
+              [(x["name"], x["text"]) for x in rem])
+        check(names != ["expandable_segments"], "loss: expandable segments is not the only remedy", names)
+        beside = next((v for v in dg.get("verdicts") or [] if v["name"] == "allocator_fragmentation"), {})
+        check(f"without what {label} kept" in beside.get("detail", ""),
+              "loss: the allocator's fragmentation beside it, with what would be free without the loss",
+              beside.get("detail"))
+        check(f"verdict: growth" in r.stderr and label in r.stderr, "loss: the report names the verdict and the line",
+              r.stderr[-1200:])
+        # The driver's level still tells the segments: the gradients' line
+        # made them grow.
+        grads = f"<listcomp> (loss.py:{line_of(LOSS, 'grads = [')})"
+        seg_sites = [label_of(doc, s["stack"]) for s in doc["sites"] if s["growing"]]
+        check(any(x.startswith(("train_step.<locals>.<listcomp>", grads)) for x in seg_sites),
+              "loss: at the driver's level the gradients' segments grew", seg_sites)
+        first_site_in_views(launcher, env, tmp, path, label, "loss")
+        td.schema_ok(source, [path], "loss")
+
+
+def test_batch(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        got = run_oom(launcher, env, tmp, BATCH, "batch.py", "batch")
+        if got is None:
+            return
+        r, doc, path = got
+        m = re.search(r"^OOM (\d+)$", r.stdout, re.M)
+        allocated = int(m.group(1)) if m else -1
+        dg = doc.get("diagnosis") or {}
+        nums = dg.get("numbers") or {}
+        label = f"train_step (batch.py:{line_of(BATCH, '# ACTS')})"
+        check(dg.get("verdict") == "exhaustion", "batch: primary verdict exhaustion",
+              (dg.get("verdict"), dg.get("summary")))
+        step_bytes = allocated - 256 * MIB
+        check((nums.get("step_live_bytes"), nums.get("step_live_source")) == (step_bytes, "tensors"),
+              "batch: the step's own tensors: what it allocated and still holds",
+              (nums.get("step_live_bytes"), nums.get("step_live_source"), step_bytes))
+        check(f"step 8's own hold {step_bytes >> 20} MiB and earlier steps left 256 MiB" in
+              (dg.get("verdicts") or [{}])[0].get("detail", ""),
+              "batch: the verdict separates the step's tensors from what earlier steps left",
+              (dg.get("verdicts") or [{}])[0].get("detail"))
+        names = [x["name"] for x in dg.get("remedies") or []]
+        batch = next((x for x in dg.get("remedies") or [] if x["name"] == "smaller_batch"), {})
+        check(names[:2] == ["smaller_batch", "checkpointing"] and f"still live is {step_bytes >> 20} MiB" in
+              batch.get("text", ""), "batch: a smaller batch and checkpointing, with the step's bytes",
+              (names, batch.get("text")))
+        check(not any(v["name"] == "growth" for v in dg.get("verdicts") or []),
+              "batch: no growth (a step's own tensors rise and fall within it)", dg.get("verdicts"))
+        first_site_in_views(launcher, env, tmp, path, label, "batch")
+        td.schema_ok(source, [path], "batch")
+
+
+def test_fragmentation(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        got = run_oom(launcher, env, tmp, FRAGMENTED, "frag.py", "fragmentation")
+        if got is None:
+            return
+        r, doc, path = got
+        dg = doc.get("diagnosis") or {}
+        check(dg.get("verdict") == "allocator_fragmentation" and
+              [x["name"] for x in dg.get("remedies") or []] == ["expandable_segments"] and
+              not any(v["name"] == "growth" for v in dg.get("verdicts") or []),
+              "fragmentation: allocator_fragmentation, expandable segments, no growth",
+              (dg.get("verdict"), dg.get("remedies"), dg.get("verdicts")))
+        blocker = f"<module> (frag.py:{line_of(FRAGMENTED, '# BLOCKER')})"
+        first_site_in_views(launcher, env, tmp, path, blocker, "fragmentation")
+        # The driver's level names the freed tensor's line: its segment.
+        old = f"<module> (frag.py:{line_of(FRAGMENTED, '# OLD')})"
+        seg = max(doc["allocations"], key=lambda a: a["size"])
+        check(seg.get("framework_segment") is True and label_of(doc, seg["stack"]) == old,
+              "fragmentation: the largest segment is the 600 MiB tensor's, long freed", label_of(doc, seg["stack"]))
+        td.schema_ok(source, [path], "fragmentation")
+
+
+def test_eval(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        got = run_oom(launcher, env, tmp, EVAL, "eval.py", "eval")
+        if got is None:
+            return
+        r, doc, path = got
+        dg = doc.get("diagnosis") or {}
+        nums = dg.get("numbers") or {}
+        label = f"forward (eval.py:{line_of(EVAL, '# FORWARD')})"
+        check(dg.get("verdict") == "growth", "eval: primary verdict growth", (dg.get("verdict"), dg.get("summary")))
+        check(label_of(doc, nums.get("growth_top_stack", 0)).startswith(label),
+              "eval: the growing site is the forward's line", label_of(doc, nums.get("growth_top_stack", 0)))
+        rem = next((x for x in dg.get("remedies") or [] if x["name"] == "free_growing_site"), {})
+        check("wrap it in `with torch.no_grad():`" in rem.get("text", ""),
+              "eval: the remedy is torch.no_grad() for evaluation", rem.get("text"))
+        td.schema_ok(source, [path], "eval")
+
+
+def test_others(launcher: str, source: str, env: Dict[str, str], nvml: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        e = dict(env, GMTSIM_MEMORY="2G", GMTSIM_OTHER_PROCESSES="1280M", LD_LIBRARY_PATH=nvml)
+        got = run_oom(launcher, e, tmp, OTHERS, "others.py", "others")
+        if got is None:
+            return
+        r, doc, path = got
+        dg = doc.get("diagnosis") or {}
+        check(dg.get("verdict") == "other_processes" and
+              "other_device" in [x["name"] for x in dg.get("remedies") or []],
+              "others: other_processes, and a device they do not use", (dg.get("verdict"), dg.get("remedies")))
+        td.schema_ok(source, [path], "others")
+
+
+def ledger_bytes(path: str) -> Dict[int, int]:
+    with open(path, encoding="utf-8") as f:
+        led = json.load(f)
+    out: Dict[int, int] = {}
+    for a in led["live"]:
+        if a["device"] >= 0:
+            out[a["device"]] = out.get(a["device"], 0) + a["size"]
+    return out
+
+
+def test_accounting(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """tensor + cached + other = live = the ledger's, at the out-of-memory
+    and at exit; tensor = memory_allocated(), tensor + cached = memory_reserved()."""
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        led_dir = os.path.join(tmp, "ledger")
+        os.mkdir(led_dir)
+        got = run_oom(launcher, dict(env, GMTSIM_LEDGER_DIR=led_dir), tmp, ACCOUNTING, "acct.py", "accounting",
+                      on="oom,exit")
+        if got is None:
+            return
+        r, oom, path = got
+        m = re.search(r"^OOM (\d+) (\d+)$", r.stdout, re.M)
+        allocated, reserved = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+        exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
+        docs = [("oom", oom, sorted(glob.glob(os.path.join(led_dir, "ledger.*.oom.*.json")))[-1:])]
+        if len(exits) == 1:
+            with open(exits[0], encoding="utf-8") as f:
+                docs.append(("exit", json.load(f), glob.glob(os.path.join(led_dir, "ledger.*.exit.json"))))
+        check(len(docs) == 2, "accounting: an exit snapshot too", exits)
+        for when, doc, ledgers in docs:
+            t = doc.get("tensors") or {}
+            dev = next((x for x in t.get("devices") or [] if x["device"] == 0), {})
+            live = next((x["live_bytes"] for x in doc["devices"] if x["index"] == 0), -1)
+            led = ledger_bytes(ledgers[0]).get(0, -2) if ledgers else -3
+            total = dev.get("tensor_bytes", 0) + dev.get("cached_bytes", 0) + dev.get("other_bytes", 0)
+            check(total == dev.get("live_bytes") == live == led,
+                  f"accounting ({when}): tensors + free inside segments + not PyTorch's = live = the ledger",
+                  (dev, live, led))
+            check((dev.get("tensor_bytes"), dev.get("tensor_bytes", 0) + dev.get("cached_bytes", 0)) ==
+                  (allocated, reserved), f"accounting ({when}): tensors = memory_allocated(), with the cache "
+                  "memory_reserved()", (dev, allocated, reserved))
+            check(dev.get("other_bytes") == 12 * MIB, f"accounting ({when}): the workspace is not PyTorch's", dev)
+            check(sum(a["size"] for a in t.get("allocations") or []) == allocated and
+                  len(t.get("allocations") or []) == 7, f"accounting ({when}): the live tensors listed", len(
+                      t.get("allocations") or []))
+        td.schema_ok(source, [path] + exits, "accounting")
+
+
+def test_dumps(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """gpumemtrace.dump() from Python: PyTorch hands over its state for the
+    snapshot, and a diff of two dumps says which tensors grew."""
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        r = td.run(launcher, env, tmp, DUMPS, "dumps.py", on="oom")
+        paths = re.findall(r"^DUMP (\S+)$", r.stdout, re.M)
+        docs = []
+        for p in paths:
+            with open(p, encoding="utf-8") as f:
+                docs.append(json.load(f))
+        check(r.returncode == 0 and len(docs) == 2 and all(d["reason"] == "api" and d.get("tensors") for d in docs),
+              "dumps: two api snapshots, each with PyTorch's tensors", r.stdout + r.stderr[-600:])
+        if len(docs) != 2:
+            return
+        counts = [len(d["tensors"]["allocations"]) for d in docs]
+        check(counts == [1 + 5, 1 + 20], "dumps: the tensors live at each dump (the weights and the losses)", counts)
+        label = f"<module> (dumps.py:{line_of(DUMPS, '# LOSS')})"
+        v = subprocess.run([launcher, "view", "--width", "200", "--diff", *paths], env=env, capture_output=True,
+                           text=True, timeout=120)
+        grew = v.stdout.split("Grew", 1)[-1].split("\n")
+        first = next((x for x in grew[1:] if x.strip()), "")
+        check(v.returncode == 0 and "+60.0 MiB" in first and label in first and "tensors" in v.stdout,
+              "dumps: the diff says the loss line grew by 15 steps of 4 MiB", v.stdout[-1500:] + v.stderr)
+        td.schema_ok(source, paths, "dumps")
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    launcher, source, nvml = os.path.abspath(argv[0]), argv[1], argv[2]
+    env = td.base_env(source)
+    test_loss(launcher, source, env)
+    test_batch(launcher, source, env)
+    test_fragmentation(launcher, source, env)
+    test_eval(launcher, source, env)
+    test_others(launcher, source, env, nvml)
+    test_accounting(launcher, source, env)
+    test_dumps(launcher, source, env)
+    print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
+    return 1 if td.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -19,12 +19,15 @@ struct gmt__api_table {
 	size_t longest;
 };
 
-/* Analyses the snapshot (gmt__model_build: the leak check's verdict in
- * s->leaks), renders the text reports (the leak report, the out-of-memory
- * report: s->leaks->report, s->report) and streams the document to o; with o
- * NULL, no document (no file to write). Returns 0 or a negative errno (the
- * writer's own error is in o->err). */
-int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s);
+/* Streams the document of the snapshot s, whose model is m
+ * (gmt__model_build), to o. Returns 0 or a negative errno (the writer's own
+ * error, as in o->err). */
+int gmt__doc_render(struct gmt__json *o, const struct gmt__snapshot *s, struct gmt__model *m);
+
+/* The text reports of the snapshot s, whose model is m: the leak report
+ * (s->leaks->report, when wanted) and the out-of-memory report (s->report,
+ * when s has room for it and a diagnosis). */
+void gmt__text_reports(const struct gmt__snapshot *s, struct gmt__model *m);
 
 /* A record's object of values by kind, {"device": 1, ...}, in the kinds'
  * order: the kinds of `shown` (bit k: kind k). Returns the end. */
@@ -54,10 +57,5 @@ void gmt__doc_tensors(struct gmt__json *o, const struct gmt__model *m);
  * indices (tensors.h), written as their document ids. */
 void gmt__doc_site_list(struct gmt__json *o, const struct gmt__history *h, const struct gmt__site_ref *v, size_t n,
 			bool tensors);
-
-void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache);
-
-/* The oom report: a few lines for the program's stderr. */
-void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model *m);
 
 #endif /* GMT_DOCUMENT_H */

@@ -141,7 +141,9 @@ static void snapshot_name(const struct gmt__snapshot *s, uint64_t seq, char *nam
 		snprintf(name, len, "gpumemtrace.%d.%s.%llu.json", s->pid, gmt__reason_name(s->reason), (unsigned long long)seq);
 }
 
-int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len)
+/* The document of s (its model m) as the file, or no file (s->no_file, or
+ * one that cannot be made): 0 or a negative errno (snapshot.h). */
+static int publish_file(const struct gmt__snapshot *s, struct gmt__model *m, const char *dir, char *path, size_t len)
 {
 	int saved = errno;
 	char name[128], tmp[192];
@@ -204,7 +206,7 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	(void)fchmod(fd, 0600);
 	r = gmt__json_open(&o, fd);
 	if (r == 0)
-		r = gmt__doc_write(&o, s);
+		r = gmt__doc_render(&o, s, m);
 	r = r < 0 ? r : gmt__json_close(&o);
 	if (r < 0)
 		goto out;
@@ -227,16 +229,10 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 		have_tmp = false;
 	goto out;
 no_file:
-	/* No file (asked for none, or it cannot be made): the snapshot is
-	 * analysed all the same, for the reports and the leak check; nothing is
-	 * rendered. */
+	/* No file (asked for none, or it cannot be made): the model and its
+	 * reports were made all the same; nothing is rendered. */
 	if (path != NULL && len > 0)
 		path[0] = '\0';
-	{
-		int analysed = gmt__doc_write(NULL, s);
-
-		r = r < 0 ? r : analysed;
-	}
 out:
 	gmt__json_close(&o);
 	if (fd >= 0)
@@ -248,6 +244,26 @@ out:
 	free(o.buf);
 	if (r < 0 && path != NULL && len > 0)
 		path[0] = '\0';
+	errno = saved;
+	return r;
+}
+
+/* The snapshot path, in its order: the capture (s) analysed into its model,
+ * the model's text reports — the program's, made whether or not the file
+ * can be — then its document as the file. */
+int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len)
+{
+	int saved = errno;
+	struct gmt__model m;
+	int r = gmt__model_build(&m, s);
+
+	if (r == 0) {
+		gmt__text_reports(s, &m);
+		r = publish_file(s, &m, dir, path, len);
+	} else if (path != NULL && len > 0) {
+		path[0] = '\0';
+	}
+	gmt__model_free(&m);
 	errno = saved;
 	return r;
 }

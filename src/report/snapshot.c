@@ -793,26 +793,15 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct gm
 	gmt__json_flush(o);
 }
 
-int gmt__doc_write(struct gmt__json *o, const struct gmt__snapshot *s)
+int gmt__doc_render(struct gmt__json *o, const struct gmt__snapshot *s, struct gmt__model *m)
 {
-	struct gmt__model d;
 	struct gmt__api_table apis = { 0 };
-	int r = gmt__model_build(&d, s);
+	int r = api_table_init(&apis, s);
 
-	if (r == 0 && s->leaks != NULL && s->leaks->want_report)
-		gmt__text_leak_report(&d.lw, &d.cache);
-	/* The report is the program's, the file the tracer's: it is made
-	 * whether or not the file can be written. */
-	if (r == 0 && s->report != NULL && s->report_len > 0 && d.view->have_diagnosis)
-		gmt__text_oom_report(s, &d);
-	if (r == 0 && o != NULL) {
-		r = api_table_init(&apis, s);
-		if (r == 0) {
-			render(o, s, &d, &apis);
-			r = o->err;
-		}
+	if (r == 0) {
+		render(o, s, m, &apis);
+		r = o->err;
 	}
 	api_table_free(&apis);
-	gmt__model_free(&d);
 	return r;
 }

@@ -22,7 +22,9 @@
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100
 
-/* Writes the snapshot into `dir`, atomically (a temporary file in the same
+/* The snapshot path, in its order: the capture s analysed into its model
+ * (gmt__model_build), the model's text reports (s->report, s->leaks), then
+ * its document written into `dir`, atomically (a temporary file in the same
  * directory, then a rename that never replaces an existing file), mode 0600,
  * never through a symlink. When the name for s->seq is taken (by anything, a
  * symlink included) the following numbers are tried first, and the document

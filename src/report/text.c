@@ -143,7 +143,7 @@ static void rule_words(const struct gmt__supp *supp, uint32_t rule, char *buf, s
 		snprintf(buf, len, "%s (built-in: %s)", text, r->why != NULL ? r->why : "?");
 }
 
-void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache)
+static void leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache)
 {
 	const struct gmt__snapshot_leaks *in = lw->in;
 	struct text t = { 0 };
@@ -247,7 +247,7 @@ void gmt__text_leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *c
 }
 
 /* The oom report: a few lines for the program's stderr. */
-void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model *m)
+static void oom_report(const struct gmt__snapshot *s, const struct gmt__model *m)
 {
 	const struct gmt__view *view = m->view;
 	const struct gmt__top_sites *rep = &m->top;
@@ -309,4 +309,14 @@ void gmt__text_oom_report(const struct gmt__snapshot *s, const struct gmt__model
 		if (at < s->report_len)
 			at += (size_t)snprintf(s->report + at, s->report_len - at, " at %s", rep->where[i]);
 	}
+}
+
+void gmt__text_reports(const struct gmt__snapshot *s, struct gmt__model *m)
+{
+	if (s->leaks != NULL && s->leaks->want_report)
+		leak_report(&m->lw, &m->cache);
+	/* The report is the program's, the file the tracer's: it is made
+	 * whether or not the file can be written. */
+	if (s->report != NULL && s->report_len > 0 && m->view->have_diagnosis)
+		oom_report(s, m);
 }

@@ -113,7 +113,7 @@ class Vocabulary(unittest.TestCase):
         self.assertEqual(schema_enum("$defs", "episode", "properties", "end"), words("GMT_EPISODE_ENDS"))
 
     def test_duration_formatter(self) -> None:
-        from gmtview.summary import fmt_duration
+        from gmtview.text import fmt_duration
         values = [0, 1, 999, 1000, 123456, 999_499, 999_999_999, 1_000_000_000, 9_999_000_000,
                   10_000_000_000, 59_990_000_000, 60_000_000_000, 3_599_000_000_000, 3_600_000_000_000,
                   47 * 3600 * 10**9, 48 * 3600 * 10**9, 1000 * 3600 * 10**9]

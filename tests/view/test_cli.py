@@ -309,13 +309,13 @@ def many_ranks_read_in_parallel() -> None:
     """A merge of enough ranks to be read by worker processes prints what
     the merge of the fully read documents prints, with host memory; a bad
     file among them is its one line, and nothing else."""
-    from gmtview import load, summary
+    from gmtview import load, merge_view
     paths = []
     for r in range(load.PARALLEL_FROM + 3):
         doc = fixtures.synthetic(rank=r, pid=700 + r, seed=40 + r, n=120, oom=r == 5)[0]
         paths.append(fixtures.write(doc, path(f"many{r}.json")))
     rc, out, err = run(["--color", "never", "--width", "100"] + paths)
-    want = summary.merge_text([load.load(p) for p in paths], width=100, color=False)
+    want = merge_view.merge_text([load.load(p) for p in paths], width=100, color=False)
     assert rc == 0 and err == "" and out == want, (rc, err, out[:300], want[:300])
     assert "host" in want and f"{len(paths)} processes" in want, want[:600]
     bad = write("many-bad.json", "{\"format\": \"gpumemtrace-snapshot\", \"version\": 1")

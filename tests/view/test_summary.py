@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Tests of the viewer's terminal views (tools/gmtview/summary.py): the numbers
-printed are those the synthetic snapshots were built with, no line is wider
+"""Tests of the viewer's terminal views (tools/gmtview/summary.py,
+diff_view.py and merge_view.py, over text.py): the numbers printed are
+those the synthetic snapshots were built with, no line is wider
 than asked, colour only when asked, names from a hostile snapshot cannot
 reach the terminal as control characters, and the diff and merge show the
 right deltas and per-rank bytes. With a build directory, the same on the demo
@@ -26,8 +27,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [os.path.join(ROOT, "tools"), HERE]
 
 import fixtures  # noqa: E402
-from gmtview import load, model, summary  # noqa: E402
+from gmtview import diff_view, load, merge_view, model, summary  # noqa: E402
 from gmtview.model import fmt_bytes, fmt_delta  # noqa: E402
+from gmtview.text import clean, site_title, text_width  # noqa: E402
 
 Doc = Dict[str, Any]
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -66,7 +68,7 @@ def synthetic(**kw: Any) -> Tuple[Doc, Dict[str, Any]]:
 
 
 def cols(line: str) -> int:
-    """Terminal columns of line, counted apart from summary.text_width."""
+    """Terminal columns of line, counted apart from text.text_width."""
     n = 0
     for ch in SGR.sub("", line):
         if unicodedata.category(ch) in ("Mn", "Me"):
@@ -250,11 +252,11 @@ def widths_are_respected() -> None:
                             f"{name} at {width}{' in colour' if color else ''}")
     for width in (80, 40):
         a, b = docs["long"], checked(fixtures.synthetic(evil=wide, seed=9, n=700)[0])
-        check_width(summary.diff_text(a, b, width=width, top=5), width, f"diff at {width}")
+        check_width(diff_view.diff_text(a, b, width=width, top=5), width, f"diff at {width}")
         ranks = [checked(fixtures.synthetic(rank=r, pid=100 + r, seed=r, evil=long_name, n=200)[0])
                  for r in range(10)]
-        check_width(summary.merge_text(ranks, width=width, top=5), width, f"merge of 10 at {width}")
-        check_width(summary.merge_text(ranks[:4], width=width, top=5), width, f"merge of 4 at {width}")
+        check_width(merge_view.merge_text(ranks, width=width, top=5), width, f"merge of 10 at {width}")
+        check_width(merge_view.merge_text(ranks[:4], width=width, top=5), width, f"merge of 4 at {width}")
 
 
 @test
@@ -263,8 +265,8 @@ def colour_only_when_asked() -> None:
     a, b = synthetic(seed=1)[0], synthetic(seed=2)[0]
     ranks = [synthetic(rank=r, pid=200 + r, seed=r)[0] for r in range(3)]
     for what, make in (("summary", lambda c: summary.summary(doc, color=c)),
-                       ("diff", lambda c: summary.diff_text(a, b, color=c)),
-                       ("merge", lambda c: summary.merge_text(ranks, color=c))):
+                       ("diff", lambda c: diff_view.diff_text(a, b, color=c)),
+                       ("merge", lambda c: merge_view.merge_text(ranks, color=c))):
         plain = make(False)
         if "\x1b" in plain:
             raise AssertionError(f"{what}: an escape character without colour")
@@ -285,8 +287,8 @@ def hostile_names_are_escaped() -> None:
         ranks = [checked(fixtures.hostile(evil=evil, rank=r, pid=300 + r, seed=r, n=200)[0]) for r in range(3)]
         for color in (False, True):
             texts = {"summary": summary.summary(doc, color=color, width=200, top=20),
-                     "diff": summary.diff_text(old, doc, color=color, width=200),
-                     "merge": summary.merge_text(ranks, color=color, width=200)}
+                     "diff": diff_view.diff_text(old, doc, color=color, width=200),
+                     "merge": merge_view.merge_text(ranks, color=color, width=200)}
             for what, text in texts.items():
                 check_safe(text, color, f"{what} (colour {color})")
     # The escapes are visible: a reader sees that the name held them.
@@ -294,8 +296,8 @@ def hostile_names_are_escaped() -> None:
     for visible in ("\\x1b[31mRED", "\\x1b]0;pwned\\x07", "\\x9b31m", "\\u202eevil", "\\u2066", "\\u200b",
                     "\\u2028", "\\x00", "\\x7f", "\\ud800", "\\r\\n\\t"):
         has(text, visible, "an escaped name")
-    eq(summary.clean("plain \u00e9t\u00e9 \u8a13"), "plain \u00e9t\u00e9 \u8a13", "printable text kept")
-    eq(summary.clean("a\x1bb\u202ec\U000e0001"), "a\\x1bb\\u202ec\\U000e0001", "clean()")
+    eq(clean("plain \u00e9t\u00e9 \u8a13"), "plain \u00e9t\u00e9 \u8a13", "printable text kept")
+    eq(clean("a\x1bb\u202ec\U000e0001"), "a\\x1bb\\u202ec\\U000e0001", "clean()")
 
 
 @test
@@ -308,8 +310,8 @@ def minimal_and_empty_snapshots() -> None:
     text = summary.summary(doc)
     has(text, "snapshot on a signal", "header")
     has(text, "(command line not known)", "no argv")
-    summary.diff_text(doc, doc)
-    summary.merge_text([doc, checked(dict(minimal, pid=2))])
+    diff_view.diff_text(doc, doc)
+    merge_view.merge_text([doc, checked(dict(minimal, pid=2))])
     # A site without a stack, a snapshot at the end of time.
     d = copy.deepcopy(minimal)
     d.update(time_ns=(1 << 64) - 1, summary=dict(minimal["summary"], live_bytes=4096, live_count=1),
@@ -409,7 +411,7 @@ def _pair() -> Tuple[Doc, Doc, Dict[str, Any], Dict[str, Any]]:
 @test
 def diff_shows_the_deltas() -> None:
     old, new, t_old, t_new = _pair()
-    f = summary.diff_facts(old, new, top=10)
+    f = diff_view.diff_facts(old, new, top=10)
     eq(f["totals"]["live_bytes"], (t_old["live_bytes"], t_new["live_bytes"],
                                    t_new["live_bytes"] - t_old["live_bytes"]), "live bytes")
     eq(f["reversed"], False, "order")
@@ -427,7 +429,7 @@ def diff_shows_the_deltas() -> None:
         want_new = t_new["devices"].get(r["device"], {}).get(r["kind"], 0)
         eq((r["old"], r["new"]), (want_old, want_new), f"device {r['device']} {r['kind']}")
 
-    text = summary.diff_text(old, new, width=80, top=5)
+    text = diff_view.diff_text(old, new, width=80, top=5)
     has(text, "changes are from the first (older) to the second", "order note")
     has(section(text, "Totals"), f"{fmt_bytes(t_old['live_bytes']):>10} \u2192 "
         f"{fmt_bytes(t_new['live_bytes']):>10}  {fmt_delta(t_new['live_bytes'] - t_old['live_bytes'])}",
@@ -460,7 +462,7 @@ def diff_fits_80_columns_without_cutting_names() -> None:
     for raw in raws:
         for st in raw["stacks"]:
             st["site"]["label"] = label
-    text = summary.diff_text(checked(raws[0], "old"), checked(raws[1], "new"), width=80)
+    text = diff_view.diff_text(checked(raws[0], "old"), checked(raws[1], "new"), width=80)
     check_width(text, 80, "diff at 80 columns")
     grew = section(text, "Grew")
     has(grew, "    device_alloc_with_a_long_name (train_loop_long_file.c:101)\n", "the site's frame whole")
@@ -472,11 +474,11 @@ def diff_fits_80_columns_without_cutting_names() -> None:
 @test
 def diff_in_the_wrong_order() -> None:
     old, new, t_old, t_new = _pair()
-    f = summary.diff_facts(new, old)
+    f = diff_view.diff_facts(new, old)
     eq(f["reversed"], True, "order")
     eq(f["totals"]["live_bytes"][2], t_old["live_bytes"] - t_new["live_bytes"], "computed as given")
     eq(sorted(r["stack"] for r in f["gone"]), [21, 22, 23, 24], "gone sites")
-    text = summary.diff_text(new, old, width=80)
+    text = diff_view.diff_text(new, old, width=80)
     has(text, "NOTE: the first snapshot is the newer one (5.00 s after the second)", "order note")
     gone = section(text, "Gone")
     for sid in (21, 22, 23, 24):
@@ -487,7 +489,7 @@ def diff_in_the_wrong_order() -> None:
 def diff_of_different_processes_and_no_change() -> None:
     a = synthetic(pid=11)[0]
     b = synthetic(pid=12)[0]
-    text = summary.diff_text(a, b)
+    text = diff_view.diff_text(a, b)
     has(text, "different processes", "note")
     has(text, "no site changed", "same sites")
 
@@ -508,13 +510,13 @@ def _ranks(n: int, oom_rank: int = 2) -> Tuple[List[Doc], List[Dict[str, Any]]]:
 @test
 def merge_of_four_ranks() -> None:
     docs, truths = _ranks(4)
-    f = summary.merge_facts(docs, top=5)
+    f = merge_view.merge_facts(docs, top=5)
     eq([p["rank"] for p in f["processes"]], [0, 1, 2, 3], "rank order")
     eq(f["live_bytes"], sum(t["live_bytes"] for t in truths), "total live")
     for s in f["sites"]:
         sid = s["stack"]
         eq(s["by_process"], [t["sites"].get(sid, (0, 0))[0] for t in truths], f"site {sid} per rank")
-    text = summary.merge_text(docs, width=80, top=5)
+    text = merge_view.merge_text(docs, width=80, top=5)
     procs = section(text, "Processes")
     for r, t in enumerate(truths):
         row = next((l for l in procs.split("\n") if re.match(rf"^  {r} ", l)), None)
@@ -537,8 +539,8 @@ def merge_of_four_ranks() -> None:
 @test
 def merge_of_many_ranks() -> None:
     docs, truths = _ranks(12, oom_rank=7)
-    f = summary.merge_facts(docs, top=3)
-    text = summary.merge_text(docs, width=80, top=3)
+    f = merge_view.merge_facts(docs, top=3)
+    text = merge_view.merge_text(docs, width=80, top=3)
     sites = section(text, "Top sites across processes")
     for s in f["sites"]:
         per = [t["sites"].get(s["stack"], (0, 0))[0] for t in truths]
@@ -551,7 +553,7 @@ def merge_of_many_ranks() -> None:
     has(section(text, "Out of memory"), "rank 7 (pid 5007", "which rank")
     # More processes than the table shows: the out-of-memory one stays.
     many, _ = _ranks(40, oom_rank=0)
-    procs = section(summary.merge_text(many, width=80, top=3), "Processes")
+    procs = section(merge_view.merge_text(many, width=80, top=3), "Processes")
     has(procs, "16 of 40", "table limit")
     if not re.search(r"^  0 .*OOM", procs, re.M):
         raise AssertionError(f"the out-of-memory rank 0 left out:\n{procs}")
@@ -568,7 +570,7 @@ def episode_section() -> None:
     has(ep, "#2      +1.5 ms  96.0 MiB  by cuMemAlloc_v2", "second failure")
     has(" ".join(ep.split()), "after 512 MiB in 2 allocations freed", "freed before the third")
     has(" ".join(ep.split()), "the program freed 768 MiB in 3 allocations during the episode", "freed in all")
-    has(ep, "512 MiB  2 allocs  device\n      " + summary.site_title(doc, 3, 74), "largest freed site first")
+    has(ep, "512 MiB  2 allocs  device\n      " + site_title(doc, 3, 74), "largest freed site first")
     f = summary.facts(doc)
     eq([x["since_ns"] for x in f["episode"]["listed"]], [0, 1_500_000, 3_000_000], "times since the first")
     # A snapshot taken when a storm's episode ended says so.
@@ -683,7 +685,7 @@ def simulator_snapshots() -> None:
     print(etext, end="")
     has(section(etext, "Leak check"), "3.75 GiB in 61 allocations count as leaks", "leaks")
     has(section(etext, "Leak check"), "global 'layers' (train_loop)", "referenced from")
-    dtext = summary.diff_text(oom, ext, width=80)
+    dtext = diff_view.diff_text(oom, ext, width=80)
     has(dtext, "no site changed", "oom to exit")
 
 
@@ -739,11 +741,11 @@ def merge_ranks_at_a_glance() -> None:
         for i in g["processes"]:
             own = {model.stack_key(docs[i], st["stack"]): st["live_bytes"] for st in docs[i]["sites"]}
             eq(own.get(m["sites"][g["site"]]["key"]), max(own.values()), f"rank {procs[i]['rank']}'s dominant site")
-    text = summary.merge_text(ranks, width=120, top=5)
+    text = merge_view.merge_text(ranks, width=120, top=5)
     flat = " ".join(section(text, "Ranks").split())
     has(flat, "outliers: rank 7 (peak", "the outlier named")
     has(flat, "first out of memory: rank 7 at", "the first to run out named")
-    has(flat, f"live: max {summary.fmt_bytes(fl['live']['max'])} (rank 7), median", "the skew")
+    has(flat, f"live: max {fmt_bytes(fl['live']['max'])} (rank 7), median", "the skew")
 
 
 def main(argv: List[str]) -> int:

@@ -167,15 +167,17 @@ def run(argv: Sequence[str]) -> int:
         outputs.append((args.pytorch, pytorch_bytes))
 
     if not args.quiet:
-        from . import summary
         color, width = _color(args.color), _width(args.width)
         if mode == "single":
+            from . import summary
             text = summary.summary(docs[0], width=width, color=color, top=args.top, frames=args.frames,
                                    level=args.level)
         elif mode == "diff":
-            text = summary.diff_text(docs[0], docs[1], width=width, color=color, top=args.top, level=args.level)
+            from . import diff_view
+            text = diff_view.diff_text(docs[0], docs[1], width=width, color=color, top=args.top, level=args.level)
         else:
-            text = summary.merge_text(docs, width=width, color=color, top=args.top, level=args.level)
+            from . import merge_view
+            text = merge_view.merge_text(docs, width=width, color=color, top=args.top, level=args.level)
         # A locale that cannot encode "←" or "—" gets escapes, not a traceback.
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(errors="backslashreplace")
@@ -190,7 +192,7 @@ def run(argv: Sequence[str]) -> int:
 def _printable(s: str) -> str:
     """s with control and bidi characters escaped: one line that cannot drive
     the terminal (a key or file name in a message comes from the input)."""
-    from .summary import clean
+    from .text import clean
     return clean(s)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import model, summary
 from .load import ViewError
+from .text import fmt_duration, fmt_time
 from .vocab import KINDS
 
 Doc = Dict[str, Any]
@@ -256,11 +257,11 @@ def _episode_html(doc: Doc) -> str:
         which = f"of failure {f['described']} of {n}" + (", the last the program was told of"
                                                          if f["described"] == n and n > 1 else "")
     out = [f'<h4>Out-of-memory episode #{f["id"]}: {n} failure{"s" if n != 1 else ""} over '
-           f'{esc(summary.fmt_duration(f["span_ns"]))}</h4><p>This snapshot is {which}.</p>']
+           f'{esc(fmt_duration(f["span_ns"]))}</h4><p>This snapshot is {which}.</p>']
     rows = []
     for fl in f["listed"]:
         rows.append([str(fl["failure"]), esc("first" if fl["since_ns"] == 0 and fl is f["listed"][0]
-                                             else "+" + summary.fmt_duration(fl["since_ns"])),
+                                             else "+" + fmt_duration(fl["since_ns"])),
                      _b(fl["size"]), esc(fl["api"]), _b(fl["live_bytes"]),
                      f"{_b(fl['freed_bytes'])} in {_n(fl['freed_count'])}" if fl["freed_bytes"] else "",
                      _site_cell(doc, fl["stack"])])
@@ -418,10 +419,10 @@ def _ranks_html(m: Dict[str, Any], docs: Sequence[Doc]) -> str:
         out.append("<p>outliers: none</p>")
     first = fl["first_oom"]
     if first is not None:
-        after = (f"; the next {esc(summary.fmt_duration(first['next_ns'] - first['time_ns']))} later"
+        after = (f"; the next {esc(fmt_duration(first['next_ns'] - first['time_ns']))} later"
                  if first["next_ns"] is not None else "")
         out.append(f'<p>first out of memory: <span class="bad">{esc(name(first["index"]))}</span> at '
-                   f"{esc(summary.fmt_time(first['time_ns']))}{after}</p>")
+                   f"{esc(fmt_time(first['time_ns']))}{after}</p>")
         if first["stack"]:
             out.append(f'<div class="asked">Asked from {_site_cell(docs[first["index"]], first["stack"])}</div>')
     rows = []

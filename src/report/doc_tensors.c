@@ -118,6 +118,11 @@ void gmt__doc_tensors(struct gmt__json *o, const struct gmt__model *m)
 	gmt__json_commit(o, p);
 	out_devices(o, t);
 	out_tensors(o, t);
+	/* The replayed history's live tensor bytes over its time, by device. */
+	if (replayed && timed) {
+		gmt__json_str(o, ",\n  \"series\": ");
+		gmt__doc_series(o, t->history, t->last_ns);
+	}
 	gmt__json_str(o, ",\n  \"sites\": [");
 	if (replayed)
 		gmt__doc_site_list(o, t->history, t->sites, t->nsites, true);

@@ -52,6 +52,10 @@ void gmt__doc_framework(struct gmt__json *o, const struct gmt__model *m);
 /* The "tensors" section: the framework's level (m->tensors), when known. */
 void gmt__doc_tensors(struct gmt__json *o, const struct gmt__model *m);
 
+/* A "series" object: the history h's points, then one for the open window
+ * at `now`. */
+void gmt__doc_series(struct gmt__json *o, const struct gmt__history *h, uint64_t now);
+
 /* The elements of a "sites" array: the history h's sites v[0..n) (ids
  * indexing h), each with its growth; `tensors`: the ids are tensor stacks'
  * indices (tensors.h), written as their document ids. */

@@ -416,15 +416,14 @@ static void out_u64_array(struct gmt__json *o, const uint64_t *v, size_t n, uint
 	gmt__json_str(o, "]");
 }
 
-/* "series": the stored points, then one for the open window at `now`. */
-static void out_series(struct gmt__json *o, const struct gmt__history *h, uint64_t now)
+void gmt__doc_series(struct gmt__json *o, const struct gmt__history *h, uint64_t now)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 
 	/* never before the open window's start (none before the first event) */
 	if (h->next_ns >= h->interval_ns && now < h->next_ns - h->interval_ns)
 		now = h->next_ns - h->interval_ns;
-	p = gmt__put_lit(p, " \"series\": {\"interval_ns\": ");
+	p = gmt__put_lit(p, "{\"interval_ns\": ");
 	p = gmt__put_u64(p, h->interval_ns);
 	p = gmt__put_lit(p, ", \"start_ns\": ");
 	p = gmt__put_u64(p, h->start_ns);
@@ -447,7 +446,7 @@ static void out_series(struct gmt__json *o, const struct gmt__history *h, uint64
 		out_u64_array(o, h->pt_max + (size_t)c * GMT_SERIES_POINTS, h->npoints, h->max[c]);
 		gmt__json_str(o, "}");
 	}
-	gmt__json_str(o, h->ncols > 0 ? "\n  ]},\n" : "]},\n");
+	gmt__json_str(o, h->ncols > 0 ? "\n  ]}" : "]}");
 }
 
 /* "history": the last events, oldest first. */
@@ -783,7 +782,9 @@ static void render(struct gmt__json *o, const struct gmt__snapshot *s, struct gm
 	gmt__doc_tensors(o, d);
 	if (s->history != NULL) {
 		out_sites(o, s->history, d->sites, d->nsites);
-		out_series(o, s->history, s->time_ns);
+		gmt__json_str(o, " \"series\": ");
+		gmt__doc_series(o, s->history, s->time_ns);
+		gmt__json_str(o, ",\n");
 		out_history(o, s->history, apis);
 	}
 	out_stacks(o, &d->cache, &d->ids, d->nids, &d->stack_sites, &d->tensors);

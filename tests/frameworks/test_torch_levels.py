@@ -251,6 +251,32 @@ def first_site_in_views(launcher: str, env: Dict[str, str], tmp: str, path: str,
           titles.get(sites["stack"][best]) if best is not None else list(d))
 
 
+def exports_at_tensor_level(launcher: str, env: Dict[str, str], tmp: str, path: str, doc: Dict[str, Any],
+                            what: str) -> None:
+    """speedscope: the tensors' profile first, its heaviest stack a tensor
+    site's, the driver's profile second; Perfetto: the tensor bytes' counter
+    ends at the tensors' bytes."""
+    sp, pf = os.path.join(tmp, "s.json"), os.path.join(tmp, "p.json")
+    v = subprocess.run([launcher, "view", "-q", "--speedscope", sp, "--perfetto", pf, path], env=env,
+                       capture_output=True, text=True, timeout=120)
+    tensor_bytes = sum(a["size"] for a in doc["tensors"]["allocations"])
+    profiles, counter = [], []
+    try:
+        with open(sp, encoding="utf-8") as f:
+            profiles = json.load(f)["profiles"]
+        with open(pf, encoding="utf-8") as f:
+            counter = [e["args"]["tensors"] for e in json.load(f)["traceEvents"]
+                       if e["ph"] == "C" and e["name"] == "GPU 0 tensor bytes (torch)"]
+    except (OSError, ValueError, KeyError):
+        pass
+    check(v.returncode == 0 and [p["name"].rsplit("(", 1)[-1] for p in profiles] ==
+          ["tensors)", "driver's allocations)"] and profiles[0]["endValue"] == tensor_bytes,
+          f"{what}: speedscope has the tensors' profile first, then the driver's",
+          [(p["name"], p["endValue"]) for p in profiles] + [v.stderr])
+    check(counter[-1:] == [tensor_bytes], f"{what}: Perfetto's tensor counter ends at the tensors' bytes",
+          counter[-3:])
+
+
 def test_loss(launcher: str, source: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
         got = run_oom(launcher, dict(env, GMTSIM_MEMORY="2G"), tmp, LOSS, "loss.py", "loss")
@@ -286,6 +312,7 @@ def test_loss(launcher: str, source: str, env: Dict[str, str]) -> None:
         check(any(x.startswith(("train_step.<locals>.<listcomp>", grads)) for x in seg_sites),
               "loss: at the driver's level the gradients' segments grew", seg_sites)
         first_site_in_views(launcher, env, tmp, path, label, "loss")
+        exports_at_tensor_level(launcher, env, tmp, path, doc, "loss")
         td.schema_ok(source, [path], "loss")
 
 

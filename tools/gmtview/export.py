@@ -11,7 +11,7 @@ PyTorch "device" per (document, device) pair. docs/viewer.md says more.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import model
 from .vocab import HOST_KINDS, KINDS
@@ -191,6 +191,7 @@ class _Process:
 
     def emit(self) -> None:
         self.counters()
+        self.tensor_counters()
         self.history()
         self.steps()
         self.ooms()
@@ -247,6 +248,21 @@ class _Process:
             for j, t in enumerate(times):
                 self.out.append({"name": name, "ph": "C", "ts": self.ts(t), "pid": self.pid,
                                  "tid": self.pid, "args": {c["kind"]: c["live_bytes"][j] for c in cols}})
+
+    def tensor_counters(self) -> None:
+        """The framework's tensors over its replayed history (tensors.series,
+        format minor 6): one counter per device, "GPU 0 tensor bytes (torch)",
+        beside the driver's live bytes — the segments' — of the same device."""
+        t = self.doc.get("tensors") or {}
+        s = t.get("series")
+        if not s:
+            return
+        name = t.get("framework") or "framework"
+        for col in s["columns"]:
+            counter = f"GPU {col['device']} tensor bytes ({name})"
+            for j, ts in enumerate(s["time_ns"]):
+                self.out.append({"name": counter, "ph": "C", "ts": self.ts(ts), "pid": self.pid, "tid": self.pid,
+                                 "args": {"tensors": col["live_bytes"][j]}})
 
     def steps(self) -> None:
         """The program's steps (gmt_step): process-wide instants."""
@@ -393,7 +409,10 @@ def speedscope(docs: Sequence[Doc]) -> Dict[str, Any]:
     """The snapshots as speedscope "sampled" profiles, one per document: a
     sample per allocation site whose weight is its live bytes (every kind and
     device), its frames outermost first; a shared frame table of
-    {name, file, line}."""
+    {name, file, line}. A document with a framework's tensors (format minor
+    6) has two: its tensor level first (model.tensor_level: the tensors and
+    the memory outside the framework's segments), then the driver's
+    allocations."""
     order = _order(docs)
     labels = _labels(docs)
     frames: List[Dict[str, Any]] = []
@@ -414,34 +433,41 @@ def speedscope(docs: Sequence[Doc]) -> Dict[str, Any]:
 
     profiles = []
     for i in order:
-        doc = docs[i]
-        by_stack: Dict[int, int] = {}
-        for a in doc["allocations"]:
-            by_stack[a["stack"]] = by_stack.get(a["stack"], 0) + a["size"]
-        samples, weights = [], []
-        for sid, nbytes in sorted(by_stack.items(), key=lambda kv: (-kv[1], kv[0])):
-            if nbytes <= 0:
-                continue
-            st = doc["_stack_by_id"].get(sid) if sid else None
-            if st is None:
-                stack = [frame_index("(no stack recorded)", None, None)]
-            elif not st["frames"]:
-                stack = [frame_index("(empty stack)", None, None)]
-            else:
-                stack = []
-                for f in reversed(st["frames"]):
-                    name, file, line = _frame_parts(f)
-                    if f.get("inlined"):
-                        name += " [inlined]"
-                    stack.append(frame_index(name, file, line))
-            samples.append(stack)
-            weights.append(nbytes)
-        profiles.append({"type": "sampled", "name": f"{labels[i]}: {doc['reason']} snapshot {doc['seq']}",
-                         "unit": "bytes", "startValue": 0, "endValue": sum(weights),
-                         "samples": samples, "weights": weights})
-    name = profiles[0]["name"] if len(profiles) == 1 else f"gpumemtrace: {len(profiles)} snapshots"
+        lv = model.tensor_level(docs[i])
+        for doc, what in ((lv, " (tensors)"), (docs[i], " (driver's allocations)" if lv else "")):
+            if doc is not None:
+                profiles.append(_profile(doc, f"{labels[i]}: {docs[i]['reason']} snapshot {docs[i]['seq']}{what}",
+                                         frame_index))
+    name = profiles[0]["name"] if len(profiles) == 1 else f"gpumemtrace: {len(profiles)} profiles"
     return {"$schema": SPEEDSCOPE_SCHEMA, "shared": {"frames": frames}, "profiles": profiles,
             "name": name, "activeProfileIndex": 0, "exporter": GENERATOR}
+
+
+def _profile(doc: Doc, title: str, frame_index: Callable[[str, Optional[str], Optional[int]], int]) -> Dict[str, Any]:
+    """One speedscope profile: doc's live bytes by stack, titled."""
+    by_stack: Dict[int, int] = {}
+    for a in doc["allocations"]:
+        by_stack[a["stack"]] = by_stack.get(a["stack"], 0) + a["size"]
+    samples, weights = [], []
+    for sid, nbytes in sorted(by_stack.items(), key=lambda kv: (-kv[1], kv[0])):
+        if nbytes <= 0:
+            continue
+        st = doc["_stack_by_id"].get(sid) if sid else None
+        if st is None:
+            stack = [frame_index("(no stack recorded)", None, None)]
+        elif not st["frames"]:
+            stack = [frame_index("(empty stack)", None, None)]
+        else:
+            stack = []
+            for f in reversed(st["frames"]):
+                name, file, line = _frame_parts(f)
+                if f.get("inlined"):
+                    name += " [inlined]"
+                stack.append(frame_index(name, file, line))
+        samples.append(stack)
+        weights.append(nbytes)
+    return {"type": "sampled", "name": title, "unit": "bytes", "startValue": 0, "endValue": sum(weights),
+            "samples": samples, "weights": weights}
 
 
 # ---------------------------------------------------------------------------

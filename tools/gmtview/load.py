@@ -706,13 +706,15 @@ def _tensors(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int
         c.opt(a, "time_ns", q, c.int_)
         c.req(a, "stack", q, stack_ref)
     _sites(c, t, stack_ref, p)
+    if t.get("series") is not None:
+        _series(c, t, p)
 
 
-def _series(c: _Checker, d: Dict[str, Any]) -> None:
-    s = c.opt(d, "series", "", c.obj)
+def _series(c: _Checker, d: Dict[str, Any], path: str = "") -> None:
+    s = c.opt(d, "series", path, c.obj)
     if s is None:
         s = d["series"] = {}
-    p = "/series"
+    p = f"{path}/series"
     if c.opt(s, "interval_ns", p, c.int_) is None:
         s["interval_ns"] = 0
     c.opt(s, "start_ns", p, c.int_)
@@ -734,7 +736,7 @@ def _series(c: _Checker, d: Dict[str, Any]) -> None:
             if vals is None:
                 vals = col[k] = list(col.get("live_bytes") or [0] * len(times))
             if len(vals) != len(times):
-                c.fail(f"{q}/{k}", f"{len(vals)} values for {len(times)} points of /series/time_ns")
+                c.fail(f"{q}/{k}", f"{len(vals)} values for {len(times)} points of {p}/time_ns")
             for j, n in enumerate(vals):
                 c.int_(n, f"{q}/{k}/{j}")
 

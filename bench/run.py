@@ -16,7 +16,9 @@ driver, each figure paired with its baseline measured in this same invocation.
   beside the same traced run without it;
 - the viewer's HTML report of 100k and 1M allocations, beside reading and
   writing the same JSON;
-- one stack capture beside an untraced pair; Python frames; the exit leak scan;
+- one stack capture beside an untraced pair; Python frames; the PyTorch
+  bootstrap on the PyTorch double (its step hook, the hand-over of its state
+  and a dump with the tensor level); the exit leak scan;
 - heaptrack on the same workload, where bench/heaptrack.py and heaptrack are
   present.
 
@@ -304,6 +306,33 @@ def python_cost(build: str, pairs: int, repeat: int) -> dict[str, Any]:
     return med
 
 
+def torch_cost(build: str, steps: int, entries: int, blocks: int, repeat: int) -> dict[str, Any]:
+    """bench/torch_handover.py under `gpumemtrace run` on the PyTorch double,
+    the bootstrap off (GPUMEMTRACE_FRAMEWORKS=0) and on: an optimizer step
+    (the step hook's mark), the hand-over of a history of `entries` entries
+    and `blocks` live tensors, and gpumemtrace.dump() (the hand-over and the
+    tensor level's analysis and document); medians."""
+    doubles = os.path.join(HERE, "..", "tests", "frameworks")
+    path = os.pathsep.join(os.path.join(doubles, d, "site-packages") for d in ("fake_torch", "fake_common"))
+    runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    for _ in range(repeat):
+        for mode in runs:
+            with tempfile.TemporaryDirectory(prefix="gmt-bench-torch-") as d:
+                out = subprocess.run([os.path.join(build, "src", "cli", "gpumemtrace"), "run", "--dir", d, "--",
+                                      sys.executable, os.path.join(HERE, "torch_handover.py"), str(steps),
+                                      str(entries), str(blocks)],
+                                     env=bench_env(build, GMTSIM_MEMORY="4G", PYTHONPATH=path,
+                                                   GPUMEMTRACE_FRAMEWORKS="1" if mode == "on" else "0"),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, check=True, timeout=600).stdout
+                runs[mode].append(numbers(out))
+    off, on = medians(runs["off"]), medians(runs["on"])
+    return {"steps": steps, "entries": entries, "blocks": blocks, "step_off_ns": round(off["step_ns"], 1),
+            "step_on_ns": round(on["step_ns"], 1), "handover_s": round(on["handover_s"], 4),
+            "handover_bytes": int(on["handover_bytes"]), "trace_events": int(on["trace_events"]),
+            "dump_off_s": round(off["dump_s"], 4), "dump_on_s": round(on["dump_s"], 4)}
+
+
 def leak_scan_cost(build: str, sizes: list[tuple[int, int]], repeat: int) -> list[dict[str, Any]]:
     """bench/leak_scan: the exit leak check of a process with N live
     allocations and H MiB of filled heap: the scan's own time and bytes read
@@ -464,6 +493,17 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(row("Python frames, ns per pair through ctypes", f"{p['python_frames']} Python frames, {how}",
                         "ns", g["traced_native_ns"], g["traced_python_ns"],
                         note=f"baseline: traced, native frames only; untraced pair {g['untraced_ns']:g} ns"))
+    t = result["torch"]
+    sec = "PyTorch bootstrap on the double (bench/torch_handover.py), the bootstrap off → on"
+    rows.append(row(sec, "optimizer step: the step hook's mark", "ns", t["step_off_ns"], t["step_on_ns"],
+                    note=f"{t['steps']:,} steps of the double's optimizer; the hook: gmt_step, the step's time, "
+                         "memory_allocated()"))
+    rows.append(row(sec, f"hand-over: {t['entries']:,} history entries, {t['blocks']:,} live tensors", "s", None,
+                    t["handover_s"], None, None,
+                    note=f"_snapshot() and state_of() as JSON ({t['handover_bytes'] / 2**20:.1f} MiB, "
+                         f"{t['trace_events']:,} tensor events); at a snapshot only"))
+    rows.append(row(sec, "gpumemtrace.dump() with the tensor level", "s", t["dump_off_s"], t["dump_on_s"],
+                    note="the hand-over, the replay of the history and the tensors section"))
     sec = "exit leak scan (GPUMEMTRACE_LEAK_CHECK=1), seconds"
     for w in result["leak_scan"]:
         rows.append(row(sec, f"{w['live']:,} live, {w['host_mib']:,} MiB heap", "s", w["untraced_seconds"], None,
@@ -563,6 +603,9 @@ def run_all(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[s
     result["capture"] = capture_cost(build, 2000 if quick else 200000, repeat)
     progress("Python frames")
     result["python_frames"] = python_cost(build, 2000 if quick else 100000, repeat)
+    progress("PyTorch bootstrap")
+    result["torch"] = torch_cost(build, 2000 if quick else 20000, 1000 if quick else 10000, 200 if quick else 2000,
+                                 repeat)
     progress("leak scan")
     result["leak_scan"] = leak_scan_cost(build, [(1000, 16)] if quick else [(1000, 16), (10000, 256), (100000, 2048)],
                                          repeat)

@@ -349,10 +349,12 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 	if (s->framework != NULL) {
 		/* Checked when it was handed over: NULL is memory. */
 		d->framework = json_loads(s->framework, 0, NULL);
-		if (d->framework == NULL || (r = join_segments(d)) < 0 ||
+		if (d->framework == NULL)
+			return -ENOMEM;
+		if ((r = join_segments(d)) < 0 ||
 		    (r = gmt__tensors_build(&d->tensors, d->framework, d->live, d->hi0, d->live + d->hi1,
 					    d->nlive - d->hi1)) < 0)
-			return d->framework == NULL ? -ENOMEM : r;
+			return r;
 	}
 	gmt__view_build(s, d->live, d->hi0, d->framework, &d->tensors, d->view);
 	if (s->leaks != NULL) {

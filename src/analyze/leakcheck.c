@@ -28,6 +28,13 @@ void gmt__leakcheck_free(struct gmt__leak_work *lw)
 	gmt__supp_memo_free(&lw->memo);
 }
 
+static int by_u32(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
 static int by_u64(const void *x, const void *y)
 {
 	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
@@ -35,15 +42,20 @@ static int by_u64(const void *x, const void *y)
 	return a < b ? -1 : a > b;
 }
 
-/* The history's growth suspects, largest growth first (read with the table). */
-static void leak_suspects(struct gmt__leak_work *lw, const struct gmt__history *h)
+/* The history's growth suspects, largest growth first (read with the
+ * table); a tensor history's (`tensors`) named by their document ids, and of
+ * the driver's history none in `skip` (sorted stack ids). */
+static void leak_suspects(struct gmt__leak_work *lw, const struct gmt__history *h, bool tensors,
+			  const uint32_t *skip, size_t nskip)
 {
 	for (size_t id = 0; h != NULL && id < h->nsites; id++) {
 		const struct gmt__site *site = gmt__history_site(h, (uint32_t)id);
-		struct gmt__leak_suspect x = { .id = (uint32_t)id };
+		struct gmt__leak_suspect x = { .id = tensors ? gmt__tensor_stack_id((uint32_t)id) : (uint32_t)id };
 		int at;
 
-		if (site == NULL || !gmt__site_suspect(h, site, &x.rises, &x.falls, &x.growth))
+		if (site == NULL || (tensors && id == 0) || !gmt__site_suspect(h, site, &x.rises, &x.falls, &x.growth))
+			continue;
+		if (nskip > 0 && bsearch(&x.id, skip, nskip, sizeof(*skip), by_u32) != NULL)
 			continue;
 		x.live = site->live_bytes;
 		x.peak = site->peak_bytes;
@@ -63,9 +75,10 @@ static void leak_suspects(struct gmt__leak_work *lw, const struct gmt__history *
  * address order, as items and scan targets; their stacks into ids. */
 int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
 			   const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
-			   struct gmt__idset *ids)
+			   const struct gmt__tensors *t, struct gmt__idset *ids)
 {
-	uint32_t *handles = NULL;
+	uint32_t *handles = NULL, *segment_stacks = NULL;
+	size_t nseg = 0;
 	uint64_t *sids = NULL; /* stack << 1 | 1 for a suspect's: an item's sorts first */
 	size_t nh = 0, nt = 0, ns = 0;
 	int r = -ENOMEM;
@@ -118,7 +131,22 @@ int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *c
 	}
 	lw->n = na;
 	lw->ntargets = nt;
-	leak_suspects(lw, h);
+	if (t != NULL && t->known && t->history != NULL) {
+		/* The tensors' suspects; of the driver's, those of the memory
+		 * that is not the framework's (its segments are its business). */
+		segment_stacks = malloc((na ? na : 1) * sizeof(*segment_stacks));
+		if (segment_stacks == NULL)
+			goto out;
+		for (size_t i = 0; i < na; i++) {
+			if (gmt__tensors_backs(t, alloc[i]))
+				segment_stacks[nseg++] = alloc[i]->stack;
+		}
+		qsort(segment_stacks, nseg, sizeof(*segment_stacks), by_u32);
+		leak_suspects(lw, t->history, true, NULL, 0);
+		leak_suspects(lw, h, false, segment_stacks, nseg);
+	} else {
+		leak_suspects(lw, h, false, NULL, 0);
+	}
 	for (int i = 0; i < lw->nsuspects; i++)
 		sids[ns++] = (uint64_t)lw->suspects[i].id << 1 | 1;
 	qsort(sids, ns, sizeof(*sids), by_u64);
@@ -141,6 +169,7 @@ int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *c
 out:
 	free(handles);
 	free(sids);
+	free(segment_stacks);
 	return r;
 }
 
@@ -229,9 +258,11 @@ void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cach
 	struct rule_match m = { &lw->memo, SIZE_MAX };
 	struct gmt__frame_sink k = { rule_native, rule_python, &m };
 
-	if (ls == NULL || ips == NULL)
+	if (ls == NULL)
 		return;
 	snprintf(ls->where, sizeof(ls->where), "%s", where);
+	if (ips == NULL)
+		return;
 	/* The rule is read through the items (leak_classify) only. */
 	if (!ls->has_items || lw->in->supp == NULL || lw->in->supp->n == 0)
 		return;

@@ -8,6 +8,7 @@
 #include "analyze/capture.h"
 #include "analyze/frames.h"
 #include "analyze/leaks.h"
+#include "analyze/tensors.h"
 #include "state/history.h"
 #include "tracer/options.h"
 
@@ -85,10 +86,13 @@ struct gmt__leak_work {
 int gmt__leakcheck_classify(struct gmt__leak_work *lw);
 
 /* The live allocations alloc[0..na) and VMM mappings map[0..nm), both in
- * address order, as items and scan targets; their stacks into ids. */
+ * address order, as items and scan targets; their stacks into ids. The
+ * growth suspects from the history h; with a framework's tensors known
+ * (t->known, tensors.h), the tensor sites' (their document ids) and those
+ * of the driver's that hold no memory of the framework's segments. */
 int gmt__leakcheck_collect(struct gmt__leak_work *lw, const struct gmt__entry *const *alloc, size_t na,
 			   const struct gmt__entry *const *map, size_t nm, const struct gmt__history *h,
-			   struct gmt__idset *ids);
+			   const struct gmt__tensors *t, struct gmt__idset *ids);
 
 /* The pointer scan: leaked or referenced. */
 void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *s);
@@ -96,7 +100,8 @@ void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *
 struct gmt__leak_stack *gmt__leakcheck_stack_of(const struct gmt__leak_work *lw, uint32_t id);
 
 /* Called for every stack the document names, with its site's label
- * (sites.h): the leak check's rule matched on its frames. */
+ * (sites.h): the leak check's rule matched on its frames (a framework's
+ * stack, ips NULL: its label alone). */
 void gmt__leakcheck_stack_seen(struct gmt__leak_work *lw, struct gmt__frame_cache *cache, uint32_t id,
 			       const uintptr_t *ips, int n, const char *where);
 

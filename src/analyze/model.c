@@ -96,10 +96,9 @@ static void resolve_stacks(struct gmt__frame_cache *cache, const struct gmt__ids
 		const uintptr_t *ips;
 		const struct gmt__stack_site *site = sites->n > 0 ? &sites->v[i] : NULL;
 
-		/* The leak check judges the driver's memory: its stacks only. */
-		if (gmt__is_tensor_stack(ids->v[i]))
-			continue;
-		ips = gmt__stack_get(ids->v[i], &depth);
+		/* The leak check judges the driver's memory; a framework's
+		 * stack is named (a suspect's) by its label alone. */
+		ips = gmt__is_tensor_stack(ids->v[i]) ? NULL : gmt__stack_get(ids->v[i], &depth);
 		cache->epoch = gmt__stack_epoch(ids->v[i]);
 		gmt__leakcheck_stack_seen(lw, cache, ids->v[i], ips, gmt__stack_frames(ips, depth),
 					  site != NULL ? site->label : "an unknown place");
@@ -358,7 +357,8 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 	}
 	gmt__view_build(s, d->live, d->hi0, d->framework, &d->tensors, d->view);
 	if (s->leaks != NULL) {
-		r = gmt__leakcheck_collect(&d->lw, d->live, d->hi0, d->live + d->hi1, d->nlive - d->hi1, h, &d->ids);
+		r = gmt__leakcheck_collect(&d->lw, d->live, d->hi0, d->live + d->hi1, d->nlive - d->hi1, h, &d->tensors,
+					   &d->ids);
 		if (r < 0)
 			return r;
 	}

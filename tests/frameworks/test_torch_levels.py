@@ -28,8 +28,9 @@ And the level accounting: tensor bytes + free inside the segments + the
 memory that is not PyTorch's (a library's own driver allocation) = the
 device's live bytes = the simulated driver's ledger, at the out-of-memory
 and at exit; and gpumemtrace.dump(): PyTorch hands over its tensors for the
-snapshot, and the diff of two dumps says which tensor line grew. Every
-snapshot is checked against docs/snapshot.schema.json.
+snapshot, and the diff of two dumps says which tensor line grew; at exit
+the leak check's suspects are the tensors' sites. Every snapshot is checked
+against docs/snapshot.schema.json.
 
 Usage: test_torch_levels.py LAUNCHER SOURCE_ROOT NVML_LIBRARY_PATH"""
 
@@ -476,6 +477,28 @@ def test_dumps(launcher: str, source: str, env: Dict[str, str]) -> None:
         td.schema_ok(source, paths, "dumps")
 
 
+def test_exit_suspects(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """At exit, the leak check's suspects are the tensors' sites: the loss
+    line's tensor stack, not the driver's segments that grew for it."""
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        r = td.run(launcher, env, tmp, DUMPS.replace("print(\"DUMP\", gpumemtrace.dump())", "pass"), "exit.py",
+                   on="exit")
+        exits, doc = [], {}
+        for p in glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json")):
+            with open(p, encoding="utf-8") as f:
+                d = json.load(f)
+            if d.get("tensors"):
+                exits, doc = [p], d
+        base = (doc.get("tensors") or {}).get("stack_base", 1 << 62)
+        suspects = (doc.get("leaks") or {}).get("suspects") or []
+        label = f"<module> (exit.py:{line_of(DUMPS, '# LOSS')})"
+        check(r.returncode == 0 and [label_of(doc, x["stack"]) for x in suspects] == [label] and
+              all(x["stack"] > base for x in suspects),
+              "exit: the leak suspect is the loss line's tensor site, and only it",
+              [(x["stack"], label_of(doc, x["stack"])) for x in suspects] or r.stderr[-600:])
+        td.schema_ok(source, exits, "exit")
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -489,6 +512,7 @@ def main(argv: List[str]) -> int:
     test_others(launcher, source, env, nvml)
     test_accounting(launcher, source, env)
     test_dumps(launcher, source, env)
+    test_exit_suspects(launcher, source, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
     return 1 if td.FAILURES else 0
 

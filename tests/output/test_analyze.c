@@ -143,7 +143,7 @@ static void test_leak_classes(void)
 	CHECK_INT(gmt__supp_load(&rules, path, err, sizeof(err)), 0);
 	unlink(path);
 
-	CHECK_INT(gmt__leakcheck_collect(&lw, v, 6, NULL, 0, NULL, &ids), 0);
+	CHECK_INT(gmt__leakcheck_collect(&lw, v, 6, NULL, 0, NULL, NULL, &ids), 0);
 	gmt__leakcheck_scan(&lw, &s); /* off: says why */
 	CHECK(!lw.scan.done && lw.scan.why != NULL);
 	gmt__frames_open(&fc);

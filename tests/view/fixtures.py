@@ -21,6 +21,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -291,11 +292,52 @@ def write(doc: Dict[str, Any], path: str) -> str:
     return path
 
 
+# A PyTorch training loop on the PyTorch double that keeps each step's loss
+# (24 MiB a step) until the 2 GiB device is full: its oom snapshot has a
+# tensors section (torch_snapshot).
+TORCH_LOSS_KEPT = """
+import torch
+MIB = 1 << 20
+weights = torch.empty(256 * MIB)
+opt = torch.optim.Optimizer([weights])
+losses = []
+try:
+    while True:
+        acts = [torch.empty(8 * MIB) for _ in range(4)]
+        grads = [torch.empty(40 * MIB) for _ in range(2)]
+        del grads
+        loss = torch.empty(24 * MIB)  # LOSS
+        losses.append(loss)
+        del acts
+        opt.step()
+except torch.cuda.OutOfMemoryError:
+    pass
+"""
+
+
+def torch_snapshot(build_dir: str, out_dir: str, text: str = TORCH_LOSS_KEPT) -> str:
+    """Run the Python program `text` with the PyTorch double
+    (tests/frameworks/fake_torch) on the simulated GPU (2 GiB) under the
+    tracer; the path of its oom snapshot."""
+    os.makedirs(out_dir, exist_ok=True)
+    script = os.path.join(out_dir, "train.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(text)
+    doubles = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "frameworks")
+    env = {"GMTSIM_MEMORY": "2G", "GMTSIM_CONTEXT_BYTES": "0", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join(os.path.join(doubles, d, "site-packages")
+                                         for d in ("fake_torch", "fake_common"))}
+    return simulator_snapshots(build_dir, out_dir, env, program=sys.executable, argv=[script], status=0,
+                               reasons=("oom",))["oom"]
+
+
 def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, str]] = None,
-                        program: str = os.path.join("demo", "train_loop"), status: int = 2) -> Dict[str, str]:
-    """Run build/demo/train_loop (or another program of the build) on the
-    simulated GPU (4 GiB) under the tracer; {"oom": path, "exit": path} of the
-    first snapshots it wrote into out_dir. It must exit with `status`."""
+                        program: str = os.path.join("demo", "train_loop"), status: int = 2,
+                        argv: Sequence[str] = (), reasons: Sequence[str] = ("oom", "exit")) -> Dict[str, str]:
+    """Run build/demo/train_loop (or another program of the build, or an
+    absolute path, with argv) on the simulated GPU (4 GiB) under the tracer;
+    {"oom": path, "exit": path} of the first snapshots of those reasons it
+    wrote into out_dir. It must exit with `status`."""
     e = dict(os.environ)
     for k in list(e):
         if k.startswith(("GMTSIM_", "GPUMEMTRACE_")):
@@ -312,13 +354,13 @@ def simulator_snapshots(build_dir: str, out_dir: str, env: Optional[Dict[str, st
     launcher = os.path.join(build_dir, "src", "cli", "gpumemtrace")
     prog = os.path.join(build_dir, program)
     os.makedirs(out_dir, exist_ok=True)
-    r = subprocess.run([launcher, "run", "--dir", out_dir, "--snapshot-on", "oom,exit", "--", prog],
+    r = subprocess.run([launcher, "run", "--dir", out_dir, "--snapshot-on", ",".join(reasons), "--", prog, *argv],
                        env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=120)
     if r.returncode != status:
         raise RuntimeError(f"{prog} ended with {r.returncode}, not {status}: {r.stderr[-2000:]}")
     out = {}
-    for reason in ("oom", "exit"):
+    for reason in reasons:
         found = sorted(glob.glob(os.path.join(out_dir, f"gpumemtrace.*.{reason}.*.json")))
         if not found:
             raise RuntimeError(f"no {reason} snapshot in {out_dir}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Browser test of the HTML report (tools/gmtview/html.py): headless Chromium,
 driven over the DevTools protocol on a pipe (standard library only), loads the
-reports of a simulator out-of-memory snapshot, a hostile snapshot and a
+reports of a simulator out-of-memory snapshot, a PyTorch one (the tensor
+level first, the segments one click away), a hostile snapshot and a
 100,000-allocation snapshot, and checks that each renders without a script
 error or console error, that the drawn sections hold the expected data, that
 hostile names stay text, and that 100k allocations render in under 3 s. It
@@ -605,6 +606,39 @@ class TestLargeReport(BrowserTest):
         top = raw["sites"][0]
         self.assertEqual(sites["rows"][0][1], model.fmt_bytes(top["live_bytes"]))
         b.screenshot(os.path.join(OUT, "report-100k.png"))
+
+
+class TestTensorLevel(BrowserTest):
+    """A PyTorch snapshot (the double's loop that keeps each step's loss):
+    the page shows the tensor level first — the loss line's site first, the
+    tensors on the timeline — and the driver's allocations (the segments)
+    one click away."""
+
+    def test_levels(self) -> None:
+        path = fixtures.torch_snapshot(BUILD, os.path.join(OUT, "torch"))
+        doc = load.load(path)
+        report = write_report([doc], "single", [path], "report-tensors.html")
+        self.show(report)
+        b = self.browser
+        line = fixtures.TORCH_LOSS_KEPT.split("\n").index(
+            next(x for x in fixtures.TORCH_LOSS_KEPT.split("\n") if "# LOSS" in x)) + 1
+        self.assertEqual(b.eval("document.body.dataset.level"), "tensors")
+        self.assertFalse(b.eval("document.getElementById('levels').hidden"))
+        first = self.table("sites-table")["rows"][0]
+        self.assertEqual(first[0], f"<module> (train.py:{line})")
+        self.assertEqual(first[1], model.fmt_bytes(sum(a["size"] for a in doc["tensors"]["allocations"]
+                                                       if doc["_stack_by_id"][a["stack"]]["site"]["label"]
+                                                       == first[0])))
+        self.assertEqual(b.eval("document.querySelectorAll('#timeline-body .ln.tensors').length"), 1)
+        # The segments, one click away: the driver's top site is the line
+        # whose requests made the segments grow, not the loss.
+        self.click("input[name=level][value=driver]", settle=0.5)
+        self.assertEqual(b.eval("document.body.dataset.level"), "driver")
+        top = model.site_groups(doc)[0]
+        self.assertEqual(self.table("sites-table")["rows"][0][0], model.stack_title(doc, top["stack"]))
+        self.assertNotEqual(self.table("sites-table")["rows"][0][0], first[0])
+        self.assertEqual(b.errors(), [])
+        b.screenshot(os.path.join(OUT, "report-tensors.png"))
 
 
 class TestMergeReport(BrowserTest):

@@ -161,8 +161,16 @@ def _overview(doc: Doc, name: str) -> str:
 
 def _devices_table(doc: Doc) -> str:
     rows = []
+    t = doc.get("tensors")
+    levels = {x["device"]: x for x in (t or {}).get("devices") or []}
+    name = esc((t or {}).get("framework") or "framework")
     for d in doc["devices"]:
         kinds = ", ".join(f"{esc(k)} {_b(v)}" for k, v in sorted(d["kinds"].items()))
+        x = levels.get(d["index"])
+        if x is not None:
+            # The same live bytes by level: they add up (tensors.h).
+            kinds += (f"<br>by level: {name}'s tensors {_b(x['tensor_bytes'])}, free inside its segments "
+                      f"{_b(x['cached_bytes'])}, not {name}'s {_b(x['other_bytes'])}")
         pools = d.get("pools")
         pool = (f"{_b(pools['used_bytes'])} used of {_b(pools['reserved_bytes'])}" if pools
                 else '<span class="muted">not asked</span>')
@@ -807,9 +815,14 @@ def _tensors_data(doc: Doc, base: int, kind_ix: Dict[str, int]) -> Optional[Dict
     lv = model.tensor_level(doc)
     if lv is None:
         return None
+    ts = doc["tensors"].get("series")
+    series = None
+    if ts and ts["time_ns"]:
+        series = {"t": [t - base for t in ts["time_ns"]],
+                  "cols": [{"device": c["device"], "live": c["live_bytes"]} for c in ts["columns"]]}
     return {"framework": doc["tensors"]["framework"], "sites": _sites_data(lv),
             "stack_sites": _sites_data(lv, per_stack=True), "allocs": _allocs_data(lv, base, kind_ix),
-            "devices": doc["tensors"]["devices"]}
+            "devices": doc["tensors"]["devices"], "series": series}
 
 
 def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> Dict[str, Any]:

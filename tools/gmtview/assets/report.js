@@ -351,6 +351,15 @@
       root.appendChild(svg('polyline', { points: pts(c.live).join(' ') }, 'ln ' + kindClass(c.kind)));
     });
     if (cols.length > 1) root.appendChild(svg('polyline', { points: pts(total).join(' ') }, 'ln total'));
+    // The framework's tensors on this device, over its replayed history
+    // (their own points): what the program holds inside the segments.
+    var ts = d.tensors && d.tensors.series, tcol = null;
+    if (ts) ts.cols.forEach(function (c) { if (c.device === dev) tcol = c; });
+    if (tcol) {
+      var tp = [];
+      for (var k = 0; k < ts.t.length; k++) tp.push(X(ts.t[k]).toFixed(1) + ',' + Y(tcol.live[k]).toFixed(1));
+      root.appendChild(svg('polyline', { points: tp.join(' ') }, 'ln tensors'));
+    }
 
     // The peak of this device's live bytes.
     var px = X(s.t[peakI]), py = Y(high[peakI]);
@@ -453,6 +462,10 @@
       legend.appendChild(key(kindClass(c.kind), c.kind + ' ' + fmtBytes(c.live[n - 1])));
     });
     if (cols.length > 1) legend.appendChild(key('total', 'all kinds'));
+    if (tcol) {
+      legend.appendChild(key('tensors', clean(d.tensors.framework || 'the framework') + '\u2019s tensors ' +
+        fmtBytes(tcol.live[tcol.live.length - 1])));
+    }
     legend.appendChild(key('band-key', 'highest within a window'));
     if (ooms.length) legend.appendChild(key('oom-key', 'out of memory'));
     fig.appendChild(legend);

@@ -175,7 +175,7 @@ workspace = Driver().malloc(12 * MIB)
 try:
     torch.empty(1 << 40)
 except torch.cuda.OutOfMemoryError:
-    print("OOM", torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+    print("OOM", torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), torch.cuda.max_memory_allocated())
 '''
 
 
@@ -424,8 +424,8 @@ def test_accounting(launcher: str, source: str, env: Dict[str, str]) -> None:
         if got is None:
             return
         r, oom, path = got
-        m = re.search(r"^OOM (\d+) (\d+)$", r.stdout, re.M)
-        allocated, reserved = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+        m = re.search(r"^OOM (\d+) (\d+) (\d+)$", r.stdout, re.M)
+        allocated, reserved, peak = (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (-1, -1, -1)
         exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
         docs = [("oom", oom, sorted(glob.glob(os.path.join(led_dir, "ledger.*.oom.*.json")))[-1:])]
         if len(exits) == 1:
@@ -445,6 +445,9 @@ def test_accounting(launcher: str, source: str, env: Dict[str, str]) -> None:
                   (allocated, reserved), f"accounting ({when}): tensors = memory_allocated(), with the cache "
                   "memory_reserved()", (dev, allocated, reserved))
             check(dev.get("other_bytes") == 12 * MIB, f"accounting ({when}): the workspace is not PyTorch's", dev)
+            fw_dev = next((x for x in (doc.get("framework") or {}).get("devices") or [] if x["device"] == 0), {})
+            check(fw_dev.get("peak_allocated_bytes") == peak,
+                  f"accounting ({when}): PyTorch's peak allocated handed over (max_memory_allocated())", fw_dev)
             check(sum(a["size"] for a in t.get("allocations") or []) == allocated and
                   len(t.get("allocations") or []) == 7, f"accounting ({when}): the live tensors listed", len(
                       t.get("allocations") or []))

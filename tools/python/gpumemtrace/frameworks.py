@@ -231,6 +231,10 @@ def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
             n = _count
         path = _save(snap, n)
         state = state_of(snap, reason, oom, path, str(getattr(torch, "__version__", "")))
+        # The most its tensors have held on each device: max_memory_allocated().
+        peak = getattr(torch.cuda, "max_memory_allocated", None)
+        for d in state["devices"] if peak is not None else []:
+            d["peak_allocated_bytes"] = int(peak(d["device"]))
         import gpumemtrace
         gpumemtrace.framework(json.dumps(state))
     except Exception as e:  # noqa: BLE001 - never the program's failure

@@ -221,15 +221,6 @@ static struct gmt__tensor_device *device_of(struct gmt__tensors *t, int device)
 	return &t->dev[t->ndev++];
 }
 
-const struct gmt__tensor_device *gmt__tensors_device(const struct gmt__tensors *t, int device)
-{
-	for (int i = 0; i < t->ndev; i++) {
-		if (t->dev[i].device == device)
-			return &t->dev[i];
-	}
-	return NULL;
-}
-
 /* The segments and their active blocks. 0 or -ENOMEM. */
 static int collect_blocks(struct gmt__tensors *t, struct interner *in, const json_t *segs)
 {

@@ -109,7 +109,4 @@ bool gmt__is_tensor_stack(uint32_t id);
  * gmt__frame_source for sites.h): true and *v, *n; else false. */
 bool gmt__tensors_frames(const void *t, uint32_t id, const struct gmt__site_frame **v, int *n);
 
-/* The device's split, or NULL when the snapshot has none there. */
-const struct gmt__tensor_device *gmt__tensors_device(const struct gmt__tensors *t, int device);
-
 #endif /* GMT_TENSORS_H */

@@ -9,11 +9,6 @@
 
 #include <string.h>
 
-static char *put_u64_or_null(char *p, bool have, uint64_t v)
-{
-	return have ? gmt__put_u64(p, v) : gmt__put_lit(p, "null");
-}
-
 _Static_assert(GMT_KIND_COUNT <= 32, "a kind is a bit of an unsigned");
 
 char *gmt__put_kinds(char *p, const uint64_t *v, unsigned shown)
@@ -78,17 +73,17 @@ static char *put_fragmentation(char *p, const struct gmt__device_state *st, cons
 	bool any = false;
 
 	p = gmt__put_lit(p, ", \"fragmentation\": {\"free_bytes\": ");
-	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
+	p = gmt__put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
 	p = gmt__put_lit(p, ", \"free_in_whole_pages\": ");
-	p = put_u64_or_null(p, mem, whole);
+	p = gmt__put_u64_or_null(p, mem, whole);
 	p = gmt__put_lit(p, ", \"stranded_bytes\": ");
 	p = gmt__put_u64(p, pg->stranded_bytes);
 	p = gmt__put_lit(p, ", \"largest_hole_bytes\": ");
 	p = gmt__put_u64(p, pg->largest_hole);
 	p = gmt__put_lit(p, ", \"largest_fit_bytes\": ");
-	p = put_u64_or_null(p, mem, whole > pg->largest_hole ? whole : pg->largest_hole);
+	p = gmt__put_u64_or_null(p, mem, whole > pg->largest_hole ? whole : pg->largest_hole);
 	p = gmt__put_lit(p, ", \"pool_unused_bytes\": ");
-	p = put_u64_or_null(p, pools, pools && st->pool_reserved > st->pool_used ? st->pool_reserved - st->pool_used : 0);
+	p = gmt__put_u64_or_null(p, pools, pools && st->pool_reserved > st->pool_used ? st->pool_reserved - st->pool_used : 0);
 	p = gmt__put_lit(p, ", \"size_classes\": [");
 	for (int k = 0; k < SIZE_CLASSES; k++) {
 		if (count[k] == 0)
@@ -117,9 +112,9 @@ void gmt__doc_device(struct gmt__json *o, const struct gmt__snapshot_device *d, 
 	p = gmt__put_lit(p, first ? "\n  {\"index\": " : ",\n  {\"index\": ");
 	p = gmt__put_i64(p, d->index);
 	p = gmt__put_lit(p, ", \"total_bytes\": ");
-	p = put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
+	p = gmt__put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
 	p = gmt__put_lit(p, ", \"free_bytes\": ");
-	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
+	p = gmt__put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
 	p = gmt__put_lit(p, ", \"live_bytes\": ");
 	p = gmt__put_u64(p, d->live_bytes);
 	p = gmt__put_lit(p, ", \"kinds\": ");
@@ -252,13 +247,13 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_lit(p, ", \"granularity\": ");
 	p = gmt__put_u64(p, in->pages.granularity);
 	p = gmt__put_lit(p, ", \"total_bytes\": ");
-	p = put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
+	p = gmt__put_u64_or_null(p, mem, mem ? st->total_bytes : 0);
 	p = gmt__put_lit(p, ", \"free_bytes\": ");
-	p = put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
+	p = gmt__put_u64_or_null(p, mem, mem ? st->free_bytes : 0);
 	p = gmt__put_lit(p, ", \"used_bytes\": ");
-	p = put_u64_or_null(p, mem, d->used);
+	p = gmt__put_u64_or_null(p, mem, d->used);
 	p = gmt__put_lit(p, ", \"shortfall_bytes\": ");
-	p = put_u64_or_null(p, mem, d->shortfall);
+	p = gmt__put_u64_or_null(p, mem, d->shortfall);
 	p = gmt__put_lit(p, ",\n   \"tracked_bytes\": ");
 	/* every kind of device memory, 0 or not */
 	p = gmt__put_kinds(p, in->tracked, ((1u << GMT_KIND_COUNT) - 1) & ~(1u << GMT_KIND_HOST | 1u << GMT_KIND_REGISTERED));
@@ -267,17 +262,17 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_lit(p, ", \"footprint_bytes\": ");
 	p = gmt__put_u64(p, d->footprint);
 	p = gmt__put_lit(p, ",\n   \"pool_reserved_bytes\": ");
-	p = put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_reserved : 0);
+	p = gmt__put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_reserved : 0);
 	p = gmt__put_lit(p, ", \"pool_used_bytes\": ");
-	p = put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_used : 0);
+	p = gmt__put_u64_or_null(p, d->have_pools, d->have_pools ? st->pool_used : 0);
 	p = gmt__put_lit(p, ", \"pool_unused_bytes\": ");
-	p = put_u64_or_null(p, d->have_pools, d->pool_unused);
+	p = gmt__put_u64_or_null(p, d->have_pools, d->pool_unused);
 	p = gmt__put_lit(p, ", \"other_processes_bytes\": ");
-	p = put_u64_or_null(p, others, others ? st->others_bytes : 0);
+	p = gmt__put_u64_or_null(p, others, others ? st->others_bytes : 0);
 	p = gmt__put_lit(p, ", \"untracked_bytes\": ");
-	p = put_u64_or_null(p, d->have_untracked, d->untracked);
+	p = gmt__put_u64_or_null(p, d->have_untracked, d->untracked);
 	p = gmt__put_lit(p, ", \"capacity_bytes\": ");
-	p = put_u64_or_null(p, mem, d->capacity);
+	p = gmt__put_u64_or_null(p, mem, d->capacity);
 	p = gmt__put_lit(p, ",\n   \"episode_failures\": ");
 	p = gmt__put_u64(p, in->episode_failures);
 	p = gmt__put_lit(p, ", \"released_bytes\": ");
@@ -285,15 +280,15 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_lit(p, ", \"released_count\": ");
 	p = gmt__put_u64(p, in->released_count);
 	p = gmt__put_lit(p, ",\n   \"framework_requested_bytes\": ");
-	p = put_u64_or_null(p, in->fw_requested > 0, in->fw_requested);
+	p = gmt__put_u64_or_null(p, in->fw_requested > 0, in->fw_requested);
 	p = gmt__put_lit(p, ", \"reserved_unallocated_bytes\": ");
-	p = put_u64_or_null(p, in->fw_known, in->fw_reserved_unallocated);
+	p = gmt__put_u64_or_null(p, in->fw_known, in->fw_reserved_unallocated);
 	p = gmt__put_lit(p, ", \"largest_free_block_bytes\": ");
-	p = put_u64_or_null(p, in->fw_largest_known, in->fw_largest_free);
+	p = gmt__put_u64_or_null(p, in->fw_largest_known, in->fw_largest_free);
 	p = gmt__put_lit(p, ", \"framework_allocated_bytes\": ");
-	p = put_u64_or_null(p, in->fw_known, in->fw_allocated);
+	p = gmt__put_u64_or_null(p, in->fw_known, in->fw_allocated);
 	p = gmt__put_lit(p, ", \"framework_limit_bytes\": ");
-	p = put_u64_or_null(p, in->fw_limit > 0, in->fw_limit);
+	p = gmt__put_u64_or_null(p, in->fw_limit > 0, in->fw_limit);
 	p = gmt__put_lit(p, ",\n   \"pages\": ");
 	p = gmt__put_u64(p, in->pages.pages);
 	p = gmt__put_lit(p, ", \"pages_partial\": ");
@@ -322,11 +317,11 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_lit(p, ", \"largest_stack_bytes\": ");
 	p = gmt__put_u64(p, in->largest_stack_bytes);
 	p = gmt__put_lit(p, ",\n   \"step\": ");
-	p = put_u64_or_null(p, in->step_known, in->step);
+	p = gmt__put_u64_or_null(p, in->step_known, in->step);
 	p = gmt__put_lit(p, ", \"steps\": ");
 	p = gmt__put_u64(p, in->steps);
 	p = gmt__put_lit(p, ", \"step_live_bytes\": ");
-	p = put_u64_or_null(p, in->step_known, in->step_live_bytes);
+	p = gmt__put_u64_or_null(p, in->step_known, in->step_live_bytes);
 	p = gmt__put_lit(p, ", \"step_live_source\": ");
 	p = gmt__put_lit(p, !in->step_known	       ? "null"
 			    : in->step_tensors	       ? "\"tensors\""

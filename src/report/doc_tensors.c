@@ -8,11 +8,6 @@
 
 #include <stdio.h>
 
-static char *put_u64_or_null(char *p, bool known, uint64_t v)
-{
-	return known ? gmt__put_u64(p, v) : gmt__put_lit(p, "null");
-}
-
 static void out_devices(struct gmt__json *o, const struct gmt__tensors *t)
 {
 	gmt__json_str(o, ",\n  \"devices\": [");
@@ -62,7 +57,7 @@ static void out_tensors(struct gmt__json *o, const struct gmt__tensors *t)
 		p = gmt__put_lit(p, ", \"stream\": ");
 		p = gmt__put_hex(p, x->stream);
 		p = gmt__put_lit(p, ", \"time_ns\": ");
-		p = put_u64_or_null(p, x->time_ns != 0, x->time_ns);
+		p = gmt__put_u64_or_null(p, x->time_ns != 0, x->time_ns);
 		p = gmt__put_lit(p, ", \"stack\": ");
 		p = gmt__put_u64(p, gmt__tensor_stack_id(x->stack));
 		p = gmt__put_lit(p, "}");
@@ -92,9 +87,9 @@ void gmt__doc_tensors(struct gmt__json *o, const struct gmt__model *m)
 		p = gmt__put_u64(p, t->seeded);
 		p = gmt__put_lit(p, t->complete ? ", \"complete\": true" : ", \"complete\": false");
 		p = gmt__put_lit(p, ", \"first_ns\": ");
-		p = put_u64_or_null(p, timed, t->first_ns);
+		p = gmt__put_u64_or_null(p, timed, t->first_ns);
 		p = gmt__put_lit(p, ", \"last_ns\": ");
-		p = put_u64_or_null(p, timed, t->last_ns);
+		p = gmt__put_u64_or_null(p, timed, t->last_ns);
 		p = gmt__put_lit(p, ", \"steps\": ");
 		p = gmt__put_u64(p, t->steps);
 		p = gmt__put_lit(p, "}");

@@ -98,4 +98,10 @@ static inline char *gmt__put_lit(char *p, const char *s)
 	return p + n;
 }
 
+/* v, or null when not `have`. */
+static inline char *gmt__put_u64_or_null(char *p, bool have, uint64_t v)
+{
+	return have ? gmt__put_u64(p, v) : gmt__put_lit(p, "null");
+}
+
 #endif /* GMT_JSON_H */

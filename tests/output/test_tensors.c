@@ -88,7 +88,9 @@ static void test_levels(void)
 	CHECK_INT(n, 2);
 	CHECK(n == 2 && fr[0].python && strcmp(fr[0].function, "load") == 0 && fr[0].line == 9);
 	CHECK(!gmt__tensors_frames(&t, 5, &fr, &n)); /* the recorder's stack 5 */
-	d = gmt__tensors_device(&t, 0);
+	/* One device: device 0's split. */
+	CHECK_INT(t.ndev, 1);
+	d = t.ndev == 1 && t.dev[0].device == 0 ? &t.dev[0] : NULL;
 	CHECK(d != NULL);
 	if (d != NULL) {
 		CHECK_U64(d->tensor_bytes, 80 * MIB);

@@ -297,9 +297,7 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
             blocks_left -= 1
             out.append({"address": addr, "size": size, "requested_size": int(b.get("requested_size", size)),
                         "state": str(b["state"]),
-                        "frames": [{"name": str(f.get("name", "")), "filename": str(f.get("filename", "")),
-                                    "line": int(f.get("line", 0) or 0)}
-                                   for f in (b.get("frames") or [])[:MAX_FRAMES]]})
+                        "frames": frames_of(b.get("frames"))})
         segments.append({"device": dev, "address": int(s["address"]), "total_size": int(s["total_size"]),
                          "stream": int(s.get("stream", 0) or 0), "segment_type": str(s.get("segment_type", "")),
                          "is_expandable": bool(s.get("is_expandable", False)), "blocks": out})
@@ -315,6 +313,13 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
             "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated,
             "traces": traces, "trace_stacks": stacks,
             "steps": [[n, t] for n, t in getattr(api, "_steps_marked", ())]}
+
+
+def frames_of(frames: Any) -> List[Dict[str, Any]]:
+    """PyTorch's frames as handed over: the MAX_FRAMES innermost, each
+    {name, filename, line}."""
+    return [{"name": str(f.get("name", "")), "filename": str(f.get("filename", "")), "line": int(f.get("line", 0) or 0)}
+            for f in (frames or [])[:MAX_FRAMES]]
 
 
 # The history's events of the tensors themselves; segments are the driver's.
@@ -340,12 +345,12 @@ def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any
                 continue
             stack = -1
             if action == "alloc":
-                key = tuple((str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0) or 0))
-                            for f in (e.get("frames") or [])[:MAX_FRAMES])
+                frames = frames_of(e.get("frames"))
+                key = tuple((f["name"], f["filename"], f["line"]) for f in frames)
                 stack = index.get(key, -1)
                 if stack < 0:
                     stack = index[key] = len(stacks)
-                    stacks.append([{"name": n, "filename": fn, "line": ln} for n, fn, ln in key])
+                    stacks.append(frames)
             t = e.get("time_us")
             events.append([action, int(e["addr"]), int(e.get("size", 0)), int(t) if t is not None else None, stack,
                            int(e.get("stream", 0) or 0)])

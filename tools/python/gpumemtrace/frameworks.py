@@ -45,6 +45,7 @@ Programs started without the launcher, with libgpumemtrace.so preloaded:
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import pickle
@@ -131,8 +132,14 @@ def _mark_optimizer_steps(torch: Any) -> None:
     the diagnosis knows a training step's own memory and a leak's bytes per
     step — unless the program marks its own (gpumemtrace.step). PyTorch
     before 2.0 has no global optimizer hook: no marks, no warning."""
-    register = getattr(getattr(getattr(torch, "optim", None), "optimizer", None),
-                       "register_optimizer_step_post_hook", None)
+    # NOTE: torch/optim/__init__.py deletes its `optimizer` attribute after
+    # importing from it: the module is reached through the import system,
+    # never as torch.optim.optimizer.
+    try:
+        module = importlib.import_module("torch.optim.optimizer")
+    except Exception:  # noqa: BLE001 - no such module: a torch without optimizers
+        return
+    register = getattr(module, "register_optimizer_step_post_hook", None)
     if register is None:
         return
     import gpumemtrace

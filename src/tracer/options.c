@@ -19,7 +19,7 @@
 
 #define GMT_OPTION_PREFIX "GPUMEMTRACE_"
 
-enum opt_type { OPT_BOOL, OPT_INT, OPT_SIZE, OPT_STRING, OPT_TRIGGERS, OPT_CLASSES };
+enum opt_type { OPT_BOOL, OPT_INT, OPT_SIZE, OPT_STRING, OPT_TRIGGERS, OPT_CLASSES, OPT_CHOICE };
 
 /* What an INT or SIZE option accepts. Every INT and SIZE option of the table
  * needs one, named range_<field>: a missing one does not compile. */
@@ -52,11 +52,27 @@ static const struct opt_range range_ring_events = {
 };
 _Static_assert(GMT_STACK_MAX_DEPTH == 256, "range_stack_depth's phrase names the maximum");
 
+const char *const gmt__torch_history_names[GMT_TORCH_HISTORY_COUNT] = { GMT_TORCH_HISTORIES(GMT_X_WORD) };
+
+/* The words a CHOICE option takes: word i is value i. Every CHOICE option
+ * of the table needs one, named choices_<field>. */
+struct opt_choices {
+	const char *const *names;
+	size_t n;
+	const char *expected;
+};
+
+static const struct opt_choices choices_torch_history = {
+	gmt__torch_history_names, GMT_TORCH_HISTORY_COUNT,
+	"one of " GMT_TORCH_HISTORIES(GMT_WORD_COMMA) "(a single word)",
+};
+
 struct opt_desc {
 	const char *name;
 	enum opt_type type;
 	size_t offset; /* of the field in struct gmt__options */
 	const struct opt_range *range;
+	const struct opt_choices *choices;
 	const char *help;
 };
 
@@ -66,9 +82,18 @@ struct opt_desc {
 #define OPT_RANGE_STRING(field) NULL
 #define OPT_RANGE_TRIGGERS(field) NULL
 #define OPT_RANGE_CLASSES(field) NULL
+#define OPT_RANGE_CHOICE(field) NULL
+#define OPT_CHOICES_BOOL(field) NULL
+#define OPT_CHOICES_INT(field) NULL
+#define OPT_CHOICES_SIZE(field) NULL
+#define OPT_CHOICES_STRING(field) NULL
+#define OPT_CHOICES_TRIGGERS(field) NULL
+#define OPT_CHOICES_CLASSES(field) NULL
+#define OPT_CHOICES_CHOICE(field) (&choices_##field)
 
 #define OPT_X_DESC(field, var, type, def, help) \
-	{ var, OPT_##type, offsetof(struct gmt__options, field), OPT_RANGE_##type(field), help },
+	{ var, OPT_##type, offsetof(struct gmt__options, field), OPT_RANGE_##type(field), \
+	  OPT_CHOICES_##type(field), help },
 static const struct opt_desc descs[] = { GMT_OPTIONS(OPT_X_DESC) };
 #undef OPT_X_DESC
 
@@ -165,6 +190,8 @@ static const char *expected_of(const struct opt_desc *d)
 		return "a comma list of " GMT_TRIGGERS(GMT_WORD_COMMA) GMT_TRIGGER_NO_OOM ", or none";
 	case OPT_CLASSES:
 		return "a comma list of " GMT_LEAK_CLASSES(GMT_WORD_COMMA) "or none";
+	case OPT_CHOICE:
+		return d->choices->expected;
 	}
 	return "?";
 }
@@ -209,6 +236,14 @@ static int parse_value(struct gmt__options *o, const struct opt_desc *d, const c
 		if (r == 0)
 			*(unsigned *)field = t;
 		return r;
+	case OPT_CHOICE:
+		for (t = 0; t < d->choices->n; t++) {
+			if (gmt__word_is(value, strlen(value), d->choices->names[t])) {
+				*(unsigned *)field = t;
+				return 0;
+			}
+		}
+		return -EINVAL;
 	}
 	return -EINVAL;
 }
@@ -357,6 +392,9 @@ static int format_value(const struct gmt__options *o, const struct opt_desc *d, 
 		/* So that the text parses back to the same value. */
 		if (bits != 0 && w.keep != 0 && !(bits & w.keep) && n < len)
 			snprintf(buf + n, len - n, ",%s", w.off);
+		break;
+	case OPT_CHOICE:
+		snprintf(buf, len, "%s", d->choices->names[*(const unsigned *)field]);
 		break;
 	}
 	return 0;

@@ -21,6 +21,12 @@
  * to it found; referenced from the program's memory; matched a caching rule. */
 #define GMT_LEAK_CLASSES(X) X(LEAKED, "leaked") X(REFERENCED, "referenced") X(CACHED, "cached")
 
+/* What of PyTorch's allocation history the Python bootstrap turns on
+ * (GPUMEMTRACE_TORCH_HISTORY; docs/guide.md "PyTorch's own view"): one word.
+ * alloc: every event, the Python frames of each allocation; all: the frees'
+ * frames too; events: no frames; off: no history. */
+#define GMT_TORCH_HISTORIES(X) X(ALLOC, "alloc") X(ALL, "all") X(EVENTS, "events") X(OFF, "off")
+
 /* "oom, exit, peak, signal, ": a list's words for a help text. */
 #define GMT_WORD_COMMA(id, word) word ", "
 
@@ -46,6 +52,14 @@ enum gmt__leak_class {
 	GMT_LEAK_CLASS_COUNT
 };
 
+/* A word of GPUMEMTRACE_TORCH_HISTORY. */
+enum gmt__torch_history {
+#define GMT_X(id, word) GMT_TORCH_HISTORY_##id,
+	GMT_TORCH_HISTORIES(GMT_X)
+#undef GMT_X
+	GMT_TORCH_HISTORY_COUNT
+};
+
 /* A class's bit in GPUMEMTRACE_LEAK_CLASSES. */
 enum gmt__leak_class_bit {
 #define GMT_X(id, word) GMT_CLASS_##id = 1u << GMT_LEAK_##id,
@@ -56,10 +70,12 @@ enum gmt__leak_class_bit {
 /* The words, by index. */
 extern const char *const gmt__trigger_names[GMT_TRIGGER_COUNT];
 extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
+extern const char *const gmt__torch_history_names[GMT_TORCH_HISTORY_COUNT];
 
 /* X(field, variable, type, default, help). Types: BOOL, INT (a range in the
  * parser table of options.c), SIZE (K/M/G suffixes), STRING, TRIGGERS,
- * CLASSES (comma lists of the words above). One list,
+ * CLASSES (comma lists of the words above), CHOICE (one word of a list, in
+ * the parser table of options.c). One list,
  * three uses: the struct, the parser, the verbose listing. */
 #define GMT_OPTIONS(X)                                                                        \
 	X(dir, "GPUMEMTRACE_DIR", STRING, ".", "directory for snapshot files")                \
@@ -102,6 +118,9 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 	  "set by gpumemtrace check: mark each process pending until its exit snapshot is written") \
 	X(frameworks, "GPUMEMTRACE_FRAMEWORKS", BOOL, true,                                   \
 	  "read by the Python bootstrap: record PyTorch's, CuPy's and JAX's allocators")     \
+	X(torch_history, "GPUMEMTRACE_TORCH_HISTORY", CHOICE, GMT_TORCH_HISTORY_ALLOC,       \
+	  "read by the Python bootstrap: PyTorch's allocation history, one of "              \
+	  GMT_TORCH_HISTORIES(GMT_WORD_COMMA) "(what each costs and loses: docs/guide.md)")   \
 	X(verbose, "GPUMEMTRACE_VERBOSE", BOOL, false, "print the options and progress")
 
 #define GMT_OPTION_TYPE_BOOL bool
@@ -110,6 +129,7 @@ extern const char *const gmt__leak_class_names[GMT_LEAK_CLASS_COUNT];
 #define GMT_OPTION_TYPE_STRING const char *
 #define GMT_OPTION_TYPE_TRIGGERS unsigned
 #define GMT_OPTION_TYPE_CLASSES unsigned
+#define GMT_OPTION_TYPE_CHOICE unsigned
 
 struct gmt__options {
 #define GMT_X_FIELD(field, var, type, def, help) GMT_OPTION_TYPE_##type field;

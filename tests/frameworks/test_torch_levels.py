@@ -39,6 +39,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -502,6 +503,65 @@ def test_exit_suspects(launcher: str, source: str, env: Dict[str, str]) -> None:
         td.schema_ok(source, exits, "exit")
 
 
+def pickle_trace(tmp: str) -> List[Dict[str, Any]]:
+    """PyTorch's own trace in the snapshot's pickle (the file its viewer
+    reads), [] when none was written."""
+    paths = glob.glob(os.path.join(tmp, "gpumemtrace.*.torch.*.pickle"))
+    if len(paths) != 1:
+        return []
+    with open(paths[0], "rb") as f:
+        return pickle.load(f)["device_traces"][0]
+
+
+def test_history_modes(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """GPUMEMTRACE_TORCH_HISTORY: what each mode keeps of PyTorch's history
+    and what the tensor level loses without it (docs/guide.md)."""
+    label = f"train_step (loss.py:{line_of(LOSS, '# LOSS')})"
+    for mode in ("alloc", "all", "events", "off", "stacks"):
+        with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+            what = f"history {mode}"
+            got = run_oom(launcher, dict(env, GMTSIM_MEMORY="2G", GPUMEMTRACE_TORCH_HISTORY=mode), tmp, LOSS,
+                          "loss.py", what)
+            if got is None:
+                continue
+            r, doc, path = got
+            dg = doc.get("diagnosis") or {}
+            top = label_of(doc, (dg.get("numbers") or {}).get("growth_top_stack", 0))
+            t = doc.get("tensors") or {}
+            history = t.get("history")
+            lined = [a for a in t.get("allocations") or [] if a.get("stack")]
+            trace = pickle_trace(tmp)
+            allocs = [e for e in trace if e["action"] == "alloc"]
+            frees = [e for e in trace if e["action"] == "free_requested"]
+            warned = [x for x in r.stderr.splitlines() if "GPUMEMTRACE_TORCH_HISTORY" in x]
+            if mode == "stacks":
+                check(len(warned) == 1 and '"stacks" is invalid' in warned[0],
+                      f"{what}: one warning naming the variable and its value", r.stderr[-600:])
+            else:
+                check(not warned, f"{what}: no warning", warned)
+            if mode in ("alloc", "all", "stacks"):
+                # The default's: every allocation's frames, the frees' only
+                # with "all" (PyTorch's own viewer alone reads those).
+                check(dg.get("verdict") == "growth" and top == label, f"{what}: growth at the loss's line",
+                      (dg.get("verdict"), top))
+                check(allocs and all(e["frames"] for e in allocs), f"{what}: every allocation has its frames",
+                      len(allocs))
+                check(frees and all(bool(e["frames"]) == (mode == "all") for e in frees),
+                      f"{what}: the frees' frames {'kept' if mode == 'all' else 'left out'}", len(frees))
+            elif mode == "events":
+                check(history is not None and history.get("steps", 0) >= 4 and not lined and
+                      t.get("allocations"), f"{what}: the tensors and their events and steps, no lines",
+                      (history, len(lined)))
+                check(dg.get("verdict") != "growth" and label not in r.stderr,
+                      f"{what}: no line named: no growth by site", (dg.get("verdict"), top))
+            else:
+                live = len(t.get("allocations") or [])
+                check(history is not None and history.get("events") == 0 and history.get("seeded") == live > 0
+                      and not lined and not trace, f"{what}: the live tensors alone (no events, no lines)",
+                      (history, live, len(lined), len(trace)))
+            td.schema_ok(source, [path], what)
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -516,6 +576,7 @@ def main(argv: List[str]) -> int:
     test_accounting(launcher, source, env)
     test_dumps(launcher, source, env)
     test_exit_suspects(launcher, source, env)
+    test_history_modes(launcher, source, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
     return 1 if td.FAILURES else 0
 

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 20
+#define NOPTIONS 21
 #define MAX_ENV 4
 #define MAX_WANT 3
 
@@ -31,7 +31,7 @@ struct option_case {
 };
 
 enum { F_DIR = 1, F_SNAP = 2, F_DEPTH = 4, F_RING = 8, F_VERBOSE = 16, F_PYTHON = 32, F_HISTORY = 64, F_FRAMEWORKS = 128,
-       F_METRICS = 256 };
+       F_METRICS = 256, F_TORCH = 512 };
 
 #define BAD(var, value, shown)                                                          \
 	{ .env = { var "=" value }, .lines = 1,                                         \
@@ -72,6 +72,13 @@ static const struct option_case cases[] = {
 	{ .env = { "GPUMEMTRACE_FRAMEWORKS=0" }, .want.frameworks = false, .set = F_FRAMEWORKS },
 	{ .env = { "GPUMEMTRACE_FRAMEWORKS=off" }, .want.frameworks = false, .set = F_FRAMEWORKS },
 	{ .env = { "GPUMEMTRACE_PYTHON_STACKS=on" }, .want.python_stacks = true, .set = F_PYTHON },
+	{ .env = { "GPUMEMTRACE_TORCH_HISTORY=events" }, .want.torch_history = GMT_TORCH_HISTORY_EVENTS,
+	  .set = F_TORCH },
+	{ .env = { "GPUMEMTRACE_TORCH_HISTORY=OFF" }, .want.torch_history = GMT_TORCH_HISTORY_OFF, .set = F_TORCH },
+	{ .env = { "GPUMEMTRACE_TORCH_HISTORY=all" }, .want.torch_history = GMT_TORCH_HISTORY_ALL, .set = F_TORCH },
+	{ .env = { "GPUMEMTRACE_TORCH_HISTORY=alloc", "GPUMEMTRACE_VERBOSE=1" },
+	  .want = { .torch_history = GMT_TORCH_HISTORY_ALLOC, .verbose = true }, .set = F_TORCH | F_VERBOSE,
+	  .lines = NOPTIONS, .say = { "option GPUMEMTRACE_TORCH_HISTORY=alloc (environment)" } },
 	/* The live metrics: a directory, an interval in seconds, a number of sites. */
 	{ .env = { "GPUMEMTRACE_METRICS_DIR=/var/lib/node_exporter", "GPUMEMTRACE_METRICS_INTERVAL=1",
 		   "GPUMEMTRACE_METRICS_TOP=1000" },
@@ -101,6 +108,10 @@ static const struct option_case cases[] = {
 	BAD("GPUMEMTRACE_DIR", "", ""),
 	BAD("GPUMEMTRACE_LEAK_CLASSES", "leaked,bogus", "leaked,bogus"),
 	BAD("GPUMEMTRACE_LEAK_CLASSES", "none,leaked", "none,leaked"),
+	BAD("GPUMEMTRACE_TORCH_HISTORY", "stacks", "stacks"),
+	BAD("GPUMEMTRACE_TORCH_HISTORY", "alloc,events", "alloc,events"),
+	BAD("GPUMEMTRACE_TORCH_HISTORY", " alloc", " alloc"),
+	BAD("GPUMEMTRACE_TORCH_HISTORY", "", ""),
 	BAD("GPUMEMTRACE_LEAK_EXITCODE", "0", "0"),
 	BAD("GPUMEMTRACE_LEAK_EXITCODE", "256", "256"),
 	BAD("GPUMEMTRACE_LEAK_SCAN", "maybe", "maybe"),
@@ -190,6 +201,7 @@ static bool same_string(const char *a, const char *b)
 #define same_STRING same_string
 #define same_TRIGGERS same_triggers
 #define same_CLASSES same_triggers
+#define same_CHOICE same_triggers
 
 /* Compares every field through the options table itself; prints the ones that
  * differ with both values. */
@@ -255,6 +267,8 @@ static int run_case(const struct option_case *c, int log_rd)
 		want.history = c->want.history;
 	if (c->set & F_FRAMEWORKS)
 		want.frameworks = c->want.frameworks;
+	if (c->set & F_TORCH)
+		want.torch_history = c->want.torch_history;
 	if (c->set & F_METRICS) {
 		want.metrics_dir = c->want.metrics_dir;
 		want.metrics_interval = c->want.metrics_interval;

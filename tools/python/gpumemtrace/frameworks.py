@@ -8,7 +8,8 @@ At once, a global optimizer step hook marks each optimizer step as a step
 of the tracer's (gmt_step), unless the program marks its own. When PyTorch
 initialises CUDA (torch.cuda._lazy_call), this turns on its
 allocator history (torch.cuda.memory._record_memory_history: at most
-GPUMEMTRACE_HISTORY entries, Python frames only) and registers an
+GPUMEMTRACE_HISTORY entries; the Python frames of each allocation, or what
+GPUMEMTRACE_TORCH_HISTORY says) and registers an
 out-of-memory observer. At each out-of-memory PyTorch reports — after its
 caching allocator released its cache and failed again — the observer saves
 torch.cuda.memory._snapshot() beside the tracer's snapshot
@@ -102,6 +103,16 @@ def _history_entries() -> int:
     return max(1, min(n, 10_000_000))
 
 
+TORCH_HISTORIES = ("alloc", "all", "events", "off")
+
+
+def _torch_history() -> str:
+    """GPUMEMTRACE_TORCH_HISTORY: one of TORCH_HISTORIES, else the default
+    (the tracer has warned about the value already)."""
+    v = os.environ.get("GPUMEMTRACE_TORCH_HISTORY", "").lower()
+    return v if v in TORCH_HISTORIES else "alloc"
+
+
 def _exit_wanted() -> bool:
     words = {w.strip().lower() for w in os.environ.get("GPUMEMTRACE_SNAPSHOT_ON", "oom").split(",")}
     return "exit" in words and "none" not in words
@@ -184,11 +195,18 @@ def _start(torch: Any) -> None:
         return
     mem = torch.cuda.memory
     n = _history_entries()
+    mode = _torch_history()
+    # The frames of frees ("all") serve PyTorch's own viewer alone; the
+    # tensor level reads each allocation's (docs/guide.md, "What PyTorch's
+    # history costs").
+    context = {"alloc": "alloc", "all": "all", "events": None}.get(mode)
     try:
-        try:
-            mem._record_memory_history(max_entries=n, stacks="python")
-        except TypeError:  # PyTorch 2.0's keywords
-            mem._record_memory_history(True, trace_alloc_max_entries=n, trace_alloc_record_context=True)
+        if mode != "off":
+            try:
+                mem._record_memory_history(enabled="all", context=context, stacks="python", max_entries=n)
+            except TypeError:  # PyTorch 2.0's keywords
+                mem._record_memory_history(True, trace_alloc_max_entries=n,
+                                           trace_alloc_record_context=context is not None)
         torch._C._cuda_attach_out_of_memory_observer(lambda *a: _observe(torch, *a))
     except Exception as e:  # noqa: BLE001 - PyTorch's own failure: the program goes on
         _warn(f"torch {torch.__version__}: {type(e).__name__}: {e}: PyTorch's allocator state is not recorded")

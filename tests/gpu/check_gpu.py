@@ -34,6 +34,19 @@ lines are ignored):
     RESERVATION <label> <min-size>      a VMM address reservation that large
     OOM <label> <api|*> <size> <device> <exact|min>   the failed request
     VERDICT <label> <name> [primary]    a verdict of the diagnosis
+    NOVERDICT <label> <name>            a verdict the diagnosis must not list
+    GROWTHSITE <label> <file> <line> [<steps>]   the diagnosis's growing
+                                        site (numbers.growth_top_stack) is at
+                                        this line of this file (a base name):
+                                        its site label's first "(file:line)";
+                                        with steps, it grew over at least that
+                                        many marked steps
+    REMEDY <label> <name> [first]       a remedy of the diagnosis (the first)
+    RECOVERED                           out-of-memory snapshots are expected
+                                        without an @oom checkpoint: failures
+                                        the framework recovered from (released
+                                        its cache, retried), none reaching the
+                                        program
     LEAKS <label> <count> <bytes>       leaks.totals.counted
     FRAMEWORK <label> <device> <allocated> <reserved>   the snapshot's framework
                                         section (PyTorch's state): exactly these
@@ -81,6 +94,7 @@ import collections
 import glob
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,6 +127,10 @@ class Expectations:
     reservations: list[tuple[str, int]] = field(default_factory=list)
     ooms: list[tuple[str, str, int, int, str]] = field(default_factory=list)
     verdicts: list[tuple[str, str, bool]] = field(default_factory=list)
+    no_verdicts: list[tuple[str, str]] = field(default_factory=list)
+    growth_sites: list[tuple[str, str, int, int]] = field(default_factory=list)
+    remedies: list[tuple[str, str, bool]] = field(default_factory=list)
+    recovered: bool = False
     leaks: list[tuple[str, int, int]] = field(default_factory=list)
     frameworks: list[tuple[str, int, int, int]] = field(default_factory=list)
     granularity: dict[int, int] = field(default_factory=dict)
@@ -185,6 +203,16 @@ def parse(output: str) -> Expectations:
                 exp.ooms.append((f[0], f[1], _int(f[2]), _int(f[3]), f[4]))
             elif word == "VERDICT":
                 exp.verdicts.append((f[0], f[1], len(f) > 2 and f[2] == "primary"))
+            elif word == "NOVERDICT":
+                exp.no_verdicts.append((f[0], f[1]))
+            elif word == "GROWTHSITE":
+                exp.growth_sites.append((f[0], f[1], _int(f[2]), _int(f[3]) if len(f) > 3 else 0))
+            elif word == "REMEDY":
+                if len(f) > 2 and f[2] != "first":
+                    raise ValueError(f"REMEDY takes first or nothing, not {f[2]!r}")
+                exp.remedies.append((f[0], f[1], len(f) > 2))
+            elif word == "RECOVERED":
+                exp.recovered = True
             elif word == "LEAKS":
                 exp.leaks.append((f[0], _int(f[1]), _int(f[2])))
             elif word == "FRAMEWORK":
@@ -197,7 +225,8 @@ def parse(output: str) -> Expectations:
     used = ({k for k in exp.live} | set(exp.cover) | {k for k, _ in exp.meminfo}
             | {k for k, _ in exp.extra} | {x[0] for x in exp.pools + exp.byte_sums + exp.has
                                           + exp.pyframes + exp.gone + exp.reservations + exp.ooms
-                                          + exp.verdicts + exp.leaks + exp.frameworks})
+                                          + exp.verdicts + exp.leaks + exp.frameworks
+                                          + exp.no_verdicts + exp.growth_sites + exp.remedies})
     for label in sorted(used - labels):
         exp.problems.append(f"facts about {label!r}, which is no checkpoint")
     return exp
@@ -287,6 +316,29 @@ def framework_problems(snap: dict[str, Any], label: str, device: int, allocated:
         out.append(f"{label}: {len(unjoined)} of {len(segs)} segments joined to no driver allocation "
                    f"({[hex(a) for a in unjoined[:4] if isinstance(a, int)]})")
     return out
+
+
+def site_label(snap: dict[str, Any], stack_id: Any) -> str:
+    """The site label of a stack of the snapshot ("" when none)."""
+    st = next((s for s in snap.get("stacks") or [] if s.get("id") == stack_id), None)
+    return ((st or {}).get("site") or {}).get("label") or ""
+
+
+def growth_site_problems(snap: dict[str, Any], label: str, file: str, line: int, steps: int) -> list[str]:
+    """The diagnosis's growing site is at file:line (its label's first
+    "(file:line)"), and grew over at least `steps` marked steps."""
+    numbers = (snap.get("diagnosis") or {}).get("numbers") or {}
+    stack = numbers.get("growth_top_stack")
+    if not stack:
+        return [f"{label}: the diagnosis names no growing site, {file}:{line} expected"]
+    site = site_label(snap, stack)
+    m = re.search(r"\(([^()]*):(\d+)\)", site)
+    if m is None or (os.path.basename(m.group(1)), int(m.group(2))) != (file, line):
+        return [f"{label}: the growing site is {site!r}, {file}:{line} expected"]
+    got = numbers.get("growth_top_steps") or 0
+    if got < steps:
+        return [f"{label}: the growing site grew over {got} marked steps, at least {steps} expected"]
+    return []
 
 
 def mapped_entries(snap: dict[str, Any]) -> list[Entry]:
@@ -457,7 +509,7 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
 
     oom_expected = any(w == "@oom" for w in exp.checkpoints.values())
     oom_files = snapshots_of(snapdir, exp.pid, "oom")
-    if oom_files and not oom_expected:
+    if oom_files and not oom_expected and not exp.recovered:
         problems.append(f"{len(oom_files)} out-of-memory snapshot(s), none expected: "
                         f"{[os.path.basename(p) for p in oom_files]}")
 
@@ -559,6 +611,26 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
         if name not in names or (primary and diagnosis.get("verdict") != name):
             problems.append(f"{label}: verdict {name}{' (primary)' if primary else ''} expected, the "
                             f"diagnosis says {names}: {diagnosis.get('summary')}")
+    for label, name in exp.no_verdicts:
+        snap = snaps.get(label)
+        if snap is None:
+            continue
+        diagnosis = snap.get("diagnosis") or {}
+        if name in [v.get("name") for v in diagnosis.get("verdicts", [])]:
+            problems.append(f"{label}: verdict {name} not expected, the diagnosis lists it: "
+                            f"{diagnosis.get('summary')}")
+    for label, file, line, steps in exp.growth_sites:
+        snap = snaps.get(label)
+        if snap is not None:
+            problems += growth_site_problems(snap, label, file, line, steps)
+    for label, name, first in exp.remedies:
+        snap = snaps.get(label)
+        if snap is None:
+            continue
+        names = [r.get("name") for r in (snap.get("diagnosis") or {}).get("remedies") or []]
+        if name not in names or (first and names[0] != name):
+            problems.append(f"{label}: remedy {name}{' (first)' if first else ''} expected, the "
+                            f"diagnosis offers {names}")
     for label, device, allocated, reserved in exp.frameworks:
         snap = snaps.get(label)
         if snap is None:

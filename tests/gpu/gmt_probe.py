@@ -140,3 +140,21 @@ def verdict(label: str, name: str, primary: bool = False) -> None:
 
 def note(text: str) -> None:
     line("NOTE", text)
+
+
+def no_verdict(label: str, name: str) -> None:
+    line("NOVERDICT", label, name)
+
+
+def growth_site(label: str, file: str, lineno: int, steps: int = 0) -> None:
+    line("GROWTHSITE", label, os.path.basename(file), lineno, *([steps] if steps else []))
+
+
+def remedy(label: str, name: str, first: bool = False) -> None:
+    line("REMEDY", label, name, *(["first"] if first else []))
+
+
+def recovered() -> None:
+    """Out-of-memory snapshots of failures the framework recovered from are
+    expected, though no checkpoint names @oom."""
+    line("RECOVERED")

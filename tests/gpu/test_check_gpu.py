@@ -334,6 +334,71 @@ def case_oom_unexpected(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
+def growth_doc(label: str, steps: int = 6) -> dict[str, Any]:
+    """An oom snapshot whose diagnosis says growth at a tensor site `label`,
+    the remedy free_growing_site first."""
+    doc = oom_doc(16 * MIB, ["growth", "allocator_fragmentation"])
+    doc["diagnosis"]["numbers"] = {"growth_top_stack": (1 << 30) + 3, "growth_top_steps": steps}
+    doc["diagnosis"]["remedies"] = [{"name": "free_growing_site"}, {"name": "expandable_segments"}]
+    doc["stacks"] = [{"id": 7, "site": {"label": "main (other.py:3)"}},
+                     {"id": (1 << 30) + 3, "site": {"label": label}}]
+    return doc
+
+
+def growth_base(sc: Scenario, label: str = "train (loss.py:12) ← main (loss.py:40)", steps: int = 6) -> None:
+    sc.checkpoint("oom", growth_doc(label, steps), where="@oom", live=[(A, 8 * MIB, "device", 0)])
+
+
+def case_growth_site(sc: Scenario) -> dict[str, Any]:
+    growth_base(sc)
+    sc.lines += ["GROWTHSITE oom loss.py 12 4", "REMEDY oom free_growing_site first",
+                 "REMEDY oom expandable_segments", "NOVERDICT oom exhaustion"]
+    return {}
+
+
+def case_growth_site_line(sc: Scenario) -> dict[str, Any]:
+    growth_base(sc, label="main (loss.py:40)")
+    sc.lines.append("GROWTHSITE oom loss.py 12")
+    return {}
+
+
+def case_growth_site_steps(sc: Scenario) -> dict[str, Any]:
+    growth_base(sc, steps=0)
+    sc.lines.append("GROWTHSITE oom loss.py 12 4")
+    return {}
+
+
+def case_growth_site_none(sc: Scenario) -> dict[str, Any]:
+    sc.checkpoint("oom", oom_doc(16 * MIB, ["exhaustion"]), where="@oom", live=[(A, 8 * MIB, "device", 0)])
+    sc.lines.append("GROWTHSITE oom loss.py 12")
+    return {}
+
+
+def case_remedy_first(sc: Scenario) -> dict[str, Any]:
+    growth_base(sc)
+    sc.lines.append("REMEDY oom expandable_segments first")
+    return {}
+
+
+def case_remedy_missing(sc: Scenario) -> dict[str, Any]:
+    growth_base(sc)
+    sc.lines.append("REMEDY oom smaller_batch")
+    return {}
+
+
+def case_noverdict(sc: Scenario) -> dict[str, Any]:
+    growth_base(sc)
+    sc.lines.append("NOVERDICT oom allocator_fragmentation")
+    return {}
+
+
+def case_recovered(sc: Scenario) -> dict[str, Any]:
+    base(sc)
+    sc.write("oom", oom_doc(16 * MIB, ["exhaustion"]))
+    sc.lines.append("RECOVERED")
+    return {}
+
+
 def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB, cupy: bool = False) -> None:
     """An oom snapshot with PyTorch's state: one 20 MiB segment at A (the
     live driver allocation) with an 8 MiB active block and 12 MiB free."""
@@ -507,6 +572,14 @@ CASES: list[Case] = [
     ("fail", case_oom_primary, "verdict fragmentation (primary)"),
     ("fail", case_oom_missing, "no out-of-memory snapshot"),
     ("fail", case_oom_unexpected, "none expected"),
+    ("pass", case_recovered, None),
+    ("pass", case_growth_site, None),
+    ("fail", case_growth_site_line, "the growing site is 'main (loss.py:40)', loss.py:12 expected"),
+    ("fail", case_growth_site_steps, "grew over 0 marked steps, at least 4 expected"),
+    ("fail", case_growth_site_none, "names no growing site"),
+    ("fail", case_remedy_first, "remedy expandable_segments (first) expected"),
+    ("fail", case_remedy_missing, "remedy smaller_batch expected"),
+    ("fail", case_noverdict, "verdict allocator_fragmentation not expected"),
     ("pass", case_leaks, None),
     ("fail", case_leaks_wrong, "the leak check counts 1"),
     ("pass", case_framework, None),

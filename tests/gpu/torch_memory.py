@@ -29,14 +29,32 @@
   train-oom   a real training step running out: the device filled but for
               3 GiB, an MLP trained with AdamW at batch sizes doubling until
               the step fails: the out-of-memory snapshot's framework section
-              as for oom.
+              as for oom;
+  loss-kept   the training loop's leak the memory articles warn about: each
+              step's loss (per element, 32 MiB) kept in a list for later
+              statistics, the device filled but for 4 GiB, until a step runs
+              out: the primary verdict growth, its growing site the loss's
+              line of this script (the tensor level: PyTorch's blocks, not
+              its segments), the first remedy to stop keeping it;
+  fragment    fragmentation inside the caching allocator with nothing
+              growing: a 600 MiB tensor freed (its segment cached), eight
+              64 MiB tensors cut from that segment and every other one freed,
+              the rest of the device taken but 64 MiB, then 128 MiB asked:
+              344 MiB free inside the segments, none of it in one piece. The
+              primary verdict allocator_fragmentation, no growth, the first
+              remedy expandable_segments;
+  fragment-expandable  the same program under
+              PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the runner
+              sets it): the remedy shown true — the 128 MiB tensor is made
+              (PyTorch unmaps the free pages and maps new ones); failures it
+              recovers from on the way may have snapshots of their own.
 
 Every mode also compares torch.cuda.mem_get_info (cudaMemGetInfo) with the
 snapshots' footprint between checkpoints; caching and async also check that
 a tensor made inside make_activation() has that function, file and line as
 its innermost Python frame (PyTorch allocates without the GIL). Without torch, or without a GPU
 for it, the script says SKIP.
-Usage: torch_memory.py caching|expandable|async|oom|train-oom
+Usage: torch_memory.py caching|expandable|async|oom|train-oom|loss-kept|fragment|fragment-expandable
 """
 from __future__ import annotations
 
@@ -47,7 +65,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gmt_probe as gp  # noqa: E402
 
 MIB = 1 << 20
-MODES = ("caching", "expandable", "async", "oom", "train-oom")
+MODES = ("caching", "expandable", "async", "oom", "train-oom", "loss-kept", "fragment", "fragment-expandable")
 GIB = 1 << 30
 # A small-pool block (a 2 MiB segment), and large ones of several sizes.
 SIZES = [512 * 1024, 3 * MIB, 30 * MIB, 100 * MIB + 1]
@@ -159,12 +177,19 @@ def counters_at_oom(torch) -> list:
     return seen
 
 
-def run_train_oom(torch) -> None:
+def training(torch, room: int) -> tuple:
+    """The device filled but for `room` bytes (one tensor), an out-of-memory
+    observer of the program's own, an MLP of two 4096x4096 layers and its
+    AdamW: (filler, counters at the out-of-memory, model, optimizer)."""
     free, _ = torch.cuda.mem_get_info(DEV)
-    blocker = torch.empty(max(0, free - 3 * GIB), dtype=torch.uint8, device="cuda")
+    blocker = torch.empty(max(0, free - room), dtype=torch.uint8, device="cuda")
     seen = counters_at_oom(torch)
     model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
-    opt = torch.optim.AdamW(model.parameters())
+    return blocker, seen, model, torch.optim.AdamW(model.parameters())
+
+
+def run_train_oom(torch) -> None:
+    blocker, seen, model, opt = training(torch, 3 * GIB)
     batch = 1024
     while batch < 1 << 24:
         try:
@@ -189,6 +214,83 @@ def run_train_oom(torch) -> None:
     del blocker, model, opt
 
 
+def marked_line(marker: str) -> int:
+    """The line of this script that ends with the comment `marker`."""
+    with open(__file__, encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            if text.rstrip().endswith("# " + marker):
+                return n
+    raise LookupError(marker)
+
+
+def run_loss_kept(torch) -> None:
+    blocker, seen, model, opt = training(torch, 4 * GIB)
+    losses = []
+    try:
+        while len(losses) < 10_000:
+            x = torch.randn(2048, 4096, device="cuda")
+            y = torch.randn(2048, 4096, device="cuda")
+            loss = (model(x) - y).square()  # LOSS-KEPT
+            loss.mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss)
+            del x, y, loss
+    except torch.cuda.OutOfMemoryError:
+        pass
+    else:
+        sys.exit("torch_memory.py loss-kept: no out-of-memory")
+    gp.checkpoint_at("oom", "@oom")
+    gp.oom("oom", "*", 1, DEV, exact=False)
+    gp.verdict("oom", "growth", primary=True)
+    # Over the optimizer's steps, which the bootstrap marks.
+    gp.growth_site("oom", __file__, marked_line("LOSS-KEPT"), steps=4)
+    gp.remedy("oom", "free_growing_site", first=True)
+    if not seen:
+        sys.exit("torch_memory.py loss-kept: PyTorch called no out-of-memory observer")
+    gp.framework("oom", DEV, *seen[-1])
+    gp.note(f"{len(losses)} losses of 32 MiB kept when a step ran out")
+    del blocker, model, opt, losses
+
+
+def run_fragment(torch, expandable: bool) -> None:
+    if expandable and os.environ.get("PYTORCH_CUDA_ALLOC_CONF") != "expandable_segments:True":
+        sys.exit("torch_memory.py fragment-expandable: run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    old = torch.empty(600 * MIB, dtype=torch.uint8, device="cuda")
+    del old
+    blocks = [torch.empty(64 * MIB, dtype=torch.uint8, device="cuda") for _ in range(8)]
+    del blocks[::2]
+    torch.cuda.synchronize()
+    free, _ = torch.cuda.mem_get_info(DEV)
+    blocker = torch.empty(max(0, free - 64 * MIB), dtype=torch.uint8, device="cuda")
+    seen = counters_at_oom(torch)
+    want = 128 * MIB
+    inside = torch.cuda.memory_reserved(DEV) - torch.cuda.memory_allocated(DEV)
+    try:
+        made = torch.empty(want, dtype=torch.uint8, device="cuda")
+    except torch.cuda.OutOfMemoryError:
+        if expandable:
+            sys.exit(f"torch_memory.py fragment-expandable: {want} bytes ran out with expandable segments "
+                     f"({inside} bytes free inside them)")
+        gp.checkpoint_at("oom", "@oom")
+        gp.oom("oom", "cuMemAlloc_v2", want, DEV, exact=False)
+        gp.verdict("oom", "allocator_fragmentation", primary=True)
+        gp.no_verdict("oom", "growth")
+        gp.remedy("oom", "expandable_segments", first=True)
+        if not seen:
+            sys.exit("torch_memory.py fragment: PyTorch called no out-of-memory observer")
+        gp.framework("oom", DEV, *seen[-1])
+        gp.note(f"{inside} bytes free inside the segments, {want} asked")
+    else:
+        if not expandable:
+            sys.exit(f"torch_memory.py fragment: {want} bytes were allocated: the allocator was not fragmented")
+        gp.recovered()
+        gp.note(f"expandable segments: {want} bytes made with {inside} bytes free inside the segments"
+                + (f"; {len(seen)} failure(s) recovered on the way" if seen else ""))
+        del made
+    del blocks, blocker
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in MODES:
         print(__doc__.rstrip(), file=sys.stderr)
@@ -207,11 +309,16 @@ def main(argv: list[str]) -> int:
     torch.cuda.synchronize()
     del warm
     torch.cuda.empty_cache()
-    report(torch, "start", "caching" if mode in ("oom", "train-oom") else mode, [])
+    start_mode = {"async": "async", "expandable": "expandable", "fragment-expandable": "expandable"}
+    report(torch, "start", start_mode.get(mode, "caching"), [])
     if mode == "oom":
         run_oom(torch)
     elif mode == "train-oom":
         run_train_oom(torch)
+    elif mode == "loss-kept":
+        run_loss_kept(torch)
+    elif mode in ("fragment", "fragment-expandable"):
+        run_fragment(torch, mode == "fragment-expandable")
     else:
         run_allocator(torch, mode)
     # train-oom's start checkpoint is before its allocations: no peak to tell.

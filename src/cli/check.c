@@ -118,6 +118,11 @@ static void parse_args(int argc, char **argv, struct args *a)
 		} else if ((v = cli_option_value(argc, argv, &i, "--max-growth")) != NULL) {
 			growth_arg(v, &a->limits);
 			growth = v;
+		} else if ((v = cli_option_value(argc, argv, &i, "--level")) != NULL) {
+			if (strcmp(v, "tensors") == 0)
+				a->limits.tensors = true;
+			else if (strcmp(v, "driver") != 0)
+				cli_die(GMT_EXIT_USAGE, "--level '%s' is invalid: expected tensors or driver", v);
 		} else if ((v = cli_option_value(argc, argv, &i, "--leak-classes")) != NULL) {
 			a->leak_classes = v;
 		} else if ((v = cli_option_value(argc, argv, &i, "--suppressions")) != NULL) {
@@ -520,9 +525,15 @@ static void judge(struct cli_verdict *v)
 		for (j = 0; j < s->nleaks; j++) {
 			struct cli_leak_site *site = &s->leaks[j];
 
+			/* At the tensor level the framework's segments are
+			 * containers of tensors: the tensors are judged. */
+			if (site->framework)
+				continue;
 			/* NOTE: the tracer's own "counted" followed its classes;
-			 * the gate's follow --leak-classes. */
-			site->counted = site->suppressed_by == NULL && (l->classes & site->cls);
+			 * the gate's follow --leak-classes. A tensor site that kept
+			 * growing counts whatever the classes. */
+			site->counted = site->suppressed_by == NULL &&
+					(site->cls == CLI_CLASS_GROWING || (l->classes & site->cls));
 			if (site->suppressed_by != NULL) {
 				v->suppressed_bytes = add_sat(v->suppressed_bytes, site->bytes);
 				v->suppressed_count = add_sat(v->suppressed_count, site->count);
@@ -583,8 +594,14 @@ int cli_check(int argc, char **argv)
 	if (a.suppressions != NULL)
 		set_suppressions(a.suppressions);
 	if (a.limits.baseline != NULL) {
-		if (cli_snapshot_read(a.limits.baseline, GMT_READ_PEAKS, &baseline, err, sizeof(err)) < 0)
+		if (cli_snapshot_read(a.limits.baseline, GMT_READ_PEAKS | (a.limits.tensors ? GMT_READ_TENSORS : 0),
+				      &baseline, err, sizeof(err)) < 0)
 			cli_die(GMT_EXIT_USAGE, "--baseline: %s", err);
+		if (a.limits.tensors && !baseline.tensors)
+			cli_die(GMT_EXIT_USAGE,
+				"--baseline: %s has no tensor level (no framework handed its tensors and "
+				"their peak over): --level tensors compares the framework's peaks",
+				a.limits.baseline);
 		v.baseline = &baseline;
 	}
 	if (a.junit != NULL)
@@ -621,7 +638,8 @@ int cli_check(int argc, char **argv)
 		if (names_have(&before, after.v[i]))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, after.v[i]);
-		if (cli_snapshot_read(path, GMT_READ_EXIT | (v.baseline ? GMT_READ_PEAKS : 0),
+		if (cli_snapshot_read(path, GMT_READ_EXIT | (v.baseline ? GMT_READ_PEAKS : 0) |
+					      (a.limits.tensors ? GMT_READ_TENSORS : 0),
 				      &v.snaps[v.nsnaps], err, sizeof(err)) < 0) {
 			v.error = err;
 			break;

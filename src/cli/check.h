@@ -20,7 +20,10 @@ enum {
 };
 
 /* The leak classes of a snapshot's leaks.sites (docs/guide.md, "Leak
- * check") are the GMT_CLASS_* bits of options.h; their names: */
+ * check") are the GMT_CLASS_* bits of options.h, and at the tensor level
+ * (--level tensors) CLI_CLASS_GROWING: a tensor site that kept growing
+ * (leaks.suspects), its tensors still live at exit. Their names: */
+#define CLI_CLASS_GROWING (1u << 31)
 const char *cli_class_name(unsigned cls);
 
 /* Where an allocation was made, for people: the innermost frame of its stack
@@ -38,6 +41,7 @@ struct cli_leak_site {
 	unsigned cls;        /* one GMT_CLASS_* bit */
 	char *suppressed_by; /* the rule, NULL when not suppressed */
 	bool counted;        /* as the gate reads it (--leak-classes), not the tracer */
+	bool framework;      /* the framework's segments (--level tensors: not judged) */
 	uint64_t count, bytes;
 	int64_t stack;
 	int64_t pid;
@@ -54,7 +58,11 @@ struct cli_peak_site {
 struct cli_snapshot {
 	char *path;
 	int64_t pid;
-	uint64_t peak_bytes, live_bytes;
+	/* At the tensor level, peak_bytes is the framework's peak of its
+	 * tensors (the sum over its devices); driver_peak_bytes the process's
+	 * peak of driver allocations (summary.peak_bytes) either way. */
+	uint64_t peak_bytes, live_bytes, driver_peak_bytes;
+	bool tensors; /* read at the tensor level (GMT_READ_TENSORS and a hand-over) */
 	bool scan_done;
 	char *scan_why; /* why the reference scan did not finish, or NULL */
 	struct cli_leak_site *leaks;
@@ -68,6 +76,10 @@ struct cli_snapshot {
 enum {
 	GMT_READ_EXIT = 1u << 0,  /* reason "exit" and a leaks section */
 	GMT_READ_PEAKS = 1u << 1, /* also sites[] into peaks, when it is there */
+	/* The tensor level where the snapshot has one (docs/ci.md, "Levels"):
+	 * the framework's peak, its growing tensor sites as leak sites, its
+	 * segments' leak sites marked framework, tensors.sites[] into peaks. */
+	GMT_READ_TENSORS = 1u << 2,
 };
 
 /* Reads the snapshot at path into *out (zeroed first). Returns 0; or -EINVAL
@@ -92,6 +104,7 @@ struct cli_limits {
 	bool growth_is_pct;
 	uint64_t max_growth; /* bytes, or percent of the baseline's peak */
 	unsigned classes;    /* the GMT_CLASS_* bits that count */
+	bool tensors;        /* --level tensors */
 };
 
 /* The leak limits in force, for the reports: "100 bytes (--max-leak-bytes),

@@ -18,6 +18,8 @@
 
 const char *cli_class_name(unsigned cls)
 {
+	if (cls == CLI_CLASS_GROWING)
+		return "growing";
 	for (unsigned i = 0; i < GMT_LEAK_CLASS_COUNT; i++) {
 		if (1u << i == cls)
 			return gmt__leak_class_names[i];
@@ -451,6 +453,141 @@ drop:
 	out->npeaks = 0;
 }
 
+static int compare_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The addresses of the allocations that are the framework's segments
+ * (allocations[].framework_segment), sorted; *n of them. NULL for none (or
+ * no memory: then no site is taken for the framework's). */
+static const char **segment_addresses(json_t *doc, size_t *n)
+{
+	json_t *allocs = json_object_get(doc, "allocations"), *a, *addr;
+	const char **v;
+	size_t i;
+
+	*n = 0;
+	if (!json_is_array(allocs) || (v = calloc(json_array_size(allocs) + 1, sizeof(*v))) == NULL)
+		return NULL;
+	json_array_foreach(allocs, i, a) {
+		addr = json_object_get(a, "address");
+		if (json_is_true(json_object_get(a, "framework_segment")) && json_is_string(addr))
+			v[(*n)++] = json_string_value(addr);
+	}
+	qsort(v, *n, sizeof(*v), compare_str);
+	return v;
+}
+
+/* Marks the leak sites whose every allocation is a framework's segment. */
+static void mark_framework_sites(json_t *doc, json_t *leaks, struct cli_snapshot *out)
+{
+	json_t *sites = json_object_get(leaks, "sites"), *addrs, *addr;
+	size_t nseg, i, j;
+	const char **seg = segment_addresses(doc, &nseg);
+
+	for (i = 0; seg != NULL && nseg > 0 && i < out->nleaks; i++) {
+		bool all = true;
+
+		addrs = json_object_get(json_array_get(sites, i), "addresses");
+		if (!json_is_array(addrs) || json_array_size(addrs) == 0)
+			continue;
+		json_array_foreach(addrs, j, addr) {
+			const char *a = json_string_value(addr);
+
+			if (a == NULL || bsearch(&a, seg, nseg, sizeof(*seg), compare_str) == NULL) {
+				all = false;
+				break;
+			}
+		}
+		out->leaks[i].framework = all;
+	}
+	free(seg);
+}
+
+/* The live tensors of a tensor site (tensors.sites[]), 0 when not listed. */
+static uint64_t tensor_count(json_t *tsites, int64_t stack)
+{
+	json_t *site;
+	size_t i;
+
+	json_array_foreach(tsites, i, site) {
+		json_t *id = json_object_get(site, "stack"), *n = json_object_get(site, "live_count");
+
+		if (json_is_integer(id) && json_integer_value(id) == stack && json_is_integer(n) &&
+		    json_integer_value(n) >= 0)
+			return (uint64_t)json_integer_value(n);
+	}
+	return 0;
+}
+
+/* GMT_READ_TENSORS: the tensor level, where the framework handed its
+ * tensors over and said its peak on every device; else the snapshot stays at
+ * the driver's level (out->tensors false). */
+static int read_tensor_level(struct reader *rd, json_t *doc, unsigned flags, struct cli_snapshot *out)
+{
+	json_t *tensors = json_object_get(doc, "tensors"), *devices, *dev, *leaks, *suspects, *sus;
+	json_t *tsites;
+	uint64_t peak = 0, base = 0;
+	char where[64];
+	size_t i;
+	int r;
+
+	devices = json_object_get(json_object_get(doc, "framework"), "devices");
+	if (!json_is_object(tensors) || !json_is_array(devices) || json_array_size(devices) == 0)
+		return 0;
+	json_array_foreach(devices, i, dev) {
+		json_t *p = json_object_get(dev, "peak_allocated_bytes");
+
+		if (!json_is_integer(p) || json_integer_value(p) < 0)
+			return 0; /* a framework that says no peak: the driver's level */
+		peak = peak > UINT64_MAX - (uint64_t)json_integer_value(p) ? UINT64_MAX
+									 : peak + (uint64_t)json_integer_value(p);
+	}
+	r = get_u64(rd, tensors, "tensors", "stack_base", &base);
+	if (r == 0)
+		r = get_typed(rd, tensors, "tensors", "sites", JSON_ARRAY, &tsites);
+	if (r < 0)
+		return r;
+	out->tensors = true;
+	out->peak_bytes = peak;
+	leaks = json_object_get(doc, "leaks");
+	if ((flags & GMT_READ_EXIT) && json_is_object(leaks)) {
+		mark_framework_sites(doc, leaks, out);
+		suspects = json_object_get(leaks, "suspects");
+		json_array_foreach(suspects, i, sus) {
+			struct cli_leak_site *grown, site = { .cls = CLI_CLASS_GROWING, .pid = out->pid };
+
+			snprintf(where, sizeof(where), "leaks.suspects[%zu]", i);
+			r = get_i64(rd, sus, where, "stack", &site.stack);
+			if (r == 0)
+				r = get_u64(rd, sus, where, "live_bytes", &site.bytes);
+			if (r < 0)
+				return r;
+			if (site.stack < 0 || (uint64_t)site.stack < base || site.bytes == 0)
+				continue; /* the driver's suspects, or a site that let go */
+			site.count = tensor_count(tsites, site.stack);
+			grown = realloc(out->leaks, (out->nleaks + 1) * sizeof(*grown));
+			if (grown == NULL)
+				return no_memory(rd);
+			out->leaks = grown;
+			r = place_of(rd, site.stack, where, &site.place);
+			if (r < 0)
+				return r;
+			out->leaks[out->nleaks++] = site;
+		}
+	}
+	if (flags & GMT_READ_PEAKS) {
+		for (i = 0; i < out->npeaks; i++)
+			free(out->peaks[i].label);
+		free(out->peaks);
+		out->peaks = NULL;
+		out->npeaks = 0;
+		read_peaks(rd, tsites, out);
+	}
+	return 0;
+}
+
 static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct cli_snapshot *out)
 {
 	json_t *summary = NULL, *stacks = NULL, *leaks, *sites;
@@ -478,6 +615,7 @@ static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct 
 		r = get_typed(rd, doc, "", "summary", JSON_OBJECT, &summary);
 	if (r == 0)
 		r = get_u64(rd, summary, "summary", "peak_bytes", &out->peak_bytes);
+	out->driver_peak_bytes = out->peak_bytes;
 	if (r == 0)
 		r = get_u64(rd, summary, "summary", "live_bytes", &out->live_bytes);
 	if (r == 0)
@@ -499,6 +637,8 @@ static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct 
 	sites = json_object_get(doc, "sites");
 	if ((flags & GMT_READ_PEAKS) && json_is_array(sites))
 		read_peaks(rd, sites, out);
+	if (flags & GMT_READ_TENSORS)
+		return read_tensor_level(rd, doc, flags, out);
 	return 0;
 }
 

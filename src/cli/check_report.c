@@ -192,8 +192,8 @@ static void text_leaks(const struct cli_verdict *v)
 	for (i = 0; i < v->ncounted && i < TEXT_SITES; i++) {
 		const struct cli_leak_site *s = v->counted[i];
 
-		say("leak: %s in %" PRIu64 " allocation%s (%s) at %s, pid %" PRId64,
-		    human_bytes(s->bytes, h, sizeof(h)), s->count, plural(s->count),
+		say("leak: %s in %" PRIu64 " %s%s (%s) at %s, pid %" PRId64, human_bytes(s->bytes, h, sizeof(h)),
+		    s->count, s->cls == CLI_CLASS_GROWING ? "tensor" : "allocation", plural(s->count),
 		    cli_class_name(s->cls), one_line(s->place.label, label, sizeof(label)), s->pid);
 	}
 	if (v->ncounted > TEXT_SITES)
@@ -210,9 +210,9 @@ static void text_peaks(const struct cli_verdict *v)
 
 	for (i = 0; l->has_max_peak && i < v->nsnaps; i++) {
 		if (v->snaps[i].peak_bytes > l->max_peak)
-			say("FAILED: peak: pid %" PRId64 " peaked at %s; limit %s (--max-peak)",
+			say("FAILED: peak: pid %" PRId64 " peaked at %s%s; limit %s (--max-peak)",
 			    v->snaps[i].pid, human_bytes(v->snaps[i].peak_bytes, h, sizeof(h)),
-			    human_bytes(l->max_peak, m, sizeof(m)));
+			    v->snaps[i].tensors ? " of tensors" : "", human_bytes(l->max_peak, m, sizeof(m)));
 	}
 	if (v->baseline == NULL)
 		return;
@@ -231,10 +231,26 @@ static void text_peaks(const struct cli_verdict *v)
 	free(g);
 }
 
+/* --level tensors: how many processes were judged at the tensor level,
+ * "" without the option. */
+static const char *level_text(const struct cli_verdict *v, char *buf, size_t len)
+{
+	size_t i, n = 0;
+
+	buf[0] = '\0';
+	if (!v->limits->tensors)
+		return buf;
+	for (i = 0; i < v->nsnaps; i++)
+		n += v->snaps[i].tensors;
+	snprintf(buf, len, "; level tensors in %zu of %zu process%s%s", n, v->nsnaps, v->nsnaps == 1 ? "" : "es",
+		 n < v->nsnaps ? " (the others': their driver allocations)" : "");
+	return buf;
+}
+
 void cli_report_text(const struct cli_verdict *v)
 {
 	const struct cli_limits *l = v->limits;
-	char h[64], p[64], c[64], lim[160], d[80], dir[PATH_MAX], line[PATH_MAX + 1024];
+	char h[64], p[64], c[64], lim[160], d[80], lv[128], dir[PATH_MAX], line[PATH_MAX + 1024];
 	size_t i;
 
 	if (v->status == 0) {
@@ -246,11 +262,11 @@ void cli_report_text(const struct cli_verdict *v)
 			snprintf(growth, sizeof(growth), ", growth %s against the baseline, limit %s",
 				 signed_bytes(v->growth, d, sizeof(d)), growth_limit_text(v, lim, sizeof(lim)));
 		say("passed: %" PRIu64 " counted leak%s of %" PRIu64 " bytes (limits: %s; classes %s), peak %"
-		    PRIu64 " bytes%s%s; %zu exit snapshot%s%s%s",
+		    PRIu64 " bytes%s%s; %zu exit snapshot%s%s%s%s",
 		    v->leak_count, plural(v->leak_count), v->leak_bytes,
 		    cli_leak_limits_text(l, leaklim, sizeof(leaklim)), classes_text(l->classes, c, sizeof(c)),
 		    v->peak, peak, growth,
-		    v->nsnaps, plural(v->nsnaps), v->dir_kept ? " in " : "",
+		    v->nsnaps, plural(v->nsnaps), level_text(v, lv, sizeof(lv)), v->dir_kept ? " in " : "",
 		    v->dir_kept ? one_line(v->dir, dir, sizeof(dir)) : "");
 		return;
 	}
@@ -265,11 +281,11 @@ void cli_report_text(const struct cli_verdict *v)
 	if (v->nsnaps > 0) {
 		say("%zu exit snapshot%s; counted leaks (classes %s): %s in %" PRIu64
 		    " allocation%s; suppressed: %" PRIu64 " bytes in %" PRIu64
-		    " allocation%s; peak %s (pid %" PRId64 ")",
+		    " allocation%s; peak %s (pid %" PRId64 ")%s",
 		    v->nsnaps, plural(v->nsnaps), classes_text(l->classes, c, sizeof(c)),
 		    human_bytes(v->leak_bytes, h, sizeof(h)), v->leak_count, plural(v->leak_count),
 		    v->suppressed_bytes, v->suppressed_count, plural(v->suppressed_count),
-		    human_bytes(v->peak, p, sizeof(p)), v->peak_snap->pid);
+		    human_bytes(v->peak, p, sizeof(p)), v->peak_snap->pid, level_text(v, lv, sizeof(lv)));
 		for (i = 0; i < v->nsnaps; i++) {
 			if (!v->snaps[i].scan_done && v->snaps[i].nleaks > 0)
 				say("pid %" PRId64 ": the scan for references did not finish (%s): what it "

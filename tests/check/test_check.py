@@ -487,7 +487,7 @@ def test_precedence(c: Checker, g: Gate) -> None:
     c.eq("no exit snapshot: status", r.rc, 125, r.err)
     c.true("no exit snapshot: message", r.has("exited without writing an exit snapshot",
                                               "did it call _exit or exec?"), r.err)
-    unreadable = [
+    unreadable: list[tuple[Any, ...]] = [
         ("bad JSON", "{\"format\": ", "not valid JSON"),
         ("not an object", "[1, 2]", "not a gpumemtrace snapshot"),
         ("wrong format", json.dumps({**Snap(1).doc(), "format": "other"}), "not a gpumemtrace snapshot"),
@@ -511,9 +511,32 @@ def test_precedence(c: Checker, g: Gate) -> None:
         ("sites not an array", json.dumps({**Snap(1).doc(), "leaks": {"sites": {}}}), "leaks.sites"),
         ("reason not exit", json.dumps({**Snap(1).doc(), "reason": "oom"}), "reason 'oom'"),
     ]
-    for what, text, word in unreadable:
+    # --level tensors reads the tensor level where a framework's peak is
+    # given: its keys are checked too.
+    def tensor_level(tensors: Any, devices: Any = None) -> str:
+        doc = leaky(1).doc()
+        doc["framework"] = {"devices": [{"device": 0, "peak_allocated_bytes": 100}] if devices is None
+                            else devices}
+        doc["tensors"] = tensors
+        return json.dumps(doc)
+    unreadable += [
+        ("tensors.sites not an array", tensor_level({"stack_base": 1 << 30, "sites": {}}), "tensors.sites",
+         ["--level", "tensors"]),
+        ("no tensors.stack_base", tensor_level({"sites": []}), "tensors.stack_base", ["--level", "tensors"]),
+        ("a suspect's live_bytes a string",
+         json.dumps({**json.loads(tensor_level({"stack_base": 1 << 30, "sites": []})),
+                     "leaks": {**leaky(1).doc()["leaks"],
+                               "suspects": [{"stack": (1 << 30) + 1, "live_bytes": "1"}]}}),
+         "leaks.suspects[0].live_bytes", ["--level", "tensors"]),
+        ("a suspect's stack unknown",
+         json.dumps({**json.loads(tensor_level({"stack_base": 1 << 30, "sites": []})),
+                     "leaks": {**leaky(1).doc()["leaks"],
+                               "suspects": [{"stack": (1 << 30) + 1, "live_bytes": 5}]}}),
+         "no stack 1073741825", ["--level", "tensors"]),
+    ]
+    for what, text, word, *more in unreadable:
         name = "gpumemtrace.4000050.exit.1.json"
-        r = g.run([], files=[leaky(4000049).file(), {"name": name, "text": text}])
+        r = g.run(more[0] if more else [], files=[leaky(4000049).file(), {"name": name, "text": text}])
         c.eq(f"unreadable snapshot ({what}): status", r.rc, 125, r.err)
         errs = [l for l in r.lines if name in l and "snapshots are in" not in l]
         c.eq(f"unreadable snapshot ({what}): one line naming the file", len(errs), 1, r.err)

@@ -503,6 +503,89 @@ def test_exit_suspects(launcher: str, source: str, env: Dict[str, str]) -> None:
         td.schema_ok(source, exits, "exit")
 
 
+# The gate at the tensor level: STEPS steps, each keeping its loss when KEEP
+# is 1; the weights live to the end either way.
+GATE = r'''
+import os
+import torch
+MIB = 1 << 20
+weights = torch.empty(64 * MIB)
+opt = torch.optim.Optimizer([weights])
+losses = []
+for step in range(int(os.environ["STEPS"])):
+    acts = [torch.empty(8 * MIB) for _ in range(2)]
+    loss = torch.empty(4 * MIB)  # LOSS
+    if os.environ["KEEP"] == "1":
+        losses.append(loss)
+    del acts, loss
+    opt.step()
+print("DONE", torch.cuda.max_memory_allocated())
+'''
+
+
+def gate(launcher: str, env: Dict[str, str], tmp: str, name: str, steps: int, keep: bool,
+         *options: str) -> Tuple[subprocess.CompletedProcess, str]:
+    """`gpumemtrace check OPTIONS -- python gate.py` in tmp/name; the run and
+    its Python process's exit snapshot (the one with the largest peak)."""
+    script = os.path.join(tmp, "gate.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(GATE)
+    d = os.path.join(tmp, name)
+    r = subprocess.run([launcher, "check", "--dir", d, *options, "--", sys.executable, script],
+                       env=dict(env, STEPS=str(steps), KEEP="1" if keep else "0"), cwd=tmp,
+                       capture_output=True, text=True, timeout=300)
+    best, peak = "", -1
+    for p in glob.glob(os.path.join(d, "gpumemtrace.*.exit.*.json")):
+        with open(p, encoding="utf-8") as f:
+            n = json.load(f)["summary"]["peak_bytes"]
+        if n > peak:
+            best, peak = p, n
+    return r, best
+
+
+def test_gate(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """gpumemtrace check --level tensors: the leak a training loop keeps
+    fails it at the loss's line, tensors a program holds to its end do not,
+    and the peak and growth limits read the framework's peak of tensors."""
+    label = f"<module> (gate.py:{line_of(GATE, '# LOSS')})"
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        r, _ = gate(launcher, env, tmp, "kept", 20, True, "--level", "tensors")
+        leaks = [x for x in r.stderr.splitlines() if "check: leak:" in x]
+        check(r.returncode == 23 and len(leaks) == 1 and
+              f"leak: {20 * 4 * MIB} bytes (80.0 MiB) in 20 tensors (growing) at {label}" in leaks[0] and
+              "level tensors in 1 of" in r.stderr,
+              "gate: the kept losses are the one counted leak, at their line, in tensors",
+              r.stderr[-1200:])
+        r, base_path = gate(launcher, env, tmp, "base", 10, True, "--level", "tensors", "--max-leak-bytes", "1G")
+        check(r.returncode == 0 and base_path, "gate: a leak within --max-leak-bytes passes", r.stderr[-600:])
+
+        r, _ = gate(launcher, env, tmp, "clean", 20, False, "--level", "tensors", "--max-peak", "100M")
+        check(r.returncode == 0 and "passed: 0 counted leaks" in r.stderr,
+              "gate: the weights live at exit are no leak at the tensor level; its peak (84 MiB) within 100 MiB",
+              r.stderr[-600:])
+        r, _ = gate(launcher, env, tmp, "peak", 20, False, "--level", "tensors", "--max-peak", "80M")
+        check(r.returncode == 24 and f"peaked at {84 * MIB} bytes (84.0 MiB) of tensors" in r.stderr,
+              "gate: --max-peak reads PyTorch's peak of tensors", r.stderr[-600:])
+
+        r, _ = gate(launcher, env, tmp, "grown", 20, True, "--level", "tensors", "--max-leak-bytes", "1G",
+                    "--baseline", base_path, "--max-growth", "10%")
+        grew = [x for x in r.stderr.splitlines() if "check: grew:" in x]
+        check(r.returncode == 24 and grew and label in grew[0] and f"+{10 * 4 * MIB} bytes" in grew[0],
+              "gate: growth against the baseline at the tensor level, the loss's line first",
+              r.stderr[-800:])
+
+        r, plain = gate(launcher, dict(env, GPUMEMTRACE_FRAMEWORKS="0"), tmp, "plain", 5, True,
+                        "--max-leak-bytes", "1G")
+        r, _ = gate(launcher, env, tmp, "nolevel", 5, True, "--level", "tensors", "--baseline", plain,
+                    "--max-growth", "10%")
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 2 and len(lines) == 1 and "has no tensor level" in lines[0] and plain in lines[0],
+              "gate: a baseline without the tensor level is a usage error naming it", r.stderr[-600:])
+        r, _ = gate(launcher, env, tmp, "bad", 1, False, "--level", "tensor")
+        check(r.returncode == 2 and "--level 'tensor' is invalid" in r.stderr, "gate: a bad --level",
+              r.stderr[-300:])
+
+
 def pickle_trace(tmp: str) -> List[Dict[str, Any]]:
     """PyTorch's own trace in the snapshot's pickle (the file its viewer
     reads), [] when none was written."""
@@ -577,6 +660,7 @@ def main(argv: List[str]) -> int:
     test_dumps(launcher, source, env)
     test_exit_suspects(launcher, source, env)
     test_history_modes(launcher, source, env)
+    test_gate(launcher, source, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
     return 1 if td.FAILURES else 0
 

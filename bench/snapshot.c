@@ -149,7 +149,7 @@ int main(int argc, char **argv)
 	t_capture = now();
 	s.entries = entries;
 	s.history = copy;
-	if (gmt__snapshot_write(&s, dir, path, sizeof(path)) != 0 || stat(path, &st) != 0) {
+	if (gmt__snapshot_write(&s, dir, path, sizeof(path), NULL) != 0 || stat(path, &st) != 0) {
 		fprintf(stderr, "snapshot: the snapshot could not be written into %s\n", dir);
 		return 1;
 	}

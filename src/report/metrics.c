@@ -211,39 +211,90 @@ static struct series *merge_sites(const struct gmt__metrics_site *v, size_t n, s
 	return s;
 }
 
-static int sites(FILE *f, const char *labels, const struct gmt__metrics *m)
+/* The names and helps of a level's site families. */
+struct site_families {
+	const char *live_bytes, *live_bytes_help;
+	const char *live_count, *live_count_help;
+	const char *growth, *growth_help;
+};
+
+static const struct site_families driver_families = {
+	"site_live_bytes",
+	"Live bytes of the allocation sites holding the most (GPUMEMTRACE_METRICS_TOP of them), by site.",
+	"site_live_allocations", "Live allocations of those sites.",
+	"growth_suspect_bytes",
+	"Bytes the growth suspects (sites whose live bytes keep rising) gained since they began to grow.",
+};
+
+static const struct site_families tensor_families = {
+	"tensor_site_live_bytes",
+	"Live bytes of the tensor sites holding the most (GPUMEMTRACE_METRICS_TOP of them), by site, as of the "
+	"framework's latest hand-over (gpumemtrace_tensor_timestamp_seconds).",
+	"tensor_site_live_tensors", "Live tensors of those sites.",
+	"tensor_growth_suspect_bytes",
+	"Bytes the tensor sites that keep growing gained since they began to grow, as of that hand-over.",
+};
+
+static int sites(FILE *f, const char *labels, const struct site_families *fam, const struct gmt__metrics_site *v,
+		 size_t n, const struct gmt__metrics_site *sus, size_t nsus, size_t max)
 {
 	struct series *top, *growing;
 	size_t ntop = 0, ngrowing = 0;
 	char extra[GMT_METRICS_ESCAPED_MAX + 16];
 
-	top = merge_sites(m->sites, m->nsites, m->top, by_bytes, &ntop);
-	growing = merge_sites(m->suspects, m->nsuspects, m->top, by_growth, &ngrowing);
+	top = merge_sites(v, n, max, by_bytes, &ntop);
+	growing = merge_sites(sus, nsus, max, by_growth, &ngrowing);
 	if (top == NULL || growing == NULL) {
 		free(top);
 		free(growing);
 		return -ENOMEM;
 	}
-	family(f, "site_live_bytes", "gauge",
-	       "Live bytes of the allocation sites holding the most (GPUMEMTRACE_METRICS_TOP of them), by site.");
+	family(f, fam->live_bytes, "gauge", fam->live_bytes_help);
 	for (size_t i = 0; i < ntop; i++) {
 		snprintf(extra, sizeof(extra), "site=\"%s\"", top[i].label);
-		sample(f, labels, "site_live_bytes", extra, top[i].bytes);
+		sample(f, labels, fam->live_bytes, extra, top[i].bytes);
 	}
-	family(f, "site_live_allocations", "gauge", "Live allocations of those sites.");
+	family(f, fam->live_count, "gauge", fam->live_count_help);
 	for (size_t i = 0; i < ntop; i++) {
 		snprintf(extra, sizeof(extra), "site=\"%s\"", top[i].label);
-		sample(f, labels, "site_live_allocations", extra, top[i].count);
+		sample(f, labels, fam->live_count, extra, top[i].count);
 	}
-	family(f, "growth_suspect_bytes", "gauge",
-	       "Bytes the growth suspects (sites whose live bytes keep rising) gained since they began to grow.");
+	family(f, fam->growth, "gauge", fam->growth_help);
 	for (size_t i = 0; i < ngrowing; i++) {
 		snprintf(extra, sizeof(extra), "site=\"%s\"", growing[i].label);
-		sample(f, labels, "growth_suspect_bytes", extra, growing[i].growth);
+		sample(f, labels, fam->growth, extra, growing[i].growth);
 	}
 	free(top);
 	free(growing);
 	return 0;
+}
+
+/* The tensor level of the latest hand-over: its time, its tensor bytes by
+ * device, its sites. Families without samples before the first. */
+static int tensors(FILE *f, const char *labels, const struct gmt__metrics *m)
+{
+	const struct gmt__metrics_tensors *t = m->tensors;
+	char dev[32];
+
+	family(f, "tensor_timestamp_seconds", "gauge",
+	       "When the framework (PyTorch) last handed its tensors over, at a snapshot, seconds since the epoch: "
+	       "the tensor_* families are as of then.");
+	if (t != NULL)
+		fprintf(f, "gpumemtrace_tensor_timestamp_seconds{%s} %" PRIu64 ".%03" PRIu64 "\n", labels,
+			t->time_ns / 1000000000u, t->time_ns / 1000000u % 1000u);
+	family(f, "tensor_live_bytes", "gauge", "Bytes of the framework's live tensors on the device, as of that hand-over.");
+	for (int i = 0; t != NULL && i < t->ndev; i++) {
+		snprintf(dev, sizeof(dev), "device=\"%d\"", t->dev[i].device);
+		sample(f, labels, "tensor_live_bytes", dev, t->dev[i].bytes);
+	}
+	family(f, "tensor_live_tensors", "gauge", "The framework's live tensors on the device, as of that hand-over.");
+	for (int i = 0; t != NULL && i < t->ndev; i++) {
+		snprintf(dev, sizeof(dev), "device=\"%d\"", t->dev[i].device);
+		sample(f, labels, "tensor_live_tensors", dev, t->dev[i].count);
+	}
+	if (t == NULL)
+		return sites(f, labels, &tensor_families, NULL, 0, NULL, 0, m->top);
+	return sites(f, labels, &tensor_families, t->sites, t->nsites, t->suspects, t->nsuspects, m->top);
 }
 
 int gmt__metrics_text(const struct gmt__metrics *m, char **text, size_t *len)
@@ -301,7 +352,9 @@ int gmt__metrics_text(const struct gmt__metrics *m, char **text, size_t *len)
 		m->events_applied);
 	gauge(f, labels, "tracer_memory_bytes",
 	      "Memory the tracer holds for its own records (live table, stacks, history, rings).", m->tracer_bytes);
-	r = sites(f, labels, m);
+	r = sites(f, labels, &driver_families, m->sites, m->nsites, m->suspects, m->nsuspects, m->top);
+	if (r == 0)
+		r = tensors(f, labels, m);
 	if (ferror(f))
 		r = -ENOMEM;
 	if (fclose(f) != 0)

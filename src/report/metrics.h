@@ -17,6 +17,9 @@
  * at a whole UTF-8 character, "…" added. */
 #define GMT_METRICS_LABEL_MAX 120
 
+/* Devices of a tensor level the metrics carry (as a snapshot's). */
+#define GMT_METRICS_MAX_DEVICES 64
+
 /* Who the process is: the labels of every sample. */
 struct gmt__metrics_process {
 	int pid;
@@ -38,6 +41,30 @@ struct gmt__metrics_site {
 	uint64_t bytes, count, growth;
 };
 
+/* The tensor level as the latest snapshot with one saw it (a framework
+ * handed its tensors over): the metrics carry it until the next
+ * (docs/fleet.md). Its labels are its own (malloc'd). */
+struct gmt__metrics_tensor_device {
+	int device;
+	uint64_t bytes, count;
+};
+
+struct gmt__metrics_tensors {
+	uint64_t time_ns; /* the snapshot's */
+	struct gmt__metrics_tensor_device dev[GMT_METRICS_MAX_DEVICES];
+	int ndev;
+	struct gmt__metrics_site *sites, *suspects; /* by site; the text keeps the `top` largest */
+	size_t nsites, nsuspects;
+};
+
+struct gmt__model;
+
+/* The tensor level of a snapshot's model into *out (zeroed first; time_ns
+ * the snapshot's). 0; -ENOENT when the model has no tensor level; -ENOMEM
+ * (out then holds nothing to free). */
+int gmt__metrics_tensors_of(const struct gmt__model *m, uint64_t time_ns, struct gmt__metrics_tensors *out);
+void gmt__metrics_tensors_free(struct gmt__metrics_tensors *t);
+
 struct gmt__metrics {
 	struct gmt__metrics_process process;
 	const char *version;
@@ -57,6 +84,7 @@ struct gmt__metrics {
 	 * writes the `top` largest of each (GPUMEMTRACE_METRICS_TOP; 0: all). */
 	const struct gmt__metrics_site *sites, *suspects;
 	size_t nsites, nsuspects, top;
+	const struct gmt__metrics_tensors *tensors; /* NULL: no hand-over yet */
 };
 
 /* The exposition into *text (malloc'd, NUL-terminated) and its length into

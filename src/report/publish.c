@@ -5,6 +5,7 @@
  * files of dead processes swept. */
 #define _GNU_SOURCE
 #include "report/document.h"
+#include "report/metrics.h"
 
 #include "util/fdwrite.h"
 
@@ -251,7 +252,8 @@ out:
 /* The snapshot path, in its order: the capture (s) analysed into its model,
  * the model's text reports — the program's, made whether or not the file
  * can be — then its document as the file. */
-int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len)
+int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len,
+			struct gmt__metrics_tensors *tensors)
 {
 	int saved = errno;
 	struct gmt__model m;
@@ -260,6 +262,9 @@ int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *pa
 	if (r == 0) {
 		gmt__text_reports(s, &m);
 		r = publish_file(s, &m, dir, path, len);
+		/* Whatever became of the file: the model saw the tensors. */
+		if (tensors != NULL)
+			(void)gmt__metrics_tensors_of(&m, s->time_ns, tensors);
 	} else if (path != NULL && len > 0) {
 		path[0] = '\0';
 	}

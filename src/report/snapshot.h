@@ -42,7 +42,11 @@
  * reservations and mappings go under "vmm". Frames are resolved at dump time: function, file, line and inlined frames from the
  * debug information through libdw when it can be loaded (symbols.h), else the
  * loader's name (dladdr) with file and line null; "modules" lists each module a
- * frame names, with its load base and build-id, for exact offline symbolisation. */
-int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len);
+ * frame names, with its load base and build-id, for exact offline symbolisation.
+ * With tensors not NULL, the model's tensor level is also put there for the
+ * live metrics (metrics.h; tensors->time_ns stays 0 when it has none). */
+struct gmt__metrics_tensors;
+int gmt__snapshot_write(const struct gmt__snapshot *s, const char *dir, char *path, size_t len,
+			struct gmt__metrics_tensors *tensors);
 
 #endif /* GMT_SNAPSHOT_H */

@@ -46,6 +46,15 @@ static struct {
 	pthread_mutex_t lock;
 } metrics = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* The tensor level of the latest snapshot that had one (report/metrics.h),
+ * kept for the writes until the next: a lock of its own, taken alone
+ * (never with the consumer's). */
+static struct {
+	pthread_mutex_t lock;
+	struct gmt__metrics_tensors t;
+	bool have;
+} tensors = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
 /* A site of the history's picked under the lock: its stack, its numbers. */
 struct picked {
 	uint32_t stack;
@@ -353,7 +362,10 @@ static void write_metrics(bool running)
 		c.m.suspects = suspects;
 		c.m.nsuspects = c.ngrowing;
 		c.m.top = c.max;
+		pthread_mutex_lock(&tensors.lock);
+		c.m.tensors = tensors.have ? &tensors.t : NULL;
 		r = gmt__metrics_text(&c.m, &text, &len);
+		pthread_mutex_unlock(&tensors.lock);
 		gmt__sites_free(&stack_sites);
 		gmt__frames_close(&cache);
 	} else {
@@ -376,6 +388,20 @@ static void write_metrics(bool running)
 	free(suspects);
 	free(c.top);
 	free(c.growing);
+}
+
+void gmt__metrics_tensors_keep(struct gmt__metrics_tensors *t)
+{
+	if (t->time_ns == 0)
+		return;
+	pthread_mutex_lock(&tensors.lock);
+	if (tensors.have)
+		gmt__metrics_tensors_free(&tensors.t);
+	tensors.t = *t;
+	tensors.have = true;
+	pthread_mutex_unlock(&tensors.lock);
+	memset(t, 0, sizeof(*t));
+	gmt__metrics_due();
 }
 
 void gmt__metrics_due(void)

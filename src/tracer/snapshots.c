@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "tracer/tracer.h"
 
+#include "report/metrics.h"
+
 #include "intercept/hooks.h"
 #include "util/log.h"
 
@@ -208,10 +210,16 @@ static int take(const struct take *t)
 		s.history = hist;
 	}
 	gmt__core_unlock();
-	if (r == 0)
-		r = gmt__snapshot_write(&s, gmt__core.opt->dir, path, sizeof(path));
-	else
+	if (r == 0) {
+		struct gmt__metrics_tensors mt = { 0 };
+		bool metrics = gmt__core.opt->metrics_dir[0] != '\0';
+
+		r = gmt__snapshot_write(&s, gmt__core.opt->dir, path, sizeof(path), metrics ? &mt : NULL);
+		if (metrics)
+			gmt__metrics_tensors_keep(&mt);
+	} else {
 		path[0] = '\0';
+	}
 	free(entries);
 	free(framework);
 	gmt__history_copy_free(hist);

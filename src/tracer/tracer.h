@@ -405,6 +405,10 @@ void gmt__episode_watch(const char *name);
  * lock). At exit, without the lock: the last write. */
 void gmt__metrics_tick(void);
 void gmt__metrics_due(void);
+/* A snapshot's tensor level (metrics.h), kept for the metrics until the
+ * next: taken over (*t emptied) when it has one, and a write asked for. */
+struct gmt__metrics_tensors;
+void gmt__metrics_tensors_keep(struct gmt__metrics_tensors *t);
 void gmt__metrics_exit(void);
 /* Around fork (before the core's lock is taken): no write in flight; the
  * child starts with no episode. */

@@ -41,6 +41,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -586,6 +587,57 @@ def test_gate(launcher: str, source: str, env: Dict[str, str]) -> None:
               r.stderr[-300:])
 
 
+def prom_samples(path: str) -> Dict[Tuple[str, str], float]:
+    """(metric, site or device label) -> value of a metrics file's samples."""
+    out: Dict[Tuple[str, str], float] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r'^(gpumemtrace_\w+)\{([^}]*)\} (\S+)$', line.strip())
+            if m:
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+                out[(m.group(1), labels.get("site", labels.get("device", "")))] = float(m.group(3))
+    return out
+
+
+def test_metrics(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """The live metrics at the tensor level: the exit snapshot's hand-over
+    in the last write, the kept losses a growing tensor site."""
+    label = f"<module> (gate.py:{line_of(GATE, '# LOSS')})"
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        script, mdir = os.path.join(tmp, "gate.py"), os.path.join(tmp, "metrics")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(GATE)
+        r = subprocess.run([launcher, "run", "--dir", tmp, "--snapshot-on", "exit", "--metrics-dir", mdir, "--",
+                            sys.executable, script], env=dict(env, STEPS="20", KEEP="1"), cwd=tmp,
+                           capture_output=True, text=True, timeout=300)
+        files = [p for p in glob.glob(os.path.join(mdir, "gpumemtrace.*.prom"))
+                 if ("gpumemtrace_tensor_live_bytes", "0") in prom_samples(p)]
+        check(r.returncode == 0 and len(files) == 1, "metrics: one process's file has the tensor level",
+              (r.returncode, os.listdir(mdir) if os.path.isdir(mdir) else None, r.stderr[-400:]))
+        if len(files) != 1:
+            return
+        got = prom_samples(files[0])
+        want = {("gpumemtrace_tensor_live_bytes", "0"): (64 + 80) * MIB,
+                ("gpumemtrace_tensor_live_tensors", "0"): 21,
+                ("gpumemtrace_tensor_site_live_bytes", label): 80 * MIB,
+                ("gpumemtrace_tensor_site_live_tensors", label): 20,
+                ("gpumemtrace_tensor_site_live_bytes", "<module> (gate.py:5)"): 64 * MIB}
+        check(all(got.get(k) == v for k, v in want.items()),
+              "metrics: the tensors of the exit snapshot, by device and by site",
+              {k: (got.get(k), v) for k, v in want.items()})
+        growth = got.get(("gpumemtrace_tensor_growth_suspect_bytes", label), 0)
+        check(list(k[1] for k in got if k[0] == "gpumemtrace_tensor_growth_suspect_bytes") == [label] and
+              64 * MIB <= growth <= 80 * MIB, "metrics: the loss's line the one growing tensor site", growth)
+        check(got.get(("gpumemtrace_tensor_timestamp_seconds", ""), 0) > 0,
+              "metrics: the hand-over's time", got.get(("gpumemtrace_tensor_timestamp_seconds", "")))
+        promtool = shutil.which("promtool")
+        if promtool is not None:
+            with open(files[0], "rb") as f:
+                p = subprocess.run([promtool, "check", "metrics"], stdin=f, capture_output=True, text=True,
+                                   timeout=60)
+            check(p.returncode == 0, "metrics: promtool accepts the file", p.stdout + p.stderr)
+
+
 def pickle_trace(tmp: str) -> List[Dict[str, Any]]:
     """PyTorch's own trace in the snapshot's pickle (the file its viewer
     reads), [] when none was written."""
@@ -661,6 +713,7 @@ def main(argv: List[str]) -> int:
     test_exit_suspects(launcher, source, env)
     test_history_modes(launcher, source, env)
     test_gate(launcher, source, env)
+    test_metrics(launcher, source, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
     return 1 if td.FAILURES else 0
 

@@ -8,6 +8,8 @@
 #include "check.h"
 #include "report/metrics.h"
 
+#include <stdarg.h>
+
 #define MIB (1ull << 20)
 
 /* Whether text has the line (a whole line). */
@@ -192,11 +194,77 @@ static void test_hostile(const char *out)
 	free(text);
 }
 
+/* The tensor level: absent before the first hand-over (the families, no
+ * samples), then the latest hand-over's numbers with its time. */
+/* has_line of the line the format makes. */
+static bool has_linef(const char *text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool has_linef(const char *text, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	return has_line(text, line);
+}
+
+static void test_tensors(void)
+{
+	struct gmt__metrics_device dev[2];
+	struct gmt__metrics_site sites[3] = { { "Model.forward (model.py:12)", 48 * MIB, 6, 0 } };
+	struct gmt__metrics_site suspects[1] = { { "cache.append (train.py:51)", 8 * MIB, 4, 6 * MIB } };
+	struct gmt__metrics_site tsites[3] = {
+		{ "train_step (loss.py:16)", 24 * MIB, 3, 0 },
+		{ "<module> (loss.py:4)", 256 * MIB, 1, 0 },
+		{ "train_step (loss.py:16)", 8 * MIB, 1, 0 }, /* another stack of that site */
+	};
+	struct gmt__metrics_site tsus[1] = { { "train_step (loss.py:16)", 32 * MIB, 4, 24 * MIB } };
+	struct gmt__metrics_tensors t = {
+		.time_ns = 1795698700500000000ull, .ndev = 2, .sites = tsites, .nsites = 3, .suspects = tsus,
+		.nsuspects = 1,
+	};
+	struct gmt__metrics m = sample(dev, sites, suspects);
+	const char *lb = "pid=\"4242\",host=\"node-7\",job_id=\"\",rank=\"3\",local_rank=\"\",world_size=\"512\","
+			 "command=\"python3\"";
+	char *text = NULL;
+	size_t len = 0;
+
+	m.nsites = 1;
+	CHECK_INT(gmt__metrics_text(&m, &text, &len), 0);
+	CHECK(text != NULL && has_line(text, "# TYPE gpumemtrace_tensor_site_live_bytes gauge") &&
+	      has_line(text, "# TYPE gpumemtrace_tensor_timestamp_seconds gauge") &&
+	      strstr(text, "\ngpumemtrace_tensor_") == NULL);
+	free(text);
+
+	t.dev[0] = (struct gmt__metrics_tensor_device){ 0, 288 * MIB, 5 };
+	t.dev[1] = (struct gmt__metrics_tensor_device){ 1, 0, 0 };
+	m.tensors = &t;
+	CHECK_INT(gmt__metrics_text(&m, &text, &len), 0);
+	if (text == NULL)
+		return;
+	CHECK(has_linef(text, "gpumemtrace_tensor_timestamp_seconds{%s} 1795698700.500", lb));
+	CHECK(has_linef(text, "gpumemtrace_tensor_live_bytes{%s,device=\"0\"} %llu", lb, 288 * MIB));
+	CHECK(has_linef(text, "gpumemtrace_tensor_live_tensors{%s,device=\"1\"} 0", lb));
+	CHECK(has_linef(text, "gpumemtrace_tensor_site_live_bytes{%s,site=\"train_step (loss.py:16)\"} %llu", lb,
+		 32 * MIB));
+	CHECK(has_linef(text, "gpumemtrace_tensor_site_live_tensors{%s,site=\"train_step (loss.py:16)\"} 4", lb));
+	CHECK(has_linef(text, "gpumemtrace_tensor_site_live_bytes{%s,site=\"<module> (loss.py:4)\"} %llu", lb,
+		 256 * MIB));
+	CHECK(has_linef(text, "gpumemtrace_tensor_growth_suspect_bytes{%s,site=\"train_step (loss.py:16)\"} %llu",
+		 lb, 24 * MIB));
+	/* The driver's level beside it, unchanged. */
+	CHECK(has_linef(text, "gpumemtrace_site_live_bytes{%s,site=\"Model.forward (model.py:12)\"} %llu", lb,
+		 48 * MIB));
+	free(text);
+}
+
 int main(int argc, char **argv)
 {
 	test_label();
 	test_text();
 	test_top();
+	test_tensors();
 	test_hostile(argc > 1 ? argv[1] : NULL);
 	printf("metrics: %d failed\n", check_failed);
 	return check_failed != 0;

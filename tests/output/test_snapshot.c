@@ -348,7 +348,7 @@ static void test_document(void)
 	fixture_init(&f);
 	s = base_snapshot(&f);
 	errno = EXDEV;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 	CHECK_INT(errno, EXDEV);
 	check_keep(path);
 	snprintf(want_path, sizeof(want_path), "%s/gpumemtrace.%d.oom.1.json", tmpdir, (int)getpid());
@@ -513,7 +513,7 @@ static void test_document(void)
 		uint64_t used = 0;
 
 		s.seq_out = &used;
-		CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+		CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 		s.seq_out = NULL;
 		CHECK(stat(want_path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_size == st.st_size);
 		snprintf(next, sizeof(next), "%s/gpumemtrace.%d.oom.2.json", tmpdir, (int)getpid());
@@ -538,12 +538,12 @@ static void test_document(void)
 		e.argv = NULL;
 		e.nstats = 0;
 		e.ndevices = 0;
-		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path)), 0);
+		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path), NULL), 0);
 		CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
 		check_keep(path);
 		umask(077);
 		e.seq = 8;
-		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path)), 0);
+		CHECK_INT(gmt__snapshot_write(&e, tmpdir, path, sizeof(path), NULL), 0);
 		CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
 		check_keep(path);
 		umask(old);
@@ -598,7 +598,7 @@ static void test_many_stacks(void)
 	CHECK_INT(gmt__table_copy(t, &copy, &s.nentries), 0);
 	s.entries = copy;
 	s.seq = 50;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 	free(copy);
 	check_keep(path);
 	doc = json_load_file(path, 0, &err);
@@ -640,7 +640,7 @@ static void test_symlink(void)
 	CHECK(symlink(victim, target) == 0);
 
 	/* written under the next number; the link and its target untouched */
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 	CHECK(strstr(path, ".oom.2.json") != NULL);
 	CHECK(lstat(target, &st) == 0 && S_ISLNK(st.st_mode));
 	n = readlink(target, link_to, sizeof(link_to) - 1);
@@ -652,7 +652,7 @@ static void test_symlink(void)
 
 	/* a dangling one: its target must not come into being */
 	unlink(victim);
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 	CHECK(access(victim, F_OK) != 0);
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 2);
 	empty_dir(tmpdir);
@@ -662,7 +662,7 @@ static void test_symlink(void)
 		snprintf(target, sizeof(target), "%s/gpumemtrace.%d.oom.%d.json", tmpdir, (int)getpid(), i);
 		CHECK(symlink(victim, target) == 0);
 	}
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EEXIST);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), -EEXIST);
 	CHECK_STR(path, "");
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), GMT_SNAPSHOT_NAME_TRIES);
 	empty_dir(tmpdir);
@@ -689,7 +689,7 @@ static void test_episode(void)
 	json_t *doc, *e, *v;
 
 	s.episode = &ep;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 	doc = json_load_file(path, 0, &err);
 	CHECK(doc != NULL);
 	if (doc == NULL)
@@ -720,7 +720,7 @@ static void test_episode(void)
 	/* A later failure rewrites the episode's file in place. */
 	ep.failures = ep.described = 4;
 	s.replace = true;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, again, sizeof(again)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, again, sizeof(again), NULL), 0);
 	CHECK_STR(again, path);
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 1);
 	doc = json_load_file(path, 0, &err);
@@ -738,19 +738,19 @@ static void test_failures(void)
 	char path[512], names[4096], file[512];
 	int fd;
 
-	CHECK_INT(gmt__snapshot_write(&s, "/nonexistent/gpumemtrace", path, sizeof(path)), -ENOENT);
+	CHECK_INT(gmt__snapshot_write(&s, "/nonexistent/gpumemtrace", path, sizeof(path), NULL), -ENOENT);
 	snprintf(file, sizeof(file), "%s/plain", tmpdir);
 	fd = open(file, O_WRONLY | O_CREAT, 0600);
 	close(fd);
-	CHECK_INT(gmt__snapshot_write(&s, file, path, sizeof(path)), -ENOTDIR);
+	CHECK_INT(gmt__snapshot_write(&s, file, path, sizeof(path), NULL), -ENOTDIR);
 	unlink(file);
 
 	s.reason = GMT_REASON_COUNT;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EINVAL);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), -EINVAL);
 	s.reason = (enum gmt__reason)(GMT_REASON_COUNT + 7);
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EINVAL);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), -EINVAL);
 	s.reason = GMT_REASON_OOM;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, 10), -ENAMETOOLONG);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, 10, NULL), -ENAMETOOLONG);
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
 }
 
@@ -785,7 +785,7 @@ static void readonly_child(void)
 		check_failed++;
 		return;
 	}
-	r = gmt__snapshot_write(&s, tmpdir, path, sizeof(path));
+	r = gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL);
 	CHECK_INT(r, -EACCES);
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
 }
@@ -803,7 +803,7 @@ static void fsize_child(void)
 	s = base_snapshot(&f);
 	signal(SIGXFSZ, SIG_IGN);
 	CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), -EFBIG);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), -EFBIG);
 	CHECK_STR(path, "");
 	CHECK_INT(list_dir(tmpdir, names, sizeof(names)), 0);
 	if (check_failed)
@@ -869,7 +869,7 @@ static void test_large(long n)
 	t0 = now();
 	CHECK_INT(gmt__table_copy(t, &copy, &s.nentries), 0);
 	s.entries = copy;
-	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
 	t1 = now();
 	free(copy);
 	CHECK(stat(path, &st) == 0);

@@ -49,7 +49,7 @@ int main(void)
 	s.live_bytes = e.size;
 	s.live_count = 1;
 
-	CHECK_INT(gmt__snapshot_write(&s, dir, path, sizeof(path)), 0);
+	CHECK_INT(gmt__snapshot_write(&s, dir, path, sizeof(path), NULL), 0);
 	doc = json_load_file(path, 0, &err);
 	CHECK(doc != NULL);
 	a = json_object_get(doc, "allocations");

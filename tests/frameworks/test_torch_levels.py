@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from typing import Any, Dict, List, Optional, Tuple
 
 import test_torch_double as td
@@ -638,6 +639,84 @@ def test_metrics(launcher: str, source: str, env: Dict[str, str]) -> None:
             check(p.returncode == 0, "metrics: promtool accepts the file", p.stdout + p.stderr)
 
 
+# The pytest plugin's limits at the tensor level.
+PYTEST_TESTS = r'''
+import pytest
+import torch
+MIB = 1 << 20
+kept = []
+
+
+@pytest.mark.gpu_limit_memory("40 MiB")
+@pytest.mark.gpu_limit_leaks("0")
+def test_within():
+    t = torch.empty(32 * MIB)
+    del t
+
+
+@pytest.mark.gpu_limit_leaks("1 MiB")
+def test_keeps_tensors():
+    kept.append(torch.empty(4 * MIB))  # KEEP
+
+
+@pytest.mark.gpu_limit_memory("16 MiB")
+def test_peaks_too_high():
+    t = torch.empty(24 * MIB)  # PEAK
+    del t
+
+
+@pytest.mark.gpu_limit_leaks("0", level="driver")
+def test_driver_level_sees_the_cache():
+    t = torch.empty(48 * MIB)
+    del t
+'''
+
+
+def test_pytest_plugin(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """The plugin's markers read PyTorch's tensors: a tensor made and freed
+    leaves no leak (its segment stays cached), a tensor kept does, the peak
+    is PyTorch's; level="driver" reads the driver's allocations."""
+    py = next((p for p in (sys.executable, "/usr/bin/python3") if os.path.exists(p) and
+               subprocess.run([p, "-c", "import pytest"], capture_output=True).returncode == 0), None)
+    if py is None:
+        print("skip: no python3 with pytest (apt-get install python3-pytest): the plugin at the tensor level")
+        return
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        with open(os.path.join(tmp, "test_tensors.py"), "w", encoding="utf-8") as f:
+            f.write(PYTEST_TESTS)
+        junit = os.path.join(tmp, "out.xml")
+        r = subprocess.run([launcher, "run", "--dir", tmp, "--", py, "-m", "pytest", "-p", "no:cacheprovider",
+                            "-p", "gpumemtrace.pytest_plugin", f"--junitxml={junit}", "test_tensors.py"],
+                           env=env, cwd=tmp, capture_output=True, text=True, timeout=240)
+        out = r.stdout + r.stderr
+        try:
+            cases = {tc.get("name"): tc for tc in ET.parse(junit).getroot().iter("testcase")}
+        except (OSError, ET.ParseError) as e:
+            check(False, "pytest: the JUnit report", f"{e}\n{out[-1500:]}")
+            return
+
+        def failure(name: str) -> str:
+            fail = cases[name].find("failure") if name in cases else None
+            return (fail.get("message") or "") + (fail.text or "") if fail is not None else ""
+
+        failed = sorted(n for n in cases if failure(n))
+        check(r.returncode == 1 and failed == ["test_driver_level_sees_the_cache", "test_keeps_tensors",
+                                               "test_peaks_too_high"],
+              "pytest: the tests over their limits fail, not the one whose freed tensor stays cached",
+              (r.returncode, failed, out[-1500:]))
+        text = failure("test_keeps_tensors")
+        check("left 4.00 MiB of GPU memory in 1 tensor live" in text and
+              f"4.00 MiB in 1 tensor at test_keeps_tensors (test_tensors.py:{line_of(PYTEST_TESTS, '# KEEP')})"
+              in text, "pytest: the kept tensor, at its line", text)
+        text = failure("test_peaks_too_high")
+        check("used 24.0 MiB of PyTorch's tensors at its peak" in text and
+              f"24.0 MiB in 1 tensor at test_peaks_too_high (test_tensors.py:{line_of(PYTEST_TESTS, '# PEAK')})"
+              in text, "pytest: PyTorch's peak, at the line", text)
+        text = failure("test_driver_level_sees_the_cache")
+        check("left 48.0 MiB of GPU memory in 1 allocation live" in text,
+              "pytest: level=\"driver\": the segment PyTorch keeps cached", text)
+
+
 def pickle_trace(tmp: str) -> List[Dict[str, Any]]:
     """PyTorch's own trace in the snapshot's pickle (the file its viewer
     reads), [] when none was written."""
@@ -714,6 +793,7 @@ def main(argv: List[str]) -> int:
     test_history_modes(launcher, source, env)
     test_gate(launcher, source, env)
     test_metrics(launcher, source, env)
+    test_pytest_plugin(launcher, source, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
     return 1 if td.FAILURES else 0
 

@@ -82,6 +82,7 @@ static void fork_child(void)
 	gmt__core.live_bytes = gmt__core.live_count = gmt__core.peak_bytes = 0;
 	gmt__core.total_allocs = gmt__core.total_frees = gmt__core.snapshot_seq = 0;
 	gmt__episode_fork_child();
+	gmt__metrics_after_fork();
 	gmt__core.peak_armed = gmt__core.peak_due = false;
 	gmt__core.oom_failures = gmt__core.peak_next_bytes = gmt__core.peak_next_ns = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);

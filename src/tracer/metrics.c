@@ -404,6 +404,17 @@ void gmt__metrics_tensors_keep(struct gmt__metrics_tensors *t)
 	gmt__metrics_due();
 }
 
+void gmt__metrics_after_fork(void)
+{
+	/* The parent's writer may have held either lock at the fork; its
+	 * tensor level is not the child's (forgotten, not freed: it may have
+	 * been half replaced). */
+	pthread_mutex_init(&metrics.lock, NULL);
+	pthread_mutex_init(&tensors.lock, NULL);
+	memset(&tensors.t, 0, sizeof(tensors.t));
+	tensors.have = false;
+}
+
 void gmt__metrics_due(void)
 {
 	atomic_store_explicit(&metrics.due, true, memory_order_relaxed);

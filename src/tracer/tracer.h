@@ -409,6 +409,8 @@ void gmt__metrics_due(void);
  * next: taken over (*t emptied) when it has one, and a write asked for. */
 struct gmt__metrics_tensors;
 void gmt__metrics_tensors_keep(struct gmt__metrics_tensors *t);
+/* In the child of a fork: the metrics' locks made anew, no tensor level. */
+void gmt__metrics_after_fork(void);
 void gmt__metrics_exit(void);
 /* Around fork (before the core's lock is taken): no write in flight; the
  * child starts with no episode. */

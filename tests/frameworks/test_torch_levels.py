@@ -717,6 +717,43 @@ def test_pytest_plugin(launcher: str, source: str, env: Dict[str, str]) -> None:
               "pytest: level=\"driver\": the segment PyTorch keeps cached", text)
 
 
+# A hand-over, then a fork: the child's metrics are its own.
+FORKED = r'''
+import os, sys
+import gpumemtrace
+import torch
+MIB = 1 << 20
+kept = [torch.empty(4 * MIB) for _ in range(3)]
+gpumemtrace.dump()
+pid = os.fork()
+if pid == 0:
+    print("CHILD", os.getpid(), flush=True)
+    sys.exit(0)
+os.waitpid(pid, 0)
+print("PARENT", os.getpid(), flush=True)
+'''
+
+
+def test_metrics_fork(launcher: str, env: Dict[str, str]) -> None:
+    """The parent's tensor level stays the parent's: a child forked after a
+    hand-over writes metrics without one (it handed nothing over)."""
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        script, mdir = os.path.join(tmp, "forked.py"), os.path.join(tmp, "metrics")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(FORKED)
+        r = subprocess.run([launcher, "run", "--dir", tmp, "--metrics-dir", mdir, "--", sys.executable, script],
+                           env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+        pids = dict(re.findall(r"^(CHILD|PARENT) (\d+)$", r.stdout, re.M))
+        got = {who: prom_samples(os.path.join(mdir, f"gpumemtrace.{pid}.prom"))
+               for who, pid in pids.items() if os.path.exists(os.path.join(mdir, f"gpumemtrace.{pid}.prom"))}
+        tensors = {who: sorted(k for k in samples if k[0].startswith("gpumemtrace_tensor_"))
+                   for who, samples in got.items()}
+        check(r.returncode == 0 and set(got) == {"CHILD", "PARENT"} and
+              got["PARENT"].get(("gpumemtrace_tensor_live_bytes", "0")) == 12 * MIB and tensors["CHILD"] == [],
+              "metrics: the parent's tensor level in its file, none in its forked child's",
+              (r.returncode, tensors, r.stderr[-400:]))
+
+
 def pickle_trace(tmp: str) -> List[Dict[str, Any]]:
     """PyTorch's own trace in the snapshot's pickle (the file its viewer
     reads), [] when none was written."""
@@ -793,6 +830,7 @@ def main(argv: List[str]) -> int:
     test_history_modes(launcher, source, env)
     test_gate(launcher, source, env)
     test_metrics(launcher, source, env)
+    test_metrics_fork(launcher, env)
     test_pytest_plugin(launcher, source, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
     return 1 if td.FAILURES else 0

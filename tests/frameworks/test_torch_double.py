@@ -474,6 +474,49 @@ def test_off(launcher: str, env: Dict[str, str]) -> None:
         check("STATE" in r.stdout, "off: the program ran", r.stdout)
 
 
+# Symlinks planted where the PyTorch snapshot (the pickle) would go: at the
+# temporary name the bootstrap once used and at the first final name.
+PLANTED = r'''
+import os
+import torch
+MIB = 1 << 20
+d, pid, victim = os.environ["GPUMEMTRACE_DIR"], os.getpid(), os.environ["VICTIM"]
+base = os.path.join(d, f"gpumemtrace.{pid}.torch.1.pickle")
+os.symlink(victim, base + f".tmp{pid}")
+os.symlink(victim, base)
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+'''
+
+
+def test_planted_links(launcher: str, env: Dict[str, str]) -> None:
+    """The pickle is written as snapshots are: no symlink followed, no file
+    replaced, mode 0600 (issue: a shared job directory)."""
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        victim = os.path.join(tmp, "important.conf")
+        with open(victim, "w", encoding="utf-8") as f:
+            f.write("keep me\n")
+        r = run(launcher, dict(env, VICTIM=victim), tmp, PLANTED, "planted.py", on="oom")
+        with open(victim, encoding="utf-8") as f:
+            kept = f.read() == "keep me\n"
+        ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+        pick = None
+        if ooms:
+            with open(ooms[0], encoding="utf-8") as f:
+                pick = (json.load(f).get("framework") or {}).get("file")
+        check(r.returncode == 0 and "OOM" in r.stdout and kept, "planted links: the file they point at is untouched",
+              (r.returncode, kept, r.stderr[-400:]))
+        ok = pick is not None and not os.path.islink(pick) and os.path.isfile(pick) and \
+            os.stat(pick).st_mode & 0o777 == 0o600 and os.path.basename(pick).endswith(".torch.2.pickle")
+        check(ok, "planted links: the pickle under the next free name, a regular file of mode 0600",
+              (pick, oct(os.stat(pick).st_mode) if pick and os.path.exists(pick) else None))
+        links = [p for p in glob.glob(os.path.join(tmp, "gpumemtrace.*")) if os.path.islink(p)]
+        check(len(links) == 2 and not glob.glob(os.path.join(tmp, ".gpumemtrace.*.tmp")),
+              "planted links: left as they were, no temporary file left", (links, os.listdir(tmp)))
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -490,6 +533,7 @@ def main(argv: List[str]) -> int:
     test_old_torch(launcher, env)
     test_async_backend(launcher, env)
     test_off(launcher, env)
+    test_planted_links(launcher, env)
     print(f"{'FAIL' if FAILURES else 'ok'}: {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 

@@ -46,11 +46,13 @@ Programs started without the launcher, with libgpumemtrace.so preloaded:
 from __future__ import annotations
 
 import atexit
+import errno
 import importlib
 import json
 import os
 import pickle
 import re
+import secrets
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -268,22 +270,56 @@ def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
 
 def _save(snap: Any, n: int) -> Optional[str]:
     """PyTorch's snapshot as its own tools read it, beside the tracer's;
-    its path, or None when it cannot be written (the state still goes)."""
+    its path, or None when it cannot be written (the state still goes).
+    Written as the tracer writes snapshots: a temporary file created anew
+    (never an existing file or a symlink), mode 0600, then linked to the
+    first free gpumemtrace.<pid>.torch.<n>.pickle — never replacing a file
+    or following a symlink there — in a directory opened once."""
     d = os.environ.get("GPUMEMTRACE_DIR") or "."
-    path = os.path.join(d, f"gpumemtrace.{os.getpid()}.torch.{n}.pickle")
-    tmp = f"{path}.tmp{os.getpid()}"
+    name = f"gpumemtrace.{os.getpid()}.torch.{n}.pickle"
     try:
-        with open(tmp, "wb") as f:
-            pickle.dump(snap, f)
-        os.replace(tmp, path)
-        return os.path.abspath(path)
+        dirfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        _warn(f"cannot write {path}: {e.strerror}")
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _warn(f"cannot write {os.path.join(d, name)}: {e.strerror}")
         return None
+    tmp = None
+    try:
+        tmp, fd = _private_temp(dirfd, name)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            pickle.dump(snap, f)
+        for k in range(n, n + 64):
+            name = f"gpumemtrace.{os.getpid()}.torch.{k}.pickle"
+            try:
+                os.link(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd, follow_symlinks=False)
+                return os.path.abspath(os.path.join(d, name))
+            except FileExistsError:
+                continue
+        raise FileExistsError(errno.EEXIST, "every name taken")
+    except OSError as e:
+        _warn(f"cannot write {os.path.join(d, name)}: {e.strerror}")
+        return None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=dirfd)
+            except OSError:
+                pass
+        os.close(dirfd)
+
+
+def _private_temp(dirfd: int, name: str) -> Tuple[str, int]:
+    """A new file .<name>.<random>.tmp in dirfd, mode 0600, opened for
+    writing: never an existing file, never through a symlink (O_EXCL); the
+    tracer sweeps those of dead writers."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(16):
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return tmp, os.open(tmp, flags, 0o600, dir_fd=dirfd)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name")
 
 
 def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], path: Optional[str],

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "record/tags.h"
 
+#include "util/log.h"
 #include "util/map.h"
 
 #include <errno.h>
@@ -14,6 +15,10 @@
  * in gmt__tag_name): a reader of an id below the count sees its name. */
 
 #define GMT_TAG_SLOTS (2 * GMT_TAGS_MAX) /* index at most half full */
+
+/* The last id: every name past the first GMT_TAGS_MAX - 1 (tags.h). */
+#define OVERFLOW_NAME "(tags past the 4095th)"
+_Static_assert(GMT_TAGS_MAX == 4096, "OVERFLOW_NAME counts the names");
 
 struct tag_table {
 	char names[GMT_TAGS_MAX + 1][GMT_TAG_NAME_MAX]; /* [0] unused */
@@ -61,8 +66,15 @@ int gmt__tag_id(const char *name, uint32_t *id)
 		}
 	}
 	n = atomic_load_explicit(&count, memory_order_relaxed) + 1;
-	if (n > GMT_TAGS_MAX) {
-		r = -ENOSPC;
+	if (n >= GMT_TAGS_MAX) {
+		/* Full: one tag stands for every name beyond (never in the index). */
+		if (n == GMT_TAGS_MAX) {
+			memcpy(table->names[n], OVERFLOW_NAME, sizeof(OVERFLOW_NAME));
+			atomic_store_explicit(&count, n, memory_order_release);
+			gmt__warn("more than %d distinct tag names: the others are recorded as the tag '%s'",
+				  GMT_TAGS_MAX - 1, OVERFLOW_NAME);
+		}
+		*id = GMT_TAGS_MAX;
 		goto out;
 	}
 	memcpy(table->names[n], name, len);

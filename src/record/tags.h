@@ -6,14 +6,16 @@
 
 #include <stdint.h>
 
-/* Distinct tag names a process may use; ids run from 1. */
+/* Tag ids a process may use, from 1: the first GMT_TAGS_MAX - 1 distinct
+ * names have ids of their own, every later name the last id, whose name says
+ * so (one warning). */
 #define GMT_TAGS_MAX 4096
 /* Bytes of a name kept, its NUL included (gpumemtrace.h's GMT_TAG_MAX). */
 #define GMT_TAG_NAME_MAX 64
 
 /* The id of `name` (its first GMT_TAG_NAME_MAX - 1 bytes), registering it
  * when new. Thread-safe; no malloc. Returns 0 and *id, -EINVAL for NULL or
- * "", -ENOSPC when GMT_TAGS_MAX names are taken, or -ENOMEM. */
+ * "", or -ENOMEM. */
 int gmt__tag_id(const char *name, uint32_t *id);
 
 /* The name of tag `id`, or NULL for an unknown id. Any thread. */

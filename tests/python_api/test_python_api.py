@@ -102,12 +102,17 @@ def base_env(cudart: str) -> Dict[str, str]:
     return env
 
 
-def test_traced(launcher: str, env: Dict[str, str], tmp: str) -> None:
-    script = os.path.join(tmp, "api.py")
+def run_traced(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str) -> subprocess.CompletedProcess:
+    """text as the script tmp/name, run under `gpumemtrace run`."""
+    script = os.path.join(tmp, name)
     with open(script, "w", encoding="utf-8") as f:
-        f.write(SCRIPT)
-    r = subprocess.run([launcher, "run", "--dir", tmp, "--", sys.executable, script], env=env, cwd=tmp,
-                       capture_output=True, text=True, timeout=120)
+        f.write(text)
+    return subprocess.run([launcher, "run", "--dir", tmp, "--", sys.executable, script], env=env, cwd=tmp,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_traced(launcher: str, env: Dict[str, str], tmp: str) -> None:
+    r = run_traced(launcher, env, tmp, SCRIPT, "api.py")
     m = re.search(r"^RESULT (.*)$", r.stdout, re.M)
     check(r.returncode == 0 and m is not None, "traced: the script ran", r.stdout + r.stderr)
     if m is None:
@@ -128,6 +133,42 @@ def test_traced(launcher: str, env: Dict[str, str], tmp: str) -> None:
         check(doc["reason"] == "api" and tagged == {1 * mib}, "traced: the tag in the snapshot", tagged)
         steps = [e.get("step") for e in doc["history"]["events"] if e["op"] == "step"]
         check(steps == [7], "traced: the step in the history", steps)
+
+
+TAGS = RUNTIME + '''
+import gpumemtrace as g
+
+kept = []
+with g.tag("lone \\ud800 surrogate"):
+    kept.append(alloc(77 * 1024))
+for i in range(5000):
+    with g.tag(f"tag{i}"):
+        if i in (0, 4093, 4094, 4999):
+            kept.append(alloc((i + 1) * 1024))
+print("DUMP", g.dump())
+'''
+
+
+def test_tags(launcher: str, env: Dict[str, str], tmp: str) -> None:
+    """tag() never raises for capacity or encoding: names past the 4,095th
+    share one tag (one warning), a lone surrogate is escaped."""
+    r = run_traced(launcher, env, tmp, TAGS, "tags.py")
+    m = re.search(r"^DUMP (.*)$", r.stdout, re.M)
+    check(r.returncode == 0 and m is not None, "tags: 5,000 names and a lone surrogate, no exception",
+          r.stdout + r.stderr[-800:])
+    warned = [x for x in r.stderr.splitlines() if "distinct tag names" in x]
+    check(len(warned) == 1 and "(tags past the 4095th)" in warned[0], "tags: one warning when the table fills",
+          r.stderr[-800:])
+    if m is None or not os.path.isfile(m.group(1)):
+        return
+    with open(m.group(1), encoding="utf-8") as f:
+        doc = json.load(f)
+    stacks = {s["id"]: s["tags"] for s in doc["stacks"]}
+    by_size = {a["size"]: stacks.get(a["stack"]) for a in doc["allocations"]}
+    want = {1024: ["tag0"], 4094 * 1024: ["tag4093"], 4095 * 1024: ["(tags past the 4095th)"],
+            5000 * 1024: ["(tags past the 4095th)"], 77 * 1024: ["lone \\ud800 surrogate"]}
+    check(all(by_size.get(k) == v for k, v in want.items()), "tags: each allocation's tag in the snapshot",
+          {k: (by_size.get(k), v) for k, v in want.items()})
 
 
 def test_untraced(source: str, env: Dict[str, str], tmp: str) -> None:
@@ -205,6 +246,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gmt-pyapi-") as tmp:
         test_traced(os.path.abspath(launcher), env, tmp)
         test_untraced(source, env, tmp)
+        test_tags(os.path.abspath(launcher), env, tmp)
         test_plugin(os.path.abspath(launcher), env, tmp)
     print(f"{len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0

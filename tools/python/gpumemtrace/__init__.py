@@ -119,11 +119,21 @@ def dump() -> Optional[str]:
     return buf.value.decode("utf-8", "surrogateescape")
 
 
+def _c_text(text: str) -> bytes:
+    """text as the tracer takes it: UTF-8, a name decoded from bytes
+    (surrogateescape) back to its bytes, any other lone surrogate written
+    as its escape — never an exception of the encoding."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
+
+
 @contextlib.contextmanager
 def tag(name: str) -> Iterator[None]:
     """A region tag on this thread: allocations made inside carry it."""
     api = _has("tag_push")
-    pushed = api is not None and _check(api.tag_push(name.encode("utf-8", "surrogateescape")), "tag")
+    pushed = api is not None and _check(api.tag_push(_c_text(name)), "tag")
     try:
         yield
     finally:

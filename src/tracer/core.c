@@ -46,6 +46,14 @@ static void ring_exit(void *ring)
 	gmt__unwind_thread_exit();
 }
 
+/* At load, before the program can close its stderr and open a file of its
+ * own there: the file the tracer's lines go to (log.h). The rest of the
+ * start waits for the first hook. */
+__attribute__((constructor)) static void keep_stderr_at_load(void)
+{
+	gmt__log_keep_stderr();
+}
+
 static void fork_prepare(void)
 {
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY) {

@@ -1,12 +1,14 @@
 /* Logging: one line per message on stderr (or the fd a test chose), prefixed
  * "gpumemtrace: ", written with a single write(2); warnings capped at
  * GMT_LOG_MAX_WARNINGS. See log.h. */
+#define _GNU_SOURCE
 #include "util/log.h"
 
 #include "util/fdwrite.h"
 #include "util/parse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -14,6 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define GMT_LOG_PREFIX "gpumemtrace: "
 #define GMT_LOG_MAX_WARNINGS 20u
@@ -24,6 +30,14 @@
 /* None of these publishes other data; each is read and written on its own, so
  * relaxed order is enough everywhere in this file. */
 static atomic_int log_fd = 2;
+/* The file the messages go to, as the process started with it on fd 2
+ * (gmt__log_keep_stderr): written to only while log_fd (else fd 2) is still
+ * that file. R1 (release of `known`) pairs with A1: the identity is read
+ * whole. */
+static struct {
+	uint64_t dev, ino;
+	atomic_bool known;
+} log_file;
 /* -1 until the options set it: progress logged before the tracer has read
  * its options (a driver lookup inside dlopen) asks the environment. */
 static atomic_int log_verbose = -1;
@@ -49,6 +63,30 @@ size_t gmt__utf8_printable(const char *text)
 	    (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
 		return 0;
 	return n;
+}
+
+/* Whether fd is the file the process started with on fd 2. NOTE: the
+ * system call: glibc's fstat is versioned anew in 2.33. */
+static bool is_log_file(int fd)
+{
+	struct stat st;
+
+	return syscall(SYS_fstat, fd, &st) == 0 && (uint64_t)st.st_dev == log_file.dev &&
+	       (uint64_t)st.st_ino == log_file.ino;
+}
+
+/* Where a line goes: fd, while it is still the file the process started
+ * with on fd 2; else fd 2 when that is; else nowhere (-1): a program that
+ * closed its stderr and opened a file of its own there never gets the
+ * tracer's lines in it. Any fd before gmt__log_keep_stderr ran (or a test's). */
+static int target_fd(int fd)
+{
+	/* A1: acquire of `known`; pairs with R1 in gmt__log_keep_stderr. */
+	if (fd < 0 || !atomic_load_explicit(&log_file.known, memory_order_acquire))
+		return fd;
+	if (is_log_file(fd))
+		return fd;
+	return fd != 2 && is_log_file(2) ? 2 : -1;
 }
 
 /* Formats one line and writes it whole. Printable ASCII and printable UTF-8
@@ -101,9 +139,11 @@ static void emit(const char *fmt, va_list ap)
 	}
 	line[n++] = '\n';
 
+	fd = target_fd(fd);
 	/* One write per line so that lines of several threads or processes do not
 	 * interleave (a short write to a full pipe is continued). */
-	gmt__write_full(fd, line, n);
+	if (fd >= 0)
+		gmt__write_full(fd, line, n);
 }
 
 static void emit_args(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -204,5 +244,34 @@ void gmt__log_set_verbose(bool on)
 
 int gmt__log_set_fd(int fd)
 {
+	atomic_store_explicit(&log_file.known, false, memory_order_relaxed);
 	return atomic_exchange_explicit(&log_fd, fd, memory_order_relaxed);
+}
+
+void gmt__log_keep_stderr(void)
+{
+	struct rlimit rl;
+	struct stat st;
+	int fd, min = 3;
+
+	if (atomic_load_explicit(&log_fd, memory_order_relaxed) != 2 ||
+	    atomic_load_explicit(&log_file.known, memory_order_relaxed))
+		return;
+	if (syscall(SYS_fstat, 2, &st) != 0) {
+		/* Closed at the start: the program wants no stderr. */
+		atomic_store_explicit(&log_fd, -1, memory_order_relaxed);
+		return;
+	}
+	log_file.dev = (uint64_t)st.st_dev;
+	log_file.ino = (uint64_t)st.st_ino;
+	/* A descriptor of its own, high above the program's (its first open()
+	 * still gets 3), closed by exec (the new program keeps its own). */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 64 && rl.rlim_cur != RLIM_INFINITY)
+		min = (int)(rl.rlim_cur - 64 < 1024 ? rl.rlim_cur - 64 : 1024);
+	/* NOTE: the system call: glibc 2.28 versions fcntl anew (as fcntl64). */
+	fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, min);
+	if (fd >= 0)
+		atomic_store_explicit(&log_fd, fd, memory_order_relaxed);
+	/* R1: the identity is whole before it is used; pairs with A1. */
+	atomic_store_explicit(&log_file.known, true, memory_order_release);
 }

@@ -37,4 +37,10 @@ size_t gmt__utf8_printable(const char *s);
 /* For tests: send messages to `fd` instead of 2; returns the previous fd. */
 int gmt__log_set_fd(int fd);
 
+/* Messages go to the stderr the process started with, never to another
+ * file the program opens at fd 2 later: its identity kept, and a private
+ * descriptor of it (close-on-exec, high); nothing when fd 2 was closed.
+ * Called once at the tracer's start; not after gmt__log_set_fd. */
+void gmt__log_keep_stderr(void);
+
 #endif /* GMT_LOG_H */

@@ -171,6 +171,31 @@ def test_tags(launcher: str, env: Dict[str, str], tmp: str) -> None:
           {k: (by_size.get(k), v) for k, v in want.items()})
 
 
+# stderr closed and a data file opened in its place (fd 2), then an
+# out-of-memory: the report goes to the stderr the process started with.
+REUSED = RUNTIME + '''
+os.close(2)
+data = open(os.environ["DATA"], "wb")
+assert data.fileno() == 2
+p = ctypes.c_void_p()
+print("FAILED", rt.cudaMalloc(ctypes.byref(p), 1 << 44), flush=True)
+data.write(b"payload")
+data.close()
+'''
+
+
+def test_stderr_reused(launcher: str, env: Dict[str, str], tmp: str) -> None:
+    """The tracer's lines never land in a file the program opened at fd 2."""
+    data = os.path.join(tmp, "data.bin")
+    r = run_traced(launcher, dict(env, DATA=data), tmp, REUSED, "reused.py")
+    with open(data, "rb") as f:
+        content = f.read()
+    check(r.returncode == 0 and "FAILED 2" in r.stdout and content == b"payload",
+          "stderr reused: the program's file holds its own bytes only", (r.returncode, content[:300]))
+    check("gpumemtrace: out of memory" in r.stderr, "stderr reused: the report on the stderr it started with",
+          r.stderr[-600:])
+
+
 def test_untraced(source: str, env: Dict[str, str], tmp: str) -> None:
     script = os.path.join(tmp, "api_untraced.py")
     with open(script, "w", encoding="utf-8") as f:
@@ -247,6 +272,7 @@ def main() -> int:
         test_traced(os.path.abspath(launcher), env, tmp)
         test_untraced(source, env, tmp)
         test_tags(os.path.abspath(launcher), env, tmp)
+        test_stderr_reused(os.path.abspath(launcher), env, tmp)
         test_plugin(os.path.abspath(launcher), env, tmp)
     print(f"{len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -237,10 +238,22 @@ static void set_suppressions(const char *path)
 		cli_die(GMT_EXIT_USAGE, "cannot set " SUPPRESSIONS ": %s", strerror(errno));
 }
 
-/* --junit's directory must take the file: found now, not after the run. */
+/* --junit's directory must take the file: found now, not after the run.
+ * Standard output ("-"), a FIFO and a character device are written into;
+ * another file that is not a regular one is refused. */
 static void check_junit_path(const char *path)
 {
-	char *dir = strdup(path), *slash;
+	struct stat st;
+	char *dir, *slash;
+
+	if (strcmp(path, "-") == 0)
+		return;
+	if (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
+		return;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		cli_die(GMT_EXIT_USAGE, "--junit '%s': not a regular file (%s)", path,
+			S_ISDIR(st.st_mode) ? "a directory" : S_ISSOCK(st.st_mode) ? "a socket" : "a block device");
+	dir = strdup(path);
 
 	if (dir == NULL)
 		cli_die(GMT_EXIT_USAGE, "out of memory");

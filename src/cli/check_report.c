@@ -9,6 +9,7 @@
 #include "util/parse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -553,13 +554,47 @@ out:
 	return 0;
 }
 
+/* The JUnit XML into a stream that is not a regular file: standard output
+ * ("-"), or the FIFO or character device at path, written into and never
+ * replaced (a FIFO nobody reads is refused, never waited on). */
+static int junit_into(const struct cli_verdict *v, const char *path)
+{
+	FILE *f = stdout;
+	int fd = -1, r = 0;
+
+	if (strcmp(path, "-") != 0) {
+		fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		if (fd < 0)
+			return errno == ENXIO ? -EPIPE : -errno;
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || (f = fdopen(fd, "w")) == NULL) {
+			r = -errno;
+			close(fd);
+			return r;
+		}
+	}
+	write_junit(v, f);
+	if (fflush(f) != 0 || ferror(f))
+		r = errno ? -errno : -EIO;
+	if (f != stdout && fclose(f) != 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
 int cli_report_junit(const struct cli_verdict *v, const char *path, char *err, size_t errlen)
 {
 	char *tmp = NULL;
 	mode_t mask;
 	FILE *f = NULL;
+	struct stat st;
 	int fd, r = 0;
 
+	if (strcmp(path, "-") == 0 || (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))) {
+		r = junit_into(v, path);
+		if (r < 0)
+			snprintf(err, errlen, "--junit: cannot write %s: %s", path,
+				 r == -EPIPE ? "nobody reads it (a FIFO)" : strerror(-r));
+		return r;
+	}
 	if (asprintf(&tmp, "%s.XXXXXX", path) < 0) {
 		tmp = NULL;
 		r = -ENOMEM;

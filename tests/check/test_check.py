@@ -18,6 +18,8 @@ import json
 import os
 import shutil
 import signal
+import stat
+import threading
 import subprocess
 import sys
 import tempfile
@@ -760,6 +762,29 @@ def test_junit(c: Checker, g: Gate) -> None:
         f.write("old")
     g.run(["--junit", junit], files=[leaky().file()])
     c.true("junit: replaces an older file", junit_of(c, "junit replaced", junit) is not None)
+
+    # standard output, and a FIFO (what /dev/stdout is behind a pipe): written
+    # into, never replaced; a FIFO nobody reads: one line, never a wait
+    r = g.run(["--junit", "-"], files=[clean().file()])
+    c.true("junit -: the XML on standard output", r.rc == 0 and "<testsuite" in r.out, r.out[-300:] + r.err)
+    fifo, link = os.path.join(g.tmp, "junit.fifo"), os.path.join(g.tmp, "junit.link")
+    os.mkfifo(fifo)
+    os.symlink(fifo, link)
+    for target in (fifo, link):
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+        reader.start()
+        r = g.run(["--junit", target], files=[clean().file()])
+        reader.join(timeout=60)
+        c.true(f"junit {os.path.basename(target)}: written into the FIFO, which stays one",
+               r.rc == 0 and bool(got) and b"<testsuite" in got[0] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+               and os.path.islink(link), (r.rc, got[:1], r.err))
+    r = g.run(["--junit", fifo], files=[clean().file()])
+    c.true("junit: a FIFO nobody reads is one line, status 125", r.rc == 125 and "nobody reads it" in r.err
+           and stat.S_ISFIFO(os.stat(fifo).st_mode), (r.rc, r.err))
+    r = g.run(["--junit", g.tmp], files=[clean().file()])
+    c.true("junit: a directory is a usage error", r.rc == 2 and "not a regular file (a directory)" in r.err,
+           (r.rc, r.err))
 
 
 def _umask() -> int:

@@ -410,6 +410,50 @@ def unwritable_outputs() -> None:
         raise AssertionError("\n".join(failures))
 
 
+@test
+def special_outputs() -> None:
+    """"-" is standard output; a FIFO (what /dev/stdout is behind a pipe) is
+    written into and stays a FIFO, a link to it stays a link; a FIFO nobody
+    reads is one line, never a wait."""
+    import stat
+    import threading
+    if not _have("html"):
+        print("  (gmtview.html is not there yet: not tested)")
+        return
+    p = fixtures.write(fixtures.synthetic(n=50)[0], path("s.json"))
+    failures = []
+    rc, out, err = run(["--html", "-", p])
+    if rc != 0 or "<html" not in out.lower() or "Top sites" in out or err != f"{PREFIX}wrote standard output\n":
+        failures.append(f"--html -: exit {rc}, stdout {out[:80]!r}, stderr {err!r}")
+    rc, out, err = run(["--html", "-", "--perfetto", "-", p])
+    try:
+        one_line_error("two outputs to -", rc, err, None)
+    except AssertionError as e:
+        failures.append(str(e))
+    fifo, link = path("out.fifo"), path("out.link")
+    os.mkfifo(fifo)
+    os.symlink(fifo, link)
+    for target in (fifo, link):
+        got: List[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+        reader.start()
+        rc, out, err = run(["--quiet", "--html", target, p])
+        reader.join(timeout=60)
+        if (rc != 0 or not got or b"<html" not in got[0].lower() or not stat.S_ISFIFO(os.stat(fifo).st_mode)
+                or (target == link and not os.path.islink(link))):
+            failures.append(f"--html {target}: exit {rc}, read {len(got[0]) if got else None} bytes, stderr {err!r}, "
+                            f"now {oct(os.lstat(target).st_mode)}")
+    rc, out, err = run(["--quiet", "--html", fifo, p])
+    try:
+        one_line_error("a FIFO nobody reads", rc, err, fifo)
+        if "nobody reads it" not in err or not stat.S_ISFIFO(os.stat(fifo).st_mode):
+            failures.append(f"a FIFO nobody reads: {err!r}, now {oct(os.lstat(fifo).st_mode)}")
+    except AssertionError as e:
+        failures.append(str(e))
+    if failures:
+        raise AssertionError("\n".join(failures))
+
+
 def main(argv: List[str]) -> int:
     global BUILD_DIR, TMP
     BUILD_DIR = argv[1] if len(argv) > 1 else None

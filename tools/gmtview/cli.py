@@ -6,8 +6,10 @@ input or output fails (one line on stderr naming it), 2 for a usage error."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import pickle
+import stat
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence
@@ -84,8 +86,27 @@ def choose_mode(docs: Sequence[Dict[str, Any]], diff: bool, merge: bool) -> str:
 
 
 def write_file(path: str, data: bytes) -> None:
-    """data into path, through a temporary file and a rename (a full disk or a
-    failed write leaves no half file); ViewError naming path."""
+    """data into path: "-" is standard output; a FIFO or a character device
+    (/dev/stdout, a terminal) is written into, never replaced; another file
+    that is not a regular one (a directory, a socket) is refused; a regular
+    file or a new name through a temporary file and a rename (a full disk or
+    a failed write leaves no half file). ViewError naming path."""
+    if path == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise ViewError(f"{path}: cannot write: {e.strerror or e}") from None
+    if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        _write_into(path, data)
+        return
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "a block device"
+        raise ViewError(f"{path}: cannot write: not a regular file ({what})")
     d = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
@@ -105,6 +126,25 @@ def write_file(path: str, data: bytes) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _write_into(path: str, data: bytes) -> None:
+    """data written into the FIFO or device at path, which stays what it is
+    (a FIFO nobody reads is refused, never waited on)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        why = "nobody reads it (a FIFO)" if e.errno == errno.ENXIO else (e.strerror or str(e))
+        raise ViewError(f"{path}: cannot write: {why}") from None
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise ViewError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:
@@ -166,7 +206,10 @@ def run(argv: Sequence[str]) -> int:
             return pickle.dumps(export.pytorch_snapshot(docs), protocol=2)
         outputs.append((args.pytorch, pytorch_bytes))
 
-    if not args.quiet:
+    to_stdout = [path for path, _ in outputs if path == "-"]
+    if len(to_stdout) > 1:
+        raise ViewError("standard output (-) given to more than one output")
+    if not args.quiet and not to_stdout:
         color, width = _color(args.color), _width(args.width)
         if mode == "single":
             from . import summary
@@ -185,7 +228,7 @@ def run(argv: Sequence[str]) -> int:
         sys.stdout.flush()
     for path, make in outputs:
         write_file(path, make())
-        print(f"{PROG}: wrote {_printable(path)}", file=sys.stderr)
+        print(f"{PROG}: wrote {'standard output' if path == '-' else _printable(path)}", file=sys.stderr)
     return 0
 
 

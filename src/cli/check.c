@@ -248,11 +248,12 @@ static void check_junit_path(const char *path)
 
 	if (strcmp(path, "-") == 0)
 		return;
-	if (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
-		return;
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))
+			return;
 		cli_die(GMT_EXIT_USAGE, "--junit '%s': not a regular file (%s)", path,
 			S_ISDIR(st.st_mode) ? "a directory" : S_ISSOCK(st.st_mode) ? "a socket" : "a block device");
+	}
 	dir = strdup(path);
 
 	if (dir == NULL)

@@ -269,31 +269,37 @@ static int sites(FILE *f, const char *labels, const struct site_families *fam, c
 	return 0;
 }
 
-/* The tensor level of the latest hand-over: its time, its tensor bytes by
+/* A time sample: seconds since the epoch, to the millisecond. */
+static void seconds(FILE *f, const char *labels, const char *name, uint64_t ns)
+{
+	fprintf(f, "gpumemtrace_%s{%s} %" PRIu64 ".%03" PRIu64 "\n", name, labels, ns / 1000000000u,
+		ns / 1000000u % 1000u);
+}
+
+/* The tensor level of the latest hand-over: its time, its tensors by
  * device, its sites. Families without samples before the first. */
 static int tensors(FILE *f, const char *labels, const struct gmt__metrics *m)
 {
-	const struct gmt__metrics_tensors *t = m->tensors;
+	static const struct gmt__metrics_tensors none;
+	const struct gmt__metrics_tensors *t = m->tensors != NULL ? m->tensors : &none;
 	char dev[32];
 
 	family(f, "tensor_timestamp_seconds", "gauge",
 	       "When the framework (PyTorch) last handed its tensors over, at a snapshot, seconds since the epoch: "
 	       "the tensor_* families are as of then.");
-	if (t != NULL)
-		fprintf(f, "gpumemtrace_tensor_timestamp_seconds{%s} %" PRIu64 ".%03" PRIu64 "\n", labels,
-			t->time_ns / 1000000000u, t->time_ns / 1000000u % 1000u);
+	if (m->tensors != NULL)
+		seconds(f, labels, "tensor_timestamp_seconds", t->time_ns);
+	/* NOTE: a family's samples follow its HELP and TYPE, together. */
 	family(f, "tensor_live_bytes", "gauge", "Bytes of the framework's live tensors on the device, as of that hand-over.");
-	for (int i = 0; t != NULL && i < t->ndev; i++) {
+	for (int i = 0; i < t->ndev; i++) {
 		snprintf(dev, sizeof(dev), "device=\"%d\"", t->dev[i].device);
 		sample(f, labels, "tensor_live_bytes", dev, t->dev[i].bytes);
 	}
 	family(f, "tensor_live_tensors", "gauge", "The framework's live tensors on the device, as of that hand-over.");
-	for (int i = 0; t != NULL && i < t->ndev; i++) {
+	for (int i = 0; i < t->ndev; i++) {
 		snprintf(dev, sizeof(dev), "device=\"%d\"", t->dev[i].device);
 		sample(f, labels, "tensor_live_tensors", dev, t->dev[i].count);
 	}
-	if (t == NULL)
-		return sites(f, labels, &tensor_families, NULL, 0, NULL, 0, m->top);
 	return sites(f, labels, &tensor_families, t->sites, t->nsites, t->suspects, t->nsuspects, m->top);
 }
 
@@ -327,8 +333,7 @@ int gmt__metrics_text(const struct gmt__metrics *m, char **text, size_t *len)
 	family(f, "metrics_timestamp_seconds", "gauge",
 	       "When these numbers were taken, seconds since the epoch (a file not rewritten for several intervals "
 	       "is a process's that is gone).");
-	fprintf(f, "gpumemtrace_metrics_timestamp_seconds{%s} %" PRIu64 ".%03" PRIu64 "\n", labels,
-		m->time_ns / 1000000000u, m->time_ns / 1000000u % 1000u);
+	seconds(f, labels, "metrics_timestamp_seconds", m->time_ns);
 	gauge(f, labels, "metrics_interval_seconds", "GPUMEMTRACE_METRICS_INTERVAL: seconds between writes.",
 	      m->interval_s);
 	devices(f, labels, m);

@@ -28,7 +28,8 @@
 #define GMT_LOG_LINE_MAX 1024
 
 /* None of these publishes other data; each is read and written on its own, so
- * relaxed order is enough everywhere in this file. */
+ * relaxed order is enough for them (log_file.known, below, publishes its
+ * identity: release and acquire). */
 static atomic_int log_fd = 2;
 /* The file the messages go to, as the process started with it on fd 2
  * (gmt__log_keep_stderr): written to only while log_fd (else fd 2) is still

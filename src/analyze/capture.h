@@ -99,6 +99,7 @@ struct gmt__episode {
 	enum gmt__episode_end end;
 	uint64_t first_ns, last_ns; /* CLOCK_REALTIME of the first and the latest failure */
 	uint64_t not_written;   /* failures whose moment no snapshot was taken at (a storm) */
+	uint64_t left_out;      /* episodes before this one with no snapshot or report of their own (a storm of episodes) */
 	int nlisted;
 	struct gmt__episode_failure listed[GMT_EPISODE_LISTED];
 	uint64_t freed_bytes, freed_count; /* since the first failure */

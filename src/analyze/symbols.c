@@ -7,6 +7,7 @@
 #include "analyze/symbols.h"
 
 #include "util/dwlib.h"
+#include "util/loader.h"
 #include "util/log.h"
 
 #include <dlfcn.h>
@@ -105,7 +106,7 @@ struct gmt__symbols *gmt__symbols_new(void)
 	 * has no C++ names to demangle. */
 	sym = dlvsym(RTLD_DEFAULT, "__cxa_demangle", "CXXABI_1.3");
 	if (sym == NULL) {
-		s->libstdcxx = dlopen("libstdc++.so.6", RTLD_NOLOAD | RTLD_LAZY);
+		s->libstdcxx = gmt__dlopen("libstdc++.so.6", RTLD_NOLOAD | RTLD_LAZY);
 		if (s->libstdcxx != NULL)
 			sym = dlvsym(s->libstdcxx, "__cxa_demangle", "CXXABI_1.3");
 	}
@@ -132,7 +133,7 @@ void gmt__symbols_free(struct gmt__symbols *s)
 	free(s->mods);
 	free(s->names);
 	if (s->libstdcxx != NULL)
-		dlclose(s->libstdcxx);
+		gmt__dlclose(s->libstdcxx);
 	free(s);
 }
 

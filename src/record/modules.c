@@ -163,3 +163,18 @@ bool gmt__modules_unloaded(uintptr_t ip, uint32_t e, struct gmt__unloaded *out)
 	pthread_mutex_unlock(&lock);
 	return found;
 }
+
+void gmt__modules_fork_prepare(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+void gmt__modules_fork_parent(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+void gmt__modules_fork_child(void)
+{
+	pthread_mutex_unlock(&lock);
+}

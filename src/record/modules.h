@@ -28,4 +28,10 @@ int gmt__modules_dlclose(void *handle);
  * holds ip. Thread-safe. */
 bool gmt__modules_unloaded(uintptr_t ip, uint32_t epoch, struct gmt__unloaded *out);
 
+/* The fork handler's (tracer/core.c): the list's lock held across the fork,
+ * so that a child never inherits it taken by a thread it does not have. */
+void gmt__modules_fork_prepare(void);
+void gmt__modules_fork_parent(void);
+void gmt__modules_fork_child(void);
+
 #endif /* GMT_MODULES_H */

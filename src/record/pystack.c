@@ -5,6 +5,7 @@
 #include "record/pystack.h"
 
 #include "record/pyread.h"
+#include "util/loader.h"
 #include "util/log.h"
 #include "util/map.h"
 
@@ -470,7 +471,7 @@ static int find_libpython(struct dl_phdr_info *info, size_t size, void *arg)
 	base = base != NULL ? base + 1 : info->dlpi_name;
 	if (strncmp(base, "libpython3.", 11) != 0)
 		return 0;
-	*(void **)arg = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+	*(void **)arg = gmt__dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
 	return *(void **)arg != NULL;
 }
 
@@ -557,7 +558,7 @@ bool gmt__py_probe(void)
 		/* R1: release of `ready` publishes the table; pairs with A1. */
 		atomic_store_explicit(&ready, true, memory_order_release);
 	} else if (local != NULL) {
-		dlclose(local);
+		gmt__dlclose(local);
 	}
 	pthread_mutex_unlock(&probe_lock);
 	return ok;

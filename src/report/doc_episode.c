@@ -68,6 +68,8 @@ void gmt__doc_episode(struct gmt__json *o, const struct gmt__snapshot *s)
 	p = gmt__put_u64(p, ep->last_ns);
 	p = gmt__put_lit(p, ", \"not_written\": ");
 	p = gmt__put_u64(p, ep->not_written);
+	p = gmt__put_lit(p, ", \"left_out\": ");
+	p = gmt__put_u64(p, ep->left_out);
 	p = gmt__put_lit(p, ",\n  \"freed\": {\"bytes\": ");
 	p = gmt__put_u64(p, ep->freed_bytes);
 	p = gmt__put_lit(p, ", \"count\": ");

@@ -11,6 +11,7 @@
 #include "record/record.h"
 #include "record/tags.h"
 #include "record/unwind.h"
+#include "util/loader.h"
 #include "util/log.h"
 
 #include <dlfcn.h>
@@ -54,16 +55,33 @@ __attribute__((constructor)) static void keep_stderr_at_load(void)
 	gmt__log_keep_stderr();
 }
 
+/* The log's count when this process began (its parent's, in a fork child). */
+static unsigned long long log_dropped_base;
+
+void gmt__stats_sync(void)
+{
+	atomic_store_explicit(&gmt__core.stats.log_lines_dropped, gmt__log_dropped() - log_dropped_base,
+			      memory_order_relaxed);
+}
+
+/* A fork waits for what the tracer's threads do that a child could not
+ * finish: a snapshot's write under the episode's lock, the core's lock, a
+ * call into the loader (util/loader.h), the unloaded modules' list. In that
+ * order; the last two are taken alone, never with another inside. */
 static void fork_prepare(void)
 {
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY) {
 		gmt__episode_fork_prepare();
 		gmt__core_lock();
 	}
+	gmt__loader_fork_prepare();
+	gmt__modules_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+	gmt__modules_fork_parent();
+	gmt__loader_fork_parent();
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_READY) {
 		gmt__core_unlock();
 		gmt__episode_fork_parent();
@@ -75,6 +93,8 @@ static void fork_parent(void)
  * do not exist in it. */
 static void fork_child(void)
 {
+	gmt__modules_fork_child();
+	gmt__loader_fork_child();
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) != GMT_READY)
 		return;
 	gmt__core_unlock();
@@ -102,6 +122,7 @@ static void fork_child(void)
 #define GMT_X_ZERO(name, help) atomic_store_explicit(&gmt__core.stats.name, 0, memory_order_relaxed);
 	GMT_STATS(GMT_X_ZERO)
 #undef GMT_X_ZERO
+	log_dropped_base = gmt__log_dropped();
 	gmt__core.expected = gmt__core.first_seq = atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed);
 	atomic_store_explicit(&gmt__core.consumer_running, false, memory_order_relaxed);
 	atomic_store_explicit(&gmt__core.gate_marked, false, memory_order_relaxed);
@@ -229,6 +250,11 @@ static int init(void)
 		return -EPERM;
 	}
 	read_ranks(&gmt__core.process);
+	/* jansson seeds its hash tables at its first object, once per process:
+	 * a fork in the middle of that (on the writer's thread) would leave a
+	 * child waiting forever for a seed. Seeded here instead, on the first
+	 * hook's thread. */
+	json_object_seed(0);
 	gmt__core.table = gmt__table_new();
 	if (gmt__core.table == NULL) {
 		gmt__warn("cannot allocate the live table; not tracing");
@@ -460,6 +486,7 @@ __attribute__((destructor)) static void core_exit(void)
 		gmt__core_unlock();
 	}
 	gmt__metrics_exit();
+	gmt__stats_sync();
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \
 		  (unsigned long long)atomic_load_explicit(&gmt__core.stats.name, memory_order_relaxed), help);

@@ -14,6 +14,15 @@
  * ends: at the allocation that ended it (the background thread), once the
  * gap has passed, at the next failure, or at exit.
  *
+ * A storm of episodes (a server refusing request after request) is bounded:
+ * past a process's first GMT_STORM_EPISODES, an episode's snapshot is
+ * captured (a copy of the live set and the history, no analysis, no file)
+ * and its report left out; the latest capture is written once the storm
+ * has been quiet for GMT_EPISODE_GAP_NS, or at exit, into one file that the
+ * next such write replaces, with one line saying which episodes were left
+ * out and that last one's report. Files, bytes, lines and time per process
+ * stay bounded whatever the number of episodes.
+ *
  * All of it under the core's lock, but the writes. */
 #define _GNU_SOURCE
 #include "tracer/tracer.h"
@@ -30,6 +39,16 @@
  * must not rename their documents over each other out of order. Taken
  * before the core's lock, never after. */
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The episodes left out of a storm, under the core's lock and write_lock. */
+static struct {
+	uint64_t count;            /* ended, in this process */
+	struct gmt__capture *kept; /* the latest one's snapshot, not yet written */
+	uint64_t kept_id;          /* its episode */
+	uint64_t kept_mono;        /* when it was captured */
+	uint64_t file_seq;         /* the file written kept ones go to (0: none yet) */
+	struct gmt__oom_write out;
+} storm;
 
 /* Allocations whose success says the device had room again. */
 static bool ends_episode(uint8_t kind)
@@ -90,6 +109,9 @@ static void open_episode(struct gmt__oom_episode *ep, int device)
 	ep->doc.id = id;
 	ep->doc.device = device;
 	ep->doc.end = GMT_EPISODE_OPEN;
+	ep->left_out = id > GMT_STORM_EPISODES;
+	if (ep->left_out)
+		ep->doc.left_out = id - GMT_STORM_EPISODES - 1;
 }
 
 static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_request *req, uint16_t api,
@@ -123,9 +145,10 @@ static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_
 		ep->last_state = *state;
 }
 
-/* The episode's snapshot now, taken at failure `described` (0: at its end).
- * Lock and write_lock held; the lock is released while the file is written
- * and taken again. */
+/* The episode's snapshot now, taken at failure `described` (0: at its end):
+ * written, or captured for later in a storm of episodes. Lock and write_lock
+ * held; the lock is released while the file is written (or the capture
+ * copied) and taken again. */
 static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
 {
 	struct gmt__episode copy = ep->doc;
@@ -133,14 +156,53 @@ static void write_episode(struct gmt__oom_episode *ep, uint64_t described)
 	struct gmt__device_state state = ep->last_state;
 
 	copy.described = described;
-	gmt__snapshot_take_oom(&req, ep->have_state ? &state : NULL, &copy, ep->framework, ep->file_seq,
-			       &ep->out); /* releases the lock */
-	gmt__core_lock();
-	/* The episode's file, once there is one: later writes replace it. */
-	if (ep->out.result == 0 && ep->out.seq != 0)
-		ep->file_seq = ep->out.seq;
+	if (ep->left_out) {
+		struct gmt__capture *c = gmt__snapshot_keep_oom(&req, ep->have_state ? &state : NULL, &copy,
+							     ep->framework); /* releases the lock */
+
+		gmt__core_lock();
+		if (c != NULL) {
+			gmt__snapshot_drop(storm.kept);
+			storm.kept = c;
+			storm.kept_id = copy.id;
+			storm.kept_mono = gmt__now_ns(CLOCK_MONOTONIC);
+		}
+	} else {
+		gmt__snapshot_take_oom(&req, ep->have_state ? &state : NULL, &copy, ep->framework, ep->file_seq,
+				       &ep->out); /* releases the lock */
+		gmt__core_lock();
+		/* The episode's file, once there is one: later writes replace it. */
+		if (ep->out.result == 0 && ep->out.seq != 0)
+			ep->file_seq = ep->out.seq;
+		gmt__metrics_due();
+	}
 	ep->written_mono = gmt__now_ns(CLOCK_MONOTONIC);
 	ep->doc.described = described == 0 ? ep->doc.failures : described;
+}
+
+/* Writes the latest episode left out of a storm, once the storm has been
+ * quiet for GMT_EPISODE_GAP_NS or at exit, and says in one line which were
+ * left out, then that one's report. Lock and write_lock held, no episode
+ * open; the lock is released while the file is written. */
+static void write_kept(bool exiting)
+{
+	struct gmt__capture *c = storm.kept;
+	uint64_t id = storm.kept_id, count = storm.count;
+
+	if (c == NULL || (!exiting && gmt__now_ns(CLOCK_MONOTONIC) - storm.kept_mono <= GMT_EPISODE_GAP_NS))
+		return;
+	storm.kept = NULL;
+	gmt__core_unlock();
+	gmt__snapshot_publish_oom(c, storm.file_seq, &storm.out);
+	gmt__core_lock();
+	if (storm.out.result == 0 && storm.out.seq != 0)
+		storm.file_seq = storm.out.seq;
+	gmt__report("out of memory: episodes %d to %llu of this process (%llu) were not reported one by one "
+		    "(a storm: only the first %d are); the latest, episode %llu:",
+		    GMT_STORM_EPISODES + 1, (unsigned long long)(GMT_STORM_EPISODES + count),
+		    (unsigned long long)count, GMT_STORM_EPISODES, (unsigned long long)id);
+	if (storm.out.report[0] != '\0')
+		gmt__oom_report(storm.out.report, storm.out.path, storm.out.result);
 	gmt__metrics_due();
 }
 
@@ -160,6 +222,17 @@ static void end_episode(struct gmt__oom_episode *ep, enum gmt__episode_end end)
 	char size[32];
 
 	ep->doc.end = end;
+	if (ep->left_out) {
+		/* A storm's: its snapshot kept, and no report of its own. */
+		if (!recovered(ep, end) && ep->doc.described < ep->doc.failures)
+			write_episode(ep, 0);
+		if (recovered(ep, end))
+			STAT_ADD(oom_recovered, 1);
+		storm.count++;
+		STAT_ADD(oom_episodes_left_out, 1);
+		ep->open = false;
+		return;
+	}
 	if (recovered(ep, end)) {
 		/* Never written (its failures waited for the framework's word):
 		 * the program was not told, so no snapshot. */
@@ -278,13 +351,12 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 void gmt__episode_settle(bool exiting)
 {
 	struct gmt__oom_episode *ep = &gmt__core.episode;
-	enum gmt__episode_end end;
+	bool ends;
 
 	GMT_CHECK(gmt__core_held());
-	if (!ep->open)
-		return;
-	if (ep->ended == GMT_EPISODE_OPEN && !exiting &&
-	    gmt__now_ns(CLOCK_MONOTONIC) - quiet_since(ep) <= GMT_EPISODE_GAP_NS)
+	ends = ep->open && (ep->ended != GMT_EPISODE_OPEN || exiting ||
+			    gmt__now_ns(CLOCK_MONOTONIC) - quiet_since(ep) > GMT_EPISODE_GAP_NS);
+	if (!ends && (ep->open || storm.kept == NULL))
 		return;
 	if (pthread_mutex_trylock(&write_lock) != 0) {
 		/* A failing thread is writing: it ends the episode itself when
@@ -294,13 +366,11 @@ void gmt__episode_settle(bool exiting)
 		gmt__core_unlock();
 		pthread_mutex_lock(&write_lock);
 		gmt__core_lock();
-		if (!ep->open) {
-			pthread_mutex_unlock(&write_lock);
-			return;
-		}
 	}
-	end = ep->ended != GMT_EPISODE_OPEN ? ep->ended : exiting ? GMT_EPISODE_EXIT : GMT_EPISODE_GAP;
-	end_episode(ep, end);
+	if (ep->open && (ends || exiting))
+		end_episode(ep, ep->ended != GMT_EPISODE_OPEN ? ep->ended : exiting ? GMT_EPISODE_EXIT : GMT_EPISODE_GAP);
+	if (!ep->open)
+		write_kept(exiting);
 	pthread_mutex_unlock(&write_lock);
 }
 
@@ -372,6 +442,9 @@ void gmt__episode_fork_parent(void)
 
 void gmt__episode_fork_child(void)
 {
+	/* The parent's storm is the parent's to write. */
+	gmt__snapshot_drop(storm.kept);
+	memset(&storm, 0, sizeof(storm));
 	free(gmt__core.episode.framework);
 	free(gmt__core.framework_exit);
 	gmt__core.framework_exit = NULL;

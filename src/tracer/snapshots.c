@@ -99,32 +99,61 @@ struct take {
 	struct gmt__oom_write *oom;  /* keep the oom report here instead of printing it */
 };
 
-/* Writes one snapshot. Called with the lock held and everything before it
- * applied; returns with the lock RELEASED: it copies what the document needs
- * of the live table and the history (the capture) and lets go of the lock
- * before the writer analyses and writes — resolving frames takes the
- * loader's lock, and a document of a million allocations takes a while. `state`: what the driver said of the device the caller could
- * ask (device.h), or NULL. Returns 0 and the file's path in out (when not
- * NULL), or a negative errno. */
-static int take(const struct take *t)
-{
-	enum gmt__reason reason = t->reason;
-	const struct gmt__snapshot_request *failed = t->failed;
-	const struct gmt__device_state *state = t->state;
-	char *out = t->out;
-	size_t outlen = t->outlen;
-	bool no_file = t->no_file;
-	char path[PATH_MAX], host[256], report[sizeof(((struct gmt__oom_write *)0)->report)];
+#define GMT_X_ONE(name, help) +1
+enum { NSTATS = 1 GMT_STATS(GMT_X_ONE) };
+#undef GMT_X_ONE
+
+/* A snapshot's capture: what its document is made of, copied under the lock
+ * (capture), written without it (publish) — at once, or later for an
+ * episode of a storm (gmt__snapshot_keep_oom): then everything it points to
+ * is its own. */
+struct gmt__capture {
+	struct gmt__snapshot s;
 	struct gmt__snapshot_device devs[GMT_SNAPSHOT_MAX_DEVICES];
-	struct gmt__snapshot_stat stats[] = {
-		{ "events", atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq },
-#define GMT_X_SNAP(name, help) { #name, 0 },
-		GMT_STATS(GMT_X_SNAP)
-#undef GMT_X_SNAP
+	struct gmt__snapshot_stat stats[NSTATS];
+	struct gmt__snapshot_process process;
+	char host[256];
+	struct gmt__snapshot_request failed;
+	struct gmt__device_state state;
+	struct gmt__episode episode;
+	char report[sizeof(((struct gmt__oom_write *)0)->report)];
+	struct gmt__entry *entries;
+	struct gmt__history *hist;
+	char *framework; /* its own copy, or NULL */
+	int result;      /* of the capture: 0, or a negative errno */
+};
+
+/* Copies what the document needs of the live table, the history and the
+ * process into c. Called with the lock held and everything before it
+ * applied; returns with the lock RELEASED (here and only here): resolving
+ * frames takes the loader's lock, and a document of a million allocations
+ * takes a while. `kept`: c outlives the call (its framework state copied,
+ * its number claimed when it is published). */
+static void capture(const struct take *t, struct gmt__capture *c, bool kept)
+{
+	struct gmt__snapshot *s = &c->s;
+	char **argv = NULL;
+	int r, i = 1;
+
+	GMT_CHECK(gmt__core_held());
+	memset(c, 0, sizeof(*c));
+	c->process = gmt__core.process;
+	c->stats[0] = (struct gmt__snapshot_stat){
+		"events", atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq
 	};
-	struct gmt__snapshot_process process = gmt__core.process;
-	struct gmt__snapshot s = {
-		.reason = reason,
+	gmt__stats_sync();
+#define GMT_X_READ(name, help) \
+	c->stats[i++] = (struct gmt__snapshot_stat){ #name, atomic_load_explicit(&gmt__core.stats.name, memory_order_relaxed) };
+	GMT_STATS(GMT_X_READ)
+#undef GMT_X_READ
+	if (t->failed != NULL)
+		c->failed = *t->failed;
+	if (t->state != NULL)
+		c->state = *t->state;
+	if (t->episode != NULL)
+		c->episode = *t->episode;
+	*s = (struct gmt__snapshot){
+		.reason = t->reason,
 		.time_ns = gmt__now_ns(CLOCK_REALTIME),
 		.pid = getpid(),
 		.live_bytes = gmt__core.live_bytes,
@@ -132,98 +161,114 @@ static int take(const struct take *t)
 		.peak_bytes = gmt__core.peak_bytes,
 		.total_allocs = gmt__core.total_allocs,
 		.total_frees = gmt__core.total_frees,
-		.devices = devs,
-		.failed = failed,
-		.episode = t->episode,
+		.devices = c->devs,
+		.failed = t->failed != NULL ? &c->failed : NULL,
+		.episode = t->episode != NULL ? &c->episode : NULL,
 		.framework = t->framework,
 		.api_names = gmt__labels,
 		.napi = GMT_LABEL_COUNT,
-		.stats = stats,
-		.nstats = (int)(sizeof(stats) / sizeof(stats[0])),
-		.process = &process,
-		.report = failed != NULL ? report : NULL,
-		.report_len = sizeof(report),
+		.stats = c->stats,
+		.nstats = NSTATS,
+		.process = &c->process,
+		.report = t->failed != NULL ? c->report : NULL,
+		.report_len = sizeof(c->report),
 		.leaks = t->leaks,
 		.site_libraries = gmt__core.opt->site_libraries,
-		.no_file = no_file,
+		.no_file = t->no_file,
 	};
-	struct gmt__entry *entries = NULL;
-	struct gmt__history *hist = NULL;
-	char *framework = NULL;
-	char **argv = NULL;
-	uint64_t used = 0;
-	int r, i = 1;
-
-	GMT_CHECK(gmt__core_held());
-	s.argc = read_argv(&argv);
-	s.argv = argv;
-#define GMT_X_READ(name, help) stats[i++].value = atomic_load_explicit(&gmt__core.stats.name, memory_order_relaxed);
-	GMT_STATS(GMT_X_READ)
-#undef GMT_X_READ
-	for (int d = 0; d < GMT_MAX_DEVICES && s.ndevices < GMT_SNAPSHOT_MAX_DEVICES; d++) {
-		bool asked = state != NULL && state->index == d;
+	s->argc = read_argv(&argv);
+	s->argv = argv;
+	for (int d = 0; d < GMT_MAX_DEVICES && s->ndevices < GMT_SNAPSHOT_MAX_DEVICES; d++) {
+		bool asked = t->state != NULL && t->state->index == d;
 		uint64_t live = gmt__slot_live(d + 1);
 
-		if (live == 0 && !asked && (failed == NULL || failed->device != d))
+		if (live == 0 && !asked && (t->failed == NULL || t->failed->device != d))
 			continue;
-		devs[s.ndevices++] = (struct gmt__snapshot_device){
-			.index = d, .live_bytes = live, .state = asked ? state : NULL,
+		c->devs[s->ndevices++] = (struct gmt__snapshot_device){
+			.index = d, .live_bytes = live, .state = asked ? &c->state : NULL,
 		};
 	}
-	if (gethostname(host, sizeof(host)) == 0) {
-		host[sizeof(host) - 1] = '\0';
-		process.host = host;
+	if (gethostname(c->host, sizeof(c->host)) == 0) {
+		c->host[sizeof(c->host) - 1] = '\0';
+		c->process.host = c->host;
 	} else {
-		process.host = NULL;
+		c->process.host = NULL;
 	}
-	process.ppid = getppid();
+	c->process.ppid = getppid();
 	/* A name already taken (a file of another run with a recycled pid, or
 	 * one planted there) is never replaced: the writer takes the next
-	 * number, and says which (used). This one's number is claimed now. */
+	 * number, and says which (seq_out). This one's number is claimed now,
+	 * or when a kept capture is published. */
 	if (t->replace_seq != 0) {
-		s.seq = t->replace_seq;
-		s.replace = true;
-	} else {
-		s.seq = ++gmt__core.snapshot_seq;
+		s->seq = t->replace_seq;
+		s->replace = true;
+	} else if (!kept) {
+		s->seq = ++gmt__core.snapshot_seq;
 	}
-	s.seq_out = &used;
-	report[0] = '\0';
 	/* The capture: the snapshot's own copy of the live entries and of the
-	 * history. Then the lock goes, here and only here. */
-	r = gmt__table_copy(gmt__core.table, &entries, &s.nentries);
-	s.entries = entries;
+	 * history. */
+	r = gmt__table_copy(gmt__core.table, &c->entries, &s->nentries);
+	s->entries = c->entries;
 	/* The exit snapshot's framework state, copied: another thread may hand
-	 * over a newer one while this is written. */
-	if (r == 0 && t->exit_framework && gmt__core.framework_exit != NULL) {
-		framework = strdup(gmt__core.framework_exit);
-		s.framework = framework;
+	 * over a newer one while this is written; a kept episode's, which the
+	 * next episode frees. */
+	if (r == 0 && (t->exit_framework || kept)) {
+		const char *from = t->exit_framework ? gmt__core.framework_exit : t->framework;
+
+		c->framework = from != NULL ? strdup(from) : NULL;
+		r = from != NULL && c->framework == NULL ? -ENOMEM : 0;
+		s->framework = c->framework;
 	}
 	/* A gmt_dump()'s: handed over just before it, for it alone. */
 	if (r == 0 && t->api_framework && gmt__core.framework_api != NULL) {
-		framework = gmt__core.framework_api;
+		c->framework = gmt__core.framework_api;
 		gmt__core.framework_api = NULL;
-		s.framework = framework;
+		s->framework = c->framework;
 	}
 	if (r == 0 && gmt__core.have_hist) {
-		hist = gmt__history_copy(&gmt__core.hist);
-		r = hist != NULL ? 0 : -ENOMEM;
-		s.history = hist;
+		c->hist = gmt__history_copy(&gmt__core.hist);
+		r = c->hist != NULL ? 0 : -ENOMEM;
+		s->history = c->hist;
 	}
+	c->result = r;
 	gmt__core_unlock();
+}
+
+static void capture_free(struct gmt__capture *c)
+{
+	free(c->entries);
+	free(c->framework);
+	gmt__history_copy_free(c->hist);
+}
+
+/* Writes the document of capture c (the lock not held), then the report and
+ * the warnings; frees what c holds. Returns 0, or a negative errno. */
+static int publish(const struct take *t, struct gmt__capture *c)
+{
+	struct gmt__snapshot *s = &c->s;
+	char path[PATH_MAX];
+	uint64_t used = 0;
+	int r = c->result;
+
+	if (s->seq == 0) {
+		gmt__core_lock();
+		s->seq = ++gmt__core.snapshot_seq;
+		gmt__core_unlock();
+	}
+	s->seq_out = &used;
+	c->report[0] = '\0';
 	if (r == 0) {
 		struct gmt__metrics_tensors mt = { 0 };
 		bool metrics = gmt__core.opt->metrics_dir[0] != '\0';
 
-		r = gmt__snapshot_write(&s, gmt__core.opt->dir, path, sizeof(path), metrics ? &mt : NULL);
+		r = gmt__snapshot_write(s, gmt__core.opt->dir, path, sizeof(path), metrics ? &mt : NULL);
 		if (metrics)
 			gmt__metrics_tensors_keep(&mt);
 	} else {
 		path[0] = '\0';
 	}
-	free(entries);
-	free(framework);
-	gmt__history_copy_free(hist);
-	if (used > s.seq) {
+	capture_free(c);
+	if (used > s->seq) {
 		gmt__core_lock();
 		if (used > gmt__core.snapshot_seq)
 			gmt__core.snapshot_seq = used;
@@ -233,27 +278,40 @@ static int take(const struct take *t)
 	 * not depend on whether the file could be written. An episode's report
 	 * waits for its end (episode.c). */
 	if (t->oom != NULL) {
-		snprintf(t->oom->report, sizeof(t->oom->report), "%s", report);
+		snprintf(t->oom->report, sizeof(t->oom->report), "%s", c->report);
 		snprintf(t->oom->path, sizeof(t->oom->path), "%s", r == 0 ? path : "");
 		t->oom->result = r;
 		t->oom->seq = used;
-	} else if (failed != NULL && report[0] != '\0') {
-		gmt__oom_report(report, path, r);
+	} else if (s->failed != NULL && c->report[0] != '\0') {
+		gmt__oom_report(c->report, path, r);
 	}
 	if (r < 0) {
 		STAT_ADD(snapshot_errors, 1);
 		warn_write_error(r);
 		return r;
 	}
-	if (no_file)
+	if (t->no_file)
 		return 0;
 	if (t->replace_seq == 0)
 		STAT_ADD(snapshots, 1);
-	if (out != NULL && outlen > 0)
-		snprintf(out, outlen, "%s", path);
-	if (failed == NULL)
-		gmt__info("%s snapshot %s", gmt__reason_name(reason), path);
+	if (t->out != NULL && t->outlen > 0)
+		snprintf(t->out, t->outlen, "%s", path);
+	if (s->failed == NULL)
+		gmt__info("%s snapshot %s", gmt__reason_name(s->reason), path);
 	return 0;
+}
+
+/* Writes one snapshot. Called with the lock held and everything before it
+ * applied; returns with the lock RELEASED (capture). `state`: what the
+ * driver said of the device the caller could ask (device.h), or NULL.
+ * Returns 0 and the file's path in out (when not NULL), or a negative
+ * errno. */
+static int take(const struct take *t)
+{
+	struct gmt__capture c;
+
+	capture(t, &c, false);
+	return publish(t, &c);
 }
 
 int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot_request *failed,
@@ -284,6 +342,45 @@ void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const st
 	out->result = 0;
 	out->seq = 0;
 	(void)take(&t);
+}
+
+struct gmt__capture *gmt__snapshot_keep_oom(const struct gmt__snapshot_request *failed,
+					    const struct gmt__device_state *state,
+					    const struct gmt__episode *episode, const char *framework)
+{
+	struct take t = { .reason = GMT_REASON_OOM, .failed = failed, .state = state, .episode = episode,
+			  .framework = framework };
+	struct gmt__capture *c = malloc(sizeof(*c));
+
+	if (c == NULL) {
+		gmt__core_unlock();
+		return NULL;
+	}
+	capture(&t, c, true);
+	return c;
+}
+
+void gmt__snapshot_publish_oom(struct gmt__capture *c, uint64_t replace_seq, struct gmt__oom_write *out)
+{
+	struct take t = { .reason = GMT_REASON_OOM, .failed = &c->failed, .replace_seq = replace_seq, .oom = out };
+
+	out->report[0] = out->path[0] = '\0';
+	out->result = 0;
+	out->seq = 0;
+	if (replace_seq != 0) {
+		c->s.seq = replace_seq;
+		c->s.replace = true;
+	}
+	(void)publish(&t, c);
+	free(c);
+}
+
+void gmt__snapshot_drop(struct gmt__capture *c)
+{
+	if (c == NULL)
+		return;
+	capture_free(c);
+	free(c);
 }
 
 /* Under the gate (GPUMEMTRACE_GATE, set by gpumemtrace check): an empty

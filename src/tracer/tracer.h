@@ -44,6 +44,12 @@
  * GMT_PEAK_INTERVAL_NS apart. */
 #define GMT_EPISODE_GAP_NS (5 * 1000000000ull)
 #define GMT_EPISODE_WRITES 8
+/* A storm of episodes (a server refusing requests too big for it): a
+ * process's first GMT_STORM_EPISODES episodes are written and reported one
+ * by one; of the later ones, only the latest, written once the storm has
+ * been quiet for GMT_EPISODE_GAP_NS, or at exit, with one line that says how
+ * many were left out (tracer/episode.c). */
+#define GMT_STORM_EPISODES 8
 #define GMT_EPISODE_REWRITE_NS 1000000000ull
 #define GMT_PEAK_INTERVAL_NS 1000000000ull
 #define GMT_UNDO_SLOTS 1024
@@ -84,7 +90,9 @@
 	X(oom_suppressed, "out-of-memory results no snapshot was taken at (a storm in an episode)") \
 	X(oom_recovered, "out-of-memory episodes the watching framework recovered from (not reported)") \
 	X(snapshots, "snapshots written")                                                     \
-	X(snapshot_errors, "snapshots that could not be written")
+	X(snapshot_errors, "snapshots that could not be written")                             \
+	X(oom_episodes_left_out, "out-of-memory episodes past a process's first 8, neither written nor reported one by one") \
+	X(log_lines_dropped, "lines of the tracer not written: its stderr was full (nobody read it)")
 
 struct gmt__stats {
 #define GMT_X_STAT(name, help) _Atomic uint64_t name;
@@ -94,6 +102,10 @@ struct gmt__stats {
 
 /* Relaxed: statistics publish nothing; they are read for snapshots. */
 #define STAT_ADD(name, n) atomic_fetch_add_explicit(&gmt__core.stats.name, (n), memory_order_relaxed)
+
+/* The counters kept outside the core (the log's lines not written) copied
+ * into its stats, before they are read. */
+void gmt__stats_sync(void);
 
 enum { GMT_UNINIT, GMT_INITIALISING, GMT_READY, GMT_OFF };
 
@@ -162,6 +174,8 @@ struct gmt__oom_episode {
 	 * tracer/episode.c's write lock, which every reader holds too. */
 	uint64_t file_seq;
 	struct gmt__oom_write out;
+	/* Past the process's first GMT_STORM_EPISODES: captured, not written. */
+	bool left_out;
 };
 
 struct gmt__core {
@@ -359,6 +373,18 @@ int gmt__snapshot_take_leaks(enum gmt__reason reason, const struct gmt__snapshot
 void gmt__snapshot_take_oom(const struct gmt__snapshot_request *failed, const struct gmt__device_state *state,
 			    const struct gmt__episode *episode, const char *framework, uint64_t replace_seq,
 			    struct gmt__oom_write *out);
+/* An out-of-memory snapshot captured now and written later (an episode of
+ * a storm, past the ones a process writes: tracer/episode.c). keep: called
+ * with the lock held, returns without it; NULL when out of memory. publish:
+ * writes it (the lock not held; replace_seq as above), leaves its report in
+ * `out`, and frees it; drop frees one never written. */
+struct gmt__capture;
+struct gmt__capture *gmt__snapshot_keep_oom(const struct gmt__snapshot_request *failed,
+					    const struct gmt__device_state *state,
+					    const struct gmt__episode *episode, const char *framework);
+void gmt__snapshot_publish_oom(struct gmt__capture *c, uint64_t replace_seq, struct gmt__oom_write *out);
+void gmt__snapshot_drop(struct gmt__capture *c);
+
 /* Prints an out-of-memory report and where its snapshot is (or why not). */
 void gmt__oom_report(const char *report, const char *path, int r);
 

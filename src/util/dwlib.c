@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "util/dwlib.h"
 
+#include "util/loader.h"
 #include "util/log.h"
 
 #include <dlfcn.h>
@@ -24,7 +25,7 @@ static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
  * dependencies too, so libelf's functions come from the same handle. */
 static void load(void)
 {
-	void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL), *sym;
+	void *h = gmt__dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL), *sym;
 	const char *missing = NULL;
 
 	if (h == NULL) {

@@ -5,15 +5,18 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-int gmt__write_full(int fd, const void *p, size_t n)
+/* The signals a write can raise, blocked on this thread around it. */
+struct quiet {
+	sigset_t old, before;
+};
+
+static void quiet_begin(struct quiet *q)
 {
-	const struct timespec now = { 0, 0 };
-	const char *at = p;
-	sigset_t quiet, old, before, after;
-	int saved = errno, r = 0;
+	sigset_t quiet;
 
 	sigemptyset(&quiet);
 	sigaddset(&quiet, SIGXFSZ);
@@ -21,8 +24,36 @@ int gmt__write_full(int fd, const void *p, size_t n)
 	/* NOTE: the kernel sends both to the writing thread (send_sig: the
 	 * thread, not the process), so blocking them here is enough; one
 	 * already pending before (the program blocks it too) is left alone. */
-	pthread_sigmask(SIG_BLOCK, &quiet, &old);
-	sigpending(&before);
+	pthread_sigmask(SIG_BLOCK, &quiet, &q->old);
+	sigpending(&q->before);
+}
+
+/* r: the write's result; a signal it raised is taken back. */
+static void quiet_end(struct quiet *q, int r)
+{
+	const struct timespec now = { 0, 0 };
+
+	if (r == -EFBIG || r == -EPIPE) {
+		int sig = r == -EFBIG ? SIGXFSZ : SIGPIPE;
+		sigset_t after, one;
+
+		sigpending(&after);
+		if (sigismember(&after, sig) && !sigismember(&q->before, sig)) {
+			sigemptyset(&one);
+			sigaddset(&one, sig);
+			sigtimedwait(&one, NULL, &now);
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &q->old, NULL);
+}
+
+int gmt__write_full(int fd, const void *p, size_t n)
+{
+	const char *at = p;
+	struct quiet q;
+	int saved = errno, r = 0;
+
+	quiet_begin(&q);
 	while (n > 0) {
 		ssize_t w = write(fd, at, n);
 
@@ -35,18 +66,24 @@ int gmt__write_full(int fd, const void *p, size_t n)
 		at += w;
 		n -= (size_t)w;
 	}
-	if (r == -EFBIG || r == -EPIPE) {
-		int sig = r == -EFBIG ? SIGXFSZ : SIGPIPE;
-		sigset_t one;
-
-		sigpending(&after);
-		if (sigismember(&after, sig) && !sigismember(&before, sig)) {
-			sigemptyset(&one);
-			sigaddset(&one, sig);
-			sigtimedwait(&one, NULL, &now);
-		}
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	quiet_end(&q, r);
 	errno = saved;
 	return r;
+}
+
+ssize_t gmt__write_nowait(int fd, const void *p, size_t n, bool socket)
+{
+	struct quiet q;
+	int saved = errno;
+	ssize_t w;
+
+	quiet_begin(&q);
+	do {
+		w = socket ? send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL) : write(fd, p, n);
+	} while (w < 0 && errno == EINTR);
+	if (w < 0)
+		w = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	quiet_end(&q, (int)(w < 0 ? w : 0));
+	errno = saved;
+	return w;
 }

@@ -8,10 +8,19 @@
 #ifndef GMT_FDWRITE_H
 #define GMT_FDWRITE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Writes all n bytes at p to fd: 0, or a negative errno (the first
  * failure; -EIO for a write that wrote nothing). Leaves errno as it was. */
 int gmt__write_full(int fd, const void *p, size_t n);
+
+/* One attempt at writing n bytes at p to fd that never waits: fd is a
+ * descriptor opened O_NONBLOCK (to a pipe, n <= PIPE_BUF bytes go whole or
+ * not at all), or a socket (socket: send with MSG_DONTWAIT). Returns the
+ * bytes written, or a negative errno (-EAGAIN: no room now). Leaves errno
+ * as it was. */
+ssize_t gmt__write_nowait(int fd, const void *p, size_t n, bool socket);
 
 #endif /* GMT_FDWRITE_H */

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -43,6 +44,11 @@ static struct {
  * its options (a driver lookup inside dlopen) asks the environment. */
 static atomic_int log_verbose = -1;
 static atomic_uint log_warnings;
+/* How log_fd is written (gmt__log_keep_stderr): */
+enum { LOG_WAIT, LOG_NOWAIT, LOG_SEND, LOG_POLL };
+static atomic_int log_mode = LOG_WAIT;
+/* Lines that found no room, and how many of them a line has said so. */
+static atomic_ullong log_dropped, log_dropped_said;
 
 size_t gmt__utf8_printable(const char *text)
 {
@@ -88,6 +94,58 @@ static int target_fd(int fd)
 	if (is_log_file(fd))
 		return fd;
 	return fd != 2 && is_log_file(2) ? 2 : -1;
+}
+
+/* One attempt at a whole line that never waits (the modes but LOG_WAIT):
+ * true when it was written. */
+static bool put_nowait(int fd, int mode, const char *line, size_t n)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+	if (mode == LOG_POLL && (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)))
+		return false;
+	if (mode == LOG_POLL)
+		return gmt__write_full(fd, line, n) == 0;
+	return gmt__write_nowait(fd, line, n, mode == LOG_SEND) == (ssize_t)n;
+}
+
+/* Writes one line whole, one write per line so that the lines of several
+ * threads or processes do not interleave. A stderr nobody reads (a pipe or a
+ * socket whose reader waits for the program's end, a terminal stopped by
+ * ^S) never holds the program: such a line is counted and lost, and the
+ * next line that finds room says how many were. */
+static void put_line(int fd, const char *line, size_t n)
+{
+	int mode = atomic_load_explicit(&log_mode, memory_order_relaxed);
+	unsigned long long dropped, said;
+
+	if (mode == LOG_WAIT) {
+		gmt__write_full(fd, line, n);
+		return;
+	}
+	dropped = atomic_load_explicit(&log_dropped, memory_order_relaxed);
+	said = atomic_load_explicit(&log_dropped_said, memory_order_relaxed);
+	/* Of threads that find lines unsaid, one says them. */
+	if (dropped > said && atomic_compare_exchange_strong_explicit(&log_dropped_said, &said, dropped,
+								      memory_order_relaxed, memory_order_relaxed)) {
+		char note[128];
+		int len = snprintf(note, sizeof(note),
+				   GMT_LOG_PREFIX "%llu lines not written: stderr was full (nobody read it)\n",
+				   dropped - said);
+
+		if (!put_nowait(fd, mode, note, (size_t)len)) {
+			atomic_fetch_sub_explicit(&log_dropped_said, dropped - said, memory_order_relaxed);
+			atomic_fetch_add_explicit(&log_dropped, 1, memory_order_relaxed);
+			return;
+		}
+	}
+	if (!put_nowait(fd, mode, line, n))
+		atomic_fetch_add_explicit(&log_dropped, 1, memory_order_relaxed);
+}
+
+unsigned long long gmt__log_dropped(void)
+{
+	return atomic_load_explicit(&log_dropped, memory_order_relaxed);
 }
 
 /* Formats one line and writes it whole. Printable ASCII and printable UTF-8
@@ -141,10 +199,8 @@ static void emit(const char *fmt, va_list ap)
 	line[n++] = '\n';
 
 	fd = target_fd(fd);
-	/* One write per line so that lines of several threads or processes do not
-	 * interleave (a short write to a full pipe is continued). */
 	if (fd >= 0)
-		gmt__write_full(fd, line, n);
+		put_line(fd, line, n);
 }
 
 static void emit_args(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -249,11 +305,45 @@ int gmt__log_set_fd(int fd)
 	return atomic_exchange_explicit(&log_fd, fd, memory_order_relaxed);
 }
 
+/* A descriptor of fd 2's file that the tracer can write without waiting,
+ * at or above min (close-on-exec), and how to write it (*mode); -1 where
+ * fd 2 is a file that never makes a writer wait (a regular file, /dev/null:
+ * mode LOG_WAIT) or none could be had. A pipe or a terminal is opened anew
+ * through /proc: a file description of the tracer's own, O_NONBLOCK
+ * without changing the program's (flags belong to the description, which a
+ * dup shares). A socket takes send(MSG_DONTWAIT) on a dup. */
+static int own_descriptor(const struct stat *st, int min, int *mode)
+{
+	struct stat again;
+	int fd, high;
+
+	if (S_ISSOCK(st->st_mode)) {
+		*mode = LOG_SEND;
+		return (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, min);
+	}
+	if (!S_ISFIFO(st->st_mode) && !S_ISCHR(st->st_mode))
+		return -1;
+	if (S_ISCHR(st->st_mode) && !isatty(2))
+		return -1; /* /dev/null and friends: never full */
+	fd = open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -1;
+	/* The same file, not one put in its place since. */
+	if (syscall(SYS_fstat, fd, &again) != 0 || again.st_dev != st->st_dev || again.st_ino != st->st_ino) {
+		close(fd);
+		return -1;
+	}
+	high = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min);
+	close(fd);
+	*mode = LOG_NOWAIT;
+	return high;
+}
+
 void gmt__log_keep_stderr(void)
 {
 	struct rlimit rl;
 	struct stat st;
-	int fd, min = 3;
+	int fd, min = 3, mode = LOG_WAIT;
 
 	if (atomic_load_explicit(&log_fd, memory_order_relaxed) != 2 ||
 	    atomic_load_explicit(&log_file.known, memory_order_relaxed))
@@ -270,9 +360,15 @@ void gmt__log_keep_stderr(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 64 && rl.rlim_cur != RLIM_INFINITY)
 		min = (int)(rl.rlim_cur - 64 < 1024 ? rl.rlim_cur - 64 : 1024);
 	/* NOTE: the system call: glibc 2.28 versions fcntl anew (as fcntl64). */
-	fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, min);
-	if (fd >= 0)
+	fd = own_descriptor(&st, min, &mode);
+	if (fd < 0) {
+		fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, min);
+		mode = S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && isatty(2)) ? LOG_POLL : LOG_WAIT;
+	}
+	if (fd >= 0) {
+		atomic_store_explicit(&log_mode, mode, memory_order_relaxed);
 		atomic_store_explicit(&log_fd, fd, memory_order_relaxed);
+	}
 	/* R1: the identity is whole before it is used; pairs with A1. */
 	atomic_store_explicit(&log_file.known, true, memory_order_release);
 }

@@ -39,8 +39,15 @@ int gmt__log_set_fd(int fd);
 
 /* Messages go to the stderr the process started with, never to another
  * file the program opens at fd 2 later: its identity kept, and a private
- * descriptor of it (close-on-exec, high); nothing when fd 2 was closed.
+ * descriptor of it (close-on-exec, high); nothing when fd 2 was closed. A
+ * pipe, a socket or a terminal is written without ever waiting (a file
+ * description of the tracer's own, non-blocking; send(MSG_DONTWAIT)).
  * Called once at the tracer's start; not after gmt__log_set_fd. */
 void gmt__log_keep_stderr(void);
+
+/* Lines that were not written because the stderr they go to was full (a
+ * pipe, a socket or a terminal nobody reads: the tracer never waits for
+ * it). The next line that finds room first says how many. */
+unsigned long long gmt__log_dropped(void);
 
 #endif /* GMT_LOG_H */

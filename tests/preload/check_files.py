@@ -22,6 +22,10 @@ writer alone):
   either; stderr-closed: stderr is a pipe nobody reads (SIGPIPE at its
   default action) and GPUMEMTRACE_DIR cannot be made: in both the program
   must behave as without the tracer, and nothing may be left;
+- stderr-unread-pipe, stderr-unread-socket: stderr is a pipe or a socket
+  already full, read only after the program ended: the program must end as
+  without the tracer, the lines that found no room counted in the exit
+  snapshot's stats.log_lines_dropped;
 - errors-counted: the directory is read-only until that one warning, writable
   afterwards: the later snapshots are written, and the exit snapshot counts the
   failures in stats.snapshot_errors (the first, and those the tracer
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -53,6 +58,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -60,6 +66,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "schema"))
 import schema_check  # noqa: E402  (tests/schema: every snapshot against docs/snapshot.schema.json)
@@ -377,6 +385,85 @@ def case_stderr_closed(setup: Setup) -> list[str]:
     return silent_stderr_case(setup, os.path.join(setup.workdir, "absent", "snapshots"), stderr_fd, None)
 
 
+def full_stderr(kind: str) -> tuple[int, int]:
+    """A pipe (shrunk to one page) or a socket pair with no room left: the
+    (reading, writing) ends. Nobody reads it until the program has ended."""
+    if kind == "pipe":
+        r, w = os.pipe()
+        fcntl.fcntl(w, F_SETPIPE_SZ, 4096)
+    else:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        r, w = a.detach(), b.detach()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 512)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    return r, w
+
+
+def unread_stderr_case(setup: Setup, kind: str) -> list[str]:
+    """The program with stderr on a pipe or socket that is full and read
+    only after the program ended (the wait-then-read pattern): traced, it
+    must end as untraced does (the same status and stdout) instead of
+    waiting on a line of the tracer's; the lines that found no room are
+    counted in the exit snapshot (stats.log_lines_dropped), and whatever the
+    tracer did write is whole lines."""
+    problems: list[str] = []
+    snapdir = os.path.join(setup.workdir, "snapshots")
+    os.mkdir(snapdir)
+    outcomes = []
+    # NOTE: no leak scan at exit: under AddressSanitizer on a busy machine
+    # it can take a minute, and it is not what this case is about.
+    for env in (setup.env, dict(traced_env(setup, snapdir), GPUMEMTRACE_LEAK_SCAN="0")):
+        r, w = full_stderr(kind)
+        proc = subprocess.Popen(setup.command, env=env, cwd=setup.workdir, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=w, text=True, preexec_fn=child_setup(False, None, False))
+        os.close(w)
+        try:
+            stdout, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            os.close(r)
+            return problems + [f"the program did not end in 60 s with its stderr ({kind}) full and unread"]
+        os.set_blocking(r, False)
+        data = b""
+        try:
+            while chunk := os.read(r, 65536):
+                data += chunk
+        except BlockingIOError:
+            pass
+        os.close(r)
+        outcomes.append(Outcome(proc.pid, proc.returncode, stdout, data.decode("utf-8", "replace")))
+    plain, traced = outcomes
+    problems += behaviour_problems(traced, plain)
+    ours = traced.stderr.lstrip("x")
+    if ours and (not ours.endswith("\n") or any(not line.startswith("gpumemtrace: ") for line in ours.splitlines())):
+        problems.append(f"the tracer wrote something other than whole lines: {ours[:200]!r}")
+    exits = snapshots(snapdir, traced.pid, "exit")
+    if len(exits) != 1:
+        return problems + [f"{len(exits)} exit snapshots, expected 1"]
+    dropped = load(exits[min(exits)]).get("stats", {}).get("log_lines_dropped", 0)
+    if dropped < 2:
+        problems.append(f"stats.log_lines_dropped is {dropped}: the reports of two episodes found no room")
+    setup.notes.append(f"{kind}: exit status {traced.status} traced, {plain.status} untraced; "
+                       f"{dropped} lines not written")
+    return problems + schema_problems(setup, schema_check.snapshot_files(snapdir))
+
+
+def case_stderr_unread_pipe(setup: Setup) -> list[str]:
+    return unread_stderr_case(setup, "pipe")
+
+
+def case_stderr_unread_socket(setup: Setup) -> list[str]:
+    return unread_stderr_case(setup, "socket")
+
+
 def fill(path: str) -> None:
     """Writes to path until its filesystem is full."""
     chunk = b"\0" * 4096
@@ -581,6 +668,8 @@ CASES: dict[str, Callable[[Setup], list[str]]] = {
     "file-size-limit-ignored": case_file_size_limit_ignored,
     "stderr-over-limit": case_stderr_over_limit,
     "stderr-closed": case_stderr_closed,
+    "stderr-unread-pipe": case_stderr_unread_pipe,
+    "stderr-unread-socket": case_stderr_unread_socket,
     "errors-counted": case_errors_counted,
     "symlink": case_symlink,
     "dangling-symlink": case_dangling_symlink,

@@ -13,6 +13,10 @@
  *           8 failures and once more at its end); a success ends it, and an
  *           immediate failure starts a second episode; after a success and
  *           1.2 s, a failure starts a third.
+ *   episodes N  N episodes of one failure each (a server refusing requests
+ *           too big for it): 128 MiB live, then N times a failing 200 MiB
+ *           request followed by a 1 MiB allocation that succeeds and is
+ *           freed. Prints "EPISODES N".
  *
  * Run with GMTSIM_MEMORY=256M. Prints the PID/LIVE report (run_program.py). */
 #define _GNU_SOURCE
@@ -122,8 +126,19 @@ int main(int argc, char **argv)
 		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
 		prog_report_live(PROG_ADDR(p[1]), 1 * MIB, "device", 0);
 		prog_report_live(PROG_ADDR(p[2]), 1 * MIB, "device", 0);
+	} else if (strcmp(what, "episodes") == 0 && argc > 2) {
+		long n = strtol(argv[2], NULL, 10);
+
+		PROG_OK(cuMemAlloc(&p[0], 128 * MIB));
+		for (long i = 0; i < n; i++) {
+			PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
+			PROG_OK(cuMemAlloc(&p[1], 1 * MIB));
+			PROG_OK(cuMemFree(p[1]));
+		}
+		printf("EPISODES %ld\n", n);
+		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
 	} else {
-		PROG_FAIL("usage: triggers signal|peak|storm");
+		PROG_FAIL("usage: triggers signal|peak|storm|episodes N");
 	}
 	prog_report_end();
 	return 0;

@@ -16,8 +16,9 @@ from .text import (Doc, Span, Text, clean, cut, device_name, fmt_duration, fmt_t
 
 _REASONS = {"oom": "out of memory", "exit": "at exit", "peak": "at a new peak",
             "signal": "on a signal", "api": "asked for by gmt_dump()"}
-# Tracer counters that mean the record may be incomplete or wrong
-# (src/tracer/tracer.h, GMT_STATS, says what each counts).
+# Tracer counters that mean the record may be incomplete or wrong, or that
+# the program's stderr missed what the tracer said (src/tracer/tracer.h,
+# GMT_STATS, says what each counts).
 _WARN_STATS = {
     "ring_full": "times a thread found its ring full",
     "gaps_skipped": "events given up on after waiting (their order may be lost)",
@@ -28,6 +29,7 @@ _WARN_STATS = {
     "untracked_calls": "intercepted calls not recorded (tracer off or out of memory)",
     "device_unknown": "allocations whose device could not be asked",
     "snapshot_errors": "snapshots that could not be written",
+    "log_lines_dropped": "lines of the tracer not written: its stderr was full (nobody read it)",
 }
 
 

@@ -11,9 +11,14 @@ It does two things and imports nothing of gpumemtrace's until needed:
   out-of-memory) or on_import_jax() (its allocator's memory_stats() at its
   out-of-memory). A program that imports none gets nothing but this watcher;
 - it then runs the `sitecustomize` the program would have run without it
-  (the next one on sys.path), as `sitecustomize`, so that a program's or an
-  environment's own start-up code still runs; an error in it is reported by
-  `site` as it would be.
+  (the next one on sys.path after this directory), as `sitecustomize`, so
+  that a program's or an environment's own start-up code still runs; an
+  error in it is reported by `site` as it would be.
+
+One watcher a process: a second copy of the bootstrap on sys.path (a
+symlinked directory, `gpumemtrace run` inside the `gpumemtrace run` of
+another installation) is the next `sitecustomize` of the first; it finds the
+watcher there and only chains on, so the program's own runs once.
 """
 
 import os as _os
@@ -40,6 +45,8 @@ def _gpumemtrace_boot() -> None:
         """Finds nothing itself: for a watched name it asks the finders after
         it and wraps that loader's exec_module (on the loader instance, so
         the module's __loader__ stays what it was) to call `after`."""
+
+        gpumemtrace_watch = True  # the one watcher of a process
 
         def find_spec(self, name, path, target=None):
             if name not in hooks or name in done:
@@ -74,11 +81,20 @@ def _gpumemtrace_boot() -> None:
                 pass  # a loader that takes no attribute: torch goes unwatched
             return spec
 
-    _sys.meta_path.insert(0, Watch())
+    # NOTE: site drops a second entry of the same absolute path from
+    # sys.path, but not a symlinked copy of this directory nor another
+    # installation's: that copy runs as this one's next sitecustomize (below)
+    # and adds no second watcher.
+    if not any(getattr(f, "gpumemtrace_watch", False) for f in _sys.meta_path):
+        _sys.meta_path.insert(0, Watch())
 
-    # The sitecustomize this one stands in front of.
+    # The sitecustomize this one stands in front of: the next after this
+    # directory, never one before it (a copy of this file there would run
+    # this one again, and so on).
     here = _os.path.dirname(_os.path.abspath(__file__))
-    rest = [p for p in _sys.path if _os.path.abspath(p or _os.curdir) != here]
+    dirs = [_os.path.abspath(p or _os.curdir) for p in _sys.path]
+    first = dirs.index(here) + 1 if here in dirs else 0
+    rest = [p for p, d in zip(_sys.path[first:], dirs[first:]) if d != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return

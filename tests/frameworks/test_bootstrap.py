@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The Python bootstrap (tools/boot/sitecustomize.py) where a program's
+start-up is not the usual one, on the simulated GPU with the PyTorch double
+(fake_torch/), under `gpumemtrace run`:
+
+- twice on PYTHONPATH: a symlinked copy of the bootstrap's directory beside
+  the launcher's, and `gpumemtrace run` inside `gpumemtrace run` of another
+  installation (its own copy) and of the same one: the bootstrap runs once —
+  one import watcher (one finder more than untraced), one pickle at the
+  out-of-memory — no error at start-up, and the program's own sitecustomize
+  (a third directory on PYTHONPATH) runs exactly once.
+
+Usage: test_bootstrap.py LAUNCHER LIBRARY SOURCE_ROOT"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_torch_double as common  # noqa: E402
+from test_torch_double import check  # noqa: E402
+
+# A program that counts the import finders, then runs out of memory once.
+TWICE = r'''
+import sys
+print("FINDERS", len(sys.meta_path))
+import torch
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+'''
+
+OWN_SITECUSTOMIZE = 'print("OWN SITECUSTOMIZE")\n'
+
+
+def torch_view(tmp: str) -> Dict[str, object]:
+    """What the bootstrap left of PyTorch's view in tmp: the oom
+    snapshots, the framework section's name and the pickles."""
+    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    fw = {}
+    if len(ooms) == 1:
+        with open(ooms[0], encoding="utf-8") as f:
+            fw = json.load(f).get("framework") or {}
+    pickles = glob.glob(os.path.join(tmp, "gpumemtrace.*.torch.*.pickle"))
+    return {"ooms": len(ooms), "framework": fw.get("name"), "pickles": len(pickles),
+            "file": fw.get("file") in pickles}
+
+
+def whole_view(view: Dict[str, object]) -> bool:
+    return view == {"ooms": 1, "framework": "torch", "pickles": 1, "file": True}
+
+
+def untraced_finders(env: Dict[str, str], tmp: str) -> int:
+    r = subprocess.run([sys.executable, "-c", "import sys; print(len(sys.meta_path))"], env=env, cwd=tmp,
+                       capture_output=True, text=True, timeout=60)
+    return int(r.stdout.split()[-1])
+
+
+def installed_copy(launcher: str, library: str, source: str, at: str) -> str:
+    """Another installation of gpumemtrace under `at` (bin/, lib/,
+    share/gpumemtrace/ with its own copy of the bootstrap): its launcher."""
+    os.makedirs(os.path.join(at, "bin"))
+    os.makedirs(os.path.join(at, "lib"))
+    share = os.path.join(at, "share", "gpumemtrace")
+    os.makedirs(share)
+    shutil.copy2(launcher, os.path.join(at, "bin"))
+    os.symlink(library, os.path.join(at, "lib", os.path.basename(library)))
+    shutil.copytree(os.path.join(source, "tools", "boot"), os.path.join(share, "boot"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    os.symlink(os.path.join(source, "tools", "python"), os.path.join(share, "python"))
+    return os.path.join(at, "bin", os.path.basename(launcher))
+
+
+def twice(env: Dict[str, str], tmp: str, what: str, outer: List[str], pythonpath: str) -> None:
+    """TWICE under `outer` (launchers and their options, up to the inner
+    run's `--`), with PYTHONPATH and the program's own sitecustomize."""
+    own = os.path.join(tmp, "own")
+    os.mkdir(own)
+    with open(os.path.join(own, "sitecustomize.py"), "w", encoding="utf-8") as f:
+        f.write(OWN_SITECUSTOMIZE)
+    e = dict(env, PYTHONPATH=pythonpath + os.pathsep + own)
+    base = untraced_finders(dict(env, PYTHONPATH=env["PYTHONPATH"] + os.pathsep + own), tmp)
+    script = os.path.join(tmp, "twice.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(TWICE)
+    r = subprocess.run(outer + ["--dir", tmp, "--snapshot-on", "oom", "--", sys.executable, script],
+                       env=e, cwd=tmp, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0 and "OOM" in r.stdout and "Error in sitecustomize" not in r.stderr
+          and "RecursionError" not in r.stderr, f"{what}: the program ran, no error at start-up",
+          r.stdout + r.stderr[-800:])
+    check(r.stdout.count("OWN SITECUSTOMIZE") == 1, f"{what}: the program's own sitecustomize ran once",
+          r.stdout.count("OWN SITECUSTOMIZE"))
+    check(f"FINDERS {base + 1}\n" in r.stdout, f"{what}: one import watcher ({base} finders untraced)",
+          r.stdout[:200])
+    view = torch_view(tmp)
+    check(whole_view(view), f"{what}: PyTorch's view once: one framework section, one pickle", view)
+
+
+def test_twice(launcher: str, library: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
+        link = os.path.join(tmp, "boot-link")
+        os.symlink(os.path.join(source, "tools", "boot"), link)
+        twice(env, tmp, "symlinked copy", [launcher, "run"], link + os.pathsep + env["PYTHONPATH"])
+    with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
+        other = installed_copy(launcher, library, source, os.path.join(tmp, "inst"))
+        twice(env, tmp, "run inside run of another installation",
+              [other, "run", "--dir", tmp, "--", launcher, "run"], env["PYTHONPATH"])
+    with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
+        twice(env, tmp, "run inside run", [launcher, "run", "--dir", tmp, "--", launcher, "run"], env["PYTHONPATH"])
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    launcher, library, source = os.path.abspath(argv[0]), os.path.abspath(argv[1]), argv[2]
+    env = common.base_env(source)
+    test_twice(launcher, library, source, env)
+    print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")
+    return 1 if common.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

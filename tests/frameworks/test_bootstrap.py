@@ -8,7 +8,10 @@ start-up is not the usual one, on the simulated GPU with the PyTorch double
   installation (its own copy) and of the same one: the bootstrap runs once —
   one import watcher (one finder more than untraced), one pickle at the
   out-of-memory — no error at start-up, and the program's own sitecustomize
-  (a third directory on PYTHONPATH) runs exactly once.
+  (a third directory on PYTHONPATH) runs exactly once;
+- find_spec first: `importlib.util.find_spec("torch")` before `import torch`
+  (what transformers does), and before `importlib.import_module("torch")`:
+  PyTorch's view as after a plain import (the framework section, the pickle).
 
 Usage: test_bootstrap.py LAUNCHER LIBRARY SOURCE_ROOT"""
 
@@ -26,7 +29,7 @@ from typing import Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_torch_double as common  # noqa: E402
-from test_torch_double import check  # noqa: E402
+from test_torch_double import check, run  # noqa: E402
 
 # A program that counts the import finders, then runs out of memory once.
 TWICE = r'''
@@ -118,6 +121,33 @@ def test_twice(launcher: str, library: str, source: str, env: Dict[str, str]) ->
         twice(env, tmp, "run inside run", [launcher, "run", "--dir", tmp, "--", launcher, "run"], env["PYTHONPATH"])
 
 
+FIND_SPEC = r'''
+import importlib
+import importlib.util
+LOOKUP
+IMPORT
+keep = torch.empty(3 << 20)
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+'''
+
+
+def test_find_spec(launcher: str, env: Dict[str, str]) -> None:
+    """The plain import first: what the other two must give."""
+    spec = 'print("FOUND", importlib.util.find_spec("torch") is not None)'
+    for what, lookup, line in [("plain import", 'print("FOUND", True)', "import torch"),
+                               ("find_spec, then import", spec, "import torch"),
+                               ("find_spec, then import_module", spec, "torch = importlib.import_module('torch')")]:
+        with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
+            r = run(launcher, env, tmp, FIND_SPEC.replace("LOOKUP", lookup).replace("IMPORT", line), "find_spec.py",
+                    on="oom")
+            view = torch_view(tmp)
+            check(r.returncode == 0 and "FOUND True" in r.stdout and "OOM" in r.stdout and whole_view(view),
+                  f"{what}: PyTorch's view (its framework section, its pickle)", (view, r.stderr[-600:]))
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -125,6 +155,7 @@ def main(argv: List[str]) -> int:
     launcher, library, source = os.path.abspath(argv[0]), os.path.abspath(argv[1]), argv[2]
     env = common.base_env(source)
     test_twice(launcher, library, source, env)
+    test_find_spec(launcher, env)
     print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")
     return 1 if common.FAILURES else 0
 

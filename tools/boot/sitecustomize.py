@@ -44,14 +44,16 @@ def _gpumemtrace_boot() -> None:
     class Watch(importlib.abc.MetaPathFinder):
         """Finds nothing itself: for a watched name it asks the finders after
         it and wraps that loader's exec_module (on the loader instance, so
-        the module's __loader__ stays what it was) to call `after`."""
+        the module's __loader__ stays what it was) to call `after` once the
+        module has run. Every spec found is wrapped, not the first only: a
+        program may ask importlib.util.find_spec() first (as transformers
+        does) and import with the next spec found."""
 
         gpumemtrace_watch = True  # the one watcher of a process
 
         def find_spec(self, name, path, target=None):
             if name not in hooks or name in done:
                 return None
-            done.add(name)
             for finder in _sys.meta_path:
                 if finder is self or not hasattr(finder, "find_spec"):
                     continue
@@ -62,7 +64,7 @@ def _gpumemtrace_boot() -> None:
                 return None
             loader = spec.loader
             run = getattr(loader, "exec_module", None)
-            if run is None:
+            if run is None or getattr(run, "gpumemtrace_watch", False):
                 return spec
 
             def exec_module(module):
@@ -73,8 +75,11 @@ def _gpumemtrace_boot() -> None:
                         del loader.exec_module
                     except AttributeError:
                         pass
-                after(name, module)
+                if name not in done:
+                    done.add(name)
+                    after(name, module)
 
+            exec_module.gpumemtrace_watch = True
             try:
                 loader.exec_module = exec_module
             except (AttributeError, TypeError):

@@ -11,7 +11,13 @@ start-up is not the usual one, on the simulated GPU with the PyTorch double
   (a third directory on PYTHONPATH) runs exactly once;
 - find_spec first: `importlib.util.find_spec("torch")` before `import torch`
   (what transformers does), and before `importlib.import_module("torch")`:
-  PyTorch's view as after a plain import (the framework section, the pickle).
+  PyTorch's view as after a plain import (the framework section, the pickle);
+- a module of the program's named gpumemtrace.py (its directory first on
+  sys.path): never imported by the bootstrap, PyTorch's view kept, and the
+  program's own `import gpumemtrace` gets its own module — imported before
+  torch or after;
+- a torch whose attribute access raises KeyboardInterrupt or SystemExit:
+  the program's output and status as untraced, one `gpumemtrace:` warning.
 
 Usage: test_bootstrap.py LAUNCHER LIBRARY SOURCE_ROOT"""
 
@@ -148,6 +154,80 @@ def test_find_spec(launcher: str, env: Dict[str, str]) -> None:
                   f"{what}: PyTorch's view (its framework section, its pickle)", (view, r.stderr[-600:]))
 
 
+# A module of the program's, beside it, named as gpumemtrace's own.
+USER_MODULE = 'print("USER MODULE")\nOWN = "theirs"\n'
+
+USER_AFTER = r'''
+import torch
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+print("NOW MINE")
+import gpumemtrace
+print("GOT", getattr(gpumemtrace, "OWN", None))
+'''
+
+USER_BEFORE = r'''
+import gpumemtrace
+print("GOT", getattr(gpumemtrace, "OWN", None))
+import torch
+try:
+    torch.empty(1 << 40)
+except torch.cuda.OutOfMemoryError:
+    print("OOM")
+'''
+
+
+def test_user_module(launcher: str, env: Dict[str, str]) -> None:
+    for what, text, want in [
+            ("own gpumemtrace.py imported after torch", USER_AFTER, "OOM\nNOW MINE\nUSER MODULE\nGOT theirs\n"),
+            ("own gpumemtrace.py imported before torch", USER_BEFORE, "USER MODULE\nGOT theirs\nOOM\n")]:
+        with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
+            with open(os.path.join(tmp, "gpumemtrace.py"), "w", encoding="utf-8") as f:
+                f.write(USER_MODULE)
+            r = run(launcher, env, tmp, text, "user.py", on="oom")
+            check(r.returncode == 0 and r.stdout == want,
+                  f"{what}: the program's module imported by the program alone, once", (r.stdout, r.stderr[-600:]))
+            view = torch_view(tmp)
+            check(whole_view(view) and "torch imported, but" not in r.stderr,
+                  f"{what}: PyTorch's view kept, no warning", (view, r.stderr[-600:]))
+
+
+# A torch whose every attribute the program did not define raises.
+RAISING_TORCH = r'''
+import os
+_RAISE = {"KeyboardInterrupt": KeyboardInterrupt, "SystemExit": SystemExit}[os.environ["FAKE_TORCH_RAISE"]]
+
+
+def __getattr__(name):
+    raise _RAISE(f"torch.{name}")
+'''
+
+RAISING = r'''
+import torch
+print("IMPORTED", torch.__name__)
+'''
+
+
+def test_raising_torch(launcher: str, env: Dict[str, str]) -> None:
+    for exc in ("KeyboardInterrupt", "SystemExit"):
+        with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
+            pkg = os.path.join(tmp, "site", "torch")
+            os.makedirs(pkg)
+            with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
+                f.write(RAISING_TORCH)
+            e = dict(env, FAKE_TORCH_RAISE=exc, PYTHONPATH=os.path.join(tmp, "site"))
+            r = run(launcher, e, tmp, RAISING, "raising.py", on="oom")
+            plain = subprocess.run([sys.executable, os.path.join(tmp, "raising.py")], env=e, cwd=tmp,
+                                   capture_output=True, text=True, timeout=60)
+            check(plain.returncode == 0 and (r.returncode, r.stdout) == (plain.returncode, plain.stdout),
+                  f"torch raising {exc}: the program's output and status as untraced",
+                  ((r.returncode, r.stdout), (plain.returncode, plain.stdout), r.stderr[-600:]))
+            warns = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:") and exc in ln]
+            check(len(warns) == 1, f"torch raising {exc}: one warning naming it", r.stderr[-600:])
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -156,6 +236,8 @@ def main(argv: List[str]) -> int:
     env = common.base_env(source)
     test_twice(launcher, library, source, env)
     test_find_spec(launcher, env)
+    test_user_module(launcher, env)
+    test_raising_torch(launcher, env)
     print(f"{'FAIL' if common.FAILURES else 'ok'}: {len(common.FAILURES)} failed")
     return 1 if common.FAILURES else 0
 

@@ -19,6 +19,11 @@ One watcher a process: a second copy of the bootstrap on sys.path (a
 symlinked directory, `gpumemtrace run` inside the `gpumemtrace run` of
 another installation) is the next `sitecustomize` of the first; it finds the
 watcher there and only chains on, so the program's own runs once.
+
+gpumemtrace's package is the one on sys.path at start-up, before the
+program's directory is put first: a module of the program's named
+`gpumemtrace` is never imported by the bootstrap. Where the name is the
+program's, the package is loaded under the name `_gpumemtrace` instead.
 """
 
 import os as _os
@@ -32,12 +37,47 @@ def _gpumemtrace_boot() -> None:
 
     hooks = {"torch": "on_import_torch", "cupy": "on_import_cupy", "jax": "on_import_jax"}
     done = set()
+    start_path = list(_sys.path)
+
+    def package():
+        """gpumemtrace's package: the one the program's `import gpumemtrace`
+        gets where that is the package on sys.path at start-up; else the
+        same package loaded under a name of its own."""
+        spec = importlib.machinery.PathFinder.find_spec("gpumemtrace", start_path)
+        if spec is None or spec.origin is None:
+            raise ImportError("gpumemtrace's Python module is not on PYTHONPATH")
+        ours = _os.path.realpath(spec.origin)
+        module = _sys.modules.get("gpumemtrace")
+        if module is None:
+            now = importlib.util.find_spec("gpumemtrace")
+            if now is not None and now.origin is not None and _os.path.realpath(now.origin) == ours:
+                return importlib.import_module("gpumemtrace")
+        elif _os.path.realpath(getattr(module, "__file__", None) or "") == ours:
+            return module
+        module = _sys.modules.get("_gpumemtrace")
+        if module is not None:
+            return module
+        spec = importlib.util.spec_from_file_location("_gpumemtrace", spec.origin,
+                                                      submodule_search_locations=spec.submodule_search_locations)
+        module = importlib.util.module_from_spec(spec)
+        _sys.modules["_gpumemtrace"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del _sys.modules["_gpumemtrace"]
+            raise
+        return module
 
     def after(name, module):
+        # NOTE: whatever this raises is the bootstrap's, never the program's,
+        # BaseException included: the program asked for nothing here, and
+        # untraced nothing would have raised (a torch whose attribute access
+        # raises KeyboardInterrupt or SystemExit). A real Ctrl-C that lands
+        # in these milliseconds is this warning, not the program's end.
         try:
-            from gpumemtrace import frameworks
+            frameworks = importlib.import_module(package().__name__ + ".frameworks")
             getattr(frameworks, hooks[name])(module)
-        except Exception as e:  # noqa: BLE001 - never the program's failure
+        except BaseException as e:  # noqa: BLE001 - never the program's failure
             print(f"gpumemtrace: {name} imported, but its allocator state will not be recorded "
                   f"({type(e).__name__}: {e})", file=_sys.stderr, flush=True)
 

@@ -110,7 +110,7 @@ def dump() -> Optional[str]:
     api = _has("dump")
     if api is None:
         return None
-    frameworks = sys.modules.get("gpumemtrace.frameworks")
+    frameworks = sys.modules.get(__name__ + ".frameworks")  # its name: boot/sitecustomize.py
     if frameworks is not None:
         frameworks.before_dump()
     buf = ctypes.create_string_buffer(4096)

@@ -74,6 +74,14 @@ _steps = 0
 _step_allocated: Dict[int, int] = {}
 
 
+def _package() -> Any:
+    """The package this module is of, by the name it was loaded under: the
+    bootstrap loads it as `_gpumemtrace` where the name `gpumemtrace` is a
+    module of the program's (boot/sitecustomize.py), which is never
+    imported from here."""
+    return sys.modules[__package__]
+
+
 def _env_on(name: str, default: bool) -> bool:
     v = os.environ.get(name)
     if v is None or v.strip() == "":
@@ -85,8 +93,7 @@ def enabled() -> bool:
     """GPUMEMTRACE_FRAMEWORKS (default on), and the tracer loaded."""
     if not _env_on("GPUMEMTRACE_FRAMEWORKS", True):
         return False
-    import gpumemtrace
-    return gpumemtrace.available()
+    return _package().available()
 
 
 def _warn(text: str) -> None:
@@ -155,7 +162,7 @@ def _mark_optimizer_steps(torch: Any) -> None:
     register = getattr(module, "register_optimizer_step_post_hook", None)
     if register is None:
         return
-    import gpumemtrace
+    gpumemtrace = _package()
 
     def marked(optimizer: Any, args: Any, kwargs: Any) -> None:
         global _steps
@@ -232,8 +239,7 @@ def _watch(name: str) -> None:
     allocator freed its cache and the retry succeeded — is told as
     recovered, in one line."""
     try:
-        import gpumemtrace
-        gpumemtrace.framework(json.dumps({"name": name, "reason": "watch"}))
+        _package().framework(json.dumps({"name": name, "reason": "watch"}))
     except Exception as e:  # noqa: BLE001 - never the program's failure
         _warn(f"{name}: the tracer was not told of its observer ({type(e).__name__}: {e})")
 
@@ -262,8 +268,7 @@ def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
         peak = getattr(torch.cuda, "max_memory_allocated", None)
         for d in state["devices"] if peak is not None else []:
             d["peak_allocated_bytes"] = int(peak(d["device"]))
-        import gpumemtrace
-        gpumemtrace.framework(json.dumps(state))
+        _package().framework(json.dumps(state))
     except Exception as e:  # noqa: BLE001 - never the program's failure
         _warn(f"PyTorch's allocator state could not be handed over ({type(e).__name__}: {e})")
 
@@ -519,8 +524,7 @@ def _hand_over_state(what: str, reason: str, state_of_now: Callable[[], Dict[str
         state = state_of_now()
         if reason == "exit" and not state["devices"]:
             return
-        import gpumemtrace
-        gpumemtrace.framework(json.dumps(state))
+        _package().framework(json.dumps(state))
     except Exception as e:  # noqa: BLE001 - never the program's failure
         _warn(f"{what} could not be handed over ({type(e).__name__}: {e})")
 

@@ -145,6 +145,10 @@ struct sim_model {
 	struct CUmemPoolHandle_st *pools; /* created pools */
 	struct CUarray_st *arrays;
 	uint64_t next_handle;
+	/* Values of freed handles, the latest last: cuMemCreate gives them
+	 * out again before new ones, as the driver reuses its handles. */
+	uint64_t *free_handles;
+	size_t nfree_handles, free_handles_cap;
 	struct sim_totals totals;
 	bool forgotten;
 };

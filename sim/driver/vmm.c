@@ -51,6 +51,39 @@ GMTSIM_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity
 	return r;
 }
 
+/* A freed handle's value, for the next cuMemCreate; when there is no room to
+ * keep it, it is simply not given out again. Lock held. */
+static void handle_id_free(uint64_t id)
+{
+	struct sim_model *m = &gmtsim__model;
+
+	if (m->nfree_handles == m->free_handles_cap) {
+		size_t cap = m->free_handles_cap ? 2 * m->free_handles_cap : 64;
+		uint64_t *v = realloc(m->free_handles, cap * sizeof(*v));
+
+		if (v == NULL)
+			return;
+		m->free_handles = v;
+		m->free_handles_cap = cap;
+	}
+	m->free_handles[m->nfree_handles++] = id;
+}
+
+/* NOTE: the driver's handles are its own objects' addresses, and a value
+ * freed comes back from a later cuMemCreate; so do the simulator's (the
+ * latest freed first): a tracer must tell a handle from an earlier one of
+ * the same value. Lock held. */
+static uint64_t handle_id_new(void)
+{
+	uint64_t id;
+
+	if (gmtsim__model.nfree_handles > 0)
+		return gmtsim__model.free_handles[--gmtsim__model.nfree_handles];
+	id = gmtsim__model.next_handle;
+	gmtsim__model.next_handle += 0x10;
+	return id;
+}
+
 static void handle_maybe_free(struct sim_handle *h)
 {
 	if (h->refs > 0 || h->maps > 0)
@@ -58,6 +91,7 @@ static void handle_maybe_free(struct sim_handle *h)
 	gmtsim__model.dev[h->device].pages_used -= h->size / SIM_PAGE_SIZE;
 	tdelete(h, &gmtsim__model.handles, cmp_handle);
 	gmtsim__model.totals.frees++;
+	handle_id_free(h->id);
 	free(h);
 }
 
@@ -84,13 +118,13 @@ GMTSIM_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle,
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	*h = (struct sim_handle){ .id = gmtsim__model.next_handle, .size = size, .device = dev, .refs = 1 };
+	*h = (struct sim_handle){ .id = handle_id_new(), .size = size, .device = dev, .refs = 1 };
 	if (tsearch(h, &gmtsim__model.handles, cmp_handle) == NULL) {
+		handle_id_free(h->id);
 		free(h);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	gmtsim__model.next_handle += 0x10;
 	gmtsim__model.dev[dev].pages_used += size / SIM_PAGE_SIZE;
 	gmtsim__model.totals.allocs++;
 	*handle = h->id;

@@ -558,7 +558,7 @@ static void change(struct gmt__history *h, int device, uint64_t addr, uint64_t s
 		.addr = addr, .size = size, .stack = stack, .kind = GMT_KIND_DEVICE, .space = GMT_SPACE_MEMORY,
 		.device = (int16_t)device,
 	};
-	struct gmt__hist_cause cause = { .seq = seq, .time_ns = time_ns, .undo = seed };
+	struct gmt__hist_cause cause = { .seq = seq, .time_ns = time_ns, .put_back = seed };
 
 	gmt__history_change(h, &e, add, &cause);
 }

@@ -30,7 +30,8 @@ static CUresult alloc_done(struct gmt__call *c, CUresult r, enum gmt__kind kind,
 	return r;
 }
 
-/* The end of a hook that recorded its operation before the real call. */
+/* The end of a hook that noted its operation before the real call: recorded
+ * now, when the driver honoured it. */
 static CUresult free_done(struct gmt__call *c, uint64_t token, CUresult r)
 {
 	gmt__on_result(c, token, r);

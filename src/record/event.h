@@ -34,16 +34,19 @@ enum gmt__space {
 	GMT_SPACE_COUNT
 };
 
+/* Every operation is recorded after its real call, and only when the
+ * driver honoured it. An operation's window is its call: `link` (`span`
+ * for MAP) says where it began in the global order (state/apply.c puts
+ * records of one address or handle right when their windows overlap). */
 enum gmt__op {
-	GMT_OP_ALLOC,       /* after success: addr, size, kind, device */
-	GMT_OP_FREE,        /* after a real free the driver honoured: addr (space from kind) */
-	GMT_OP_FREE_FAILED, /* the real release, unmap or unreserve failed: undo the one with seq `link` */
+	GMT_OP_ALLOC,       /* addr, size, kind, device; link: window */
+	GMT_OP_FREE,        /* addr (space from kind); link: window */
 	GMT_OP_RETAIN,      /* cuMemRetainAllocationHandle: handle `addr` +1 */
-	GMT_OP_RELEASE,     /* cuMemRelease: handle `addr` -1 */
-	GMT_OP_MAP,         /* cuMemMap: addr, size, handle `link`, offset `extra` */
-	GMT_OP_UNMAP,       /* cuMemUnmap: addr, size */
-	GMT_OP_RESERVE,     /* cuMemAddressReserve: addr, size */
-	GMT_OP_UNRESERVE,   /* cuMemAddressFree: addr, size */
+	GMT_OP_RELEASE,     /* cuMemRelease: handle `addr` -1; link: window */
+	GMT_OP_MAP,         /* cuMemMap: addr, size, handle `link`, offset `extra`; span: window */
+	GMT_OP_UNMAP,       /* cuMemUnmap: addr, size; link: window */
+	GMT_OP_RESERVE,     /* cuMemAddressReserve: addr, size; link: window */
+	GMT_OP_UNRESERVE,   /* cuMemAddressFree: addr, size; link: window */
 	GMT_OP_CONTEXT_GONE, /* context `addr` destroyed; link 1: the primary context
 			      * of `device`, whose stream-ordered memory goes too */
 	GMT_OP_COUNT
@@ -55,15 +58,22 @@ struct gmt__event {
 	uint64_t time_ns;  /* CLOCK_REALTIME */
 	uint64_t addr;
 	uint64_t size;
-	uint64_t link;     /* FREE_FAILED: the FREE's seq; MAP: the handle; ALLOC: the seq when its call began */
+	uint64_t link;     /* MAP: the handle; CONTEXT_GONE: primary; else the seq when its call began */
 	uint64_t extra;    /* MAP: offset into the handle; ALLOC: the context */
 	uint32_t stack;    /* interned stack id, 0 = none */
 	uint32_t tid;      /* kernel thread id */
 	uint16_t api;      /* label: index into the api names (hooks.h) */
 	uint8_t op;        /* enum gmt__op */
 	uint8_t kind;      /* enum gmt__kind */
-	int16_t device;    /* -1 for host memory */
-	uint16_t stream;   /* ALLOC of kind async: its stream's id (streams.h), 0 when not known */
+	union {
+		struct {
+			int16_t device;  /* -1 for host memory */
+			uint16_t stream; /* ALLOC of kind async: its stream's id (streams.h), 0 when not known */
+		};
+		/* MAP (which has no device of its own, and `link` taken): seq
+		 * less the seq when its call began, at most UINT32_MAX. */
+		uint32_t span;
+	};
 };
 
 _Static_assert(sizeof(struct gmt__event) == 64, "an event is one cache line");

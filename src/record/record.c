@@ -196,6 +196,8 @@ static uint64_t record(const struct gmt__call *c, struct gmt__event *ev)
 	if (!gmt__ring_has_room(r))
 		make_room(r);
 	ev->seq = atomic_fetch_add_explicit(&gmt__core.next_seq, 1, memory_order_relaxed);
+	if (ev->op == GMT_OP_MAP)
+		ev->span = ev->seq - c->began < UINT32_MAX ? (uint32_t)(ev->seq - c->began) : UINT32_MAX;
 	gmt__ring_push(r, ev);
 	return ev->seq;
 }
@@ -283,15 +285,26 @@ static uint64_t record_op(const struct gmt__call *c, enum gmt__op op, enum gmt__
 /* The token of a free whose record waits for its result (gmt__tls.free_*). */
 #define FREE_PENDING UINT64_MAX
 
+/* Notes a free-like call for gmt__on_result, which records it when the
+ * driver honoured it. */
+static uint64_t pend(const struct gmt__call *c, enum gmt__op op, enum gmt__kind kind, uint64_t addr, uint64_t size)
+{
+	if (!c->record)
+		return 0;
+	gmt__tls.free_op = (uint8_t)op;
+	gmt__tls.free_kind = (uint8_t)kind;
+	gmt__tls.free_addr = addr;
+	gmt__tls.free_size = size;
+	return FREE_PENDING;
+}
+
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr)
 {
 	/* A free of NULL frees nothing: cudaFree(0), the idiom that creates a
 	 * context, reaches the driver as cuMemFree_v2(0). */
-	if (!c->record || addr == 0)
+	if (addr == 0)
 		return 0;
-	gmt__tls.free_addr = addr;
-	gmt__tls.free_kind = (uint8_t)kind;
-	return FREE_PENDING;
+	return pend(c, GMT_OP_FREE, kind, addr, 0);
 }
 
 void gmt__on_retain(const struct gmt__call *c, uint64_t handle)
@@ -301,27 +314,28 @@ void gmt__on_retain(const struct gmt__call *c, uint64_t handle)
 
 uint64_t gmt__on_release(const struct gmt__call *c, uint64_t handle)
 {
-	return record_op(c, GMT_OP_RELEASE, GMT_KIND_VMM, handle, 0, 0, 0);
+	return pend(c, GMT_OP_RELEASE, GMT_KIND_VMM, handle, 0);
 }
 
 void gmt__on_map(const struct gmt__call *c, uint64_t addr, uint64_t size, uint64_t handle, uint64_t offset)
 {
+	/* Its window goes in `span` (record). */
 	record_op(c, GMT_OP_MAP, GMT_KIND_VMM, addr, size, handle, offset);
 }
 
 uint64_t gmt__on_unmap(const struct gmt__call *c, uint64_t addr, uint64_t size)
 {
-	return record_op(c, GMT_OP_UNMAP, GMT_KIND_VMM, addr, size, 0, 0);
+	return pend(c, GMT_OP_UNMAP, GMT_KIND_VMM, addr, size);
 }
 
 void gmt__on_reserve(const struct gmt__call *c, uint64_t addr, uint64_t size)
 {
-	record_op(c, GMT_OP_RESERVE, GMT_KIND_VMM, addr, size, 0, 0);
+	record_op(c, GMT_OP_RESERVE, GMT_KIND_VMM, addr, size, c->began, 0);
 }
 
 uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t size)
 {
-	return record_op(c, GMT_OP_UNRESERVE, GMT_KIND_VMM, addr, size, 0, 0);
+	return pend(c, GMT_OP_UNRESERVE, GMT_KIND_VMM, addr, size);
 }
 
 void gmt__on_primary_retained(const struct gmt__call *c, int device, CUcontext ctx)
@@ -366,17 +380,14 @@ void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r)
 	 * error (docs/tracing.md: counted once). */
 	bool done = r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED;
 
-	if (token == FREE_PENDING) {
-		/* The free's window begins with its call (owed frees, apply). */
-		if (done)
-			record_op(c, GMT_OP_FREE, (enum gmt__kind)gmt__tls.free_kind, gmt__tls.free_addr, 0, c->began, 0);
-		else
-			STAT_ADD(failed_frees, 1);
+	if (token != FREE_PENDING)
 		return;
-	}
-	if (token == 0 || done)
-		return;
-	record_op(c, GMT_OP_FREE_FAILED, GMT_KIND_DEVICE, 0, 0, token, 0);
+	/* The call's window begins with it (state/apply.c: debts, counts). */
+	if (done)
+		record_op(c, (enum gmt__op)gmt__tls.free_op, (enum gmt__kind)gmt__tls.free_kind, gmt__tls.free_addr,
+			  gmt__tls.free_size, c->began, 0);
+	else
+		STAT_ADD(failed_frees, 1);
 }
 
 void gmt__on_failure(const struct gmt__call *c, CUresult r, enum gmt__kind kind, uint64_t size, int device)

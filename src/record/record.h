@@ -44,8 +44,10 @@ void gmt__on_alloc(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr
  * must call gmt__on_result with it on every path. */
 uint64_t gmt__on_free(const struct gmt__call *c, enum gmt__kind kind, uint64_t addr);
 
-/* VMM operations: after success for retain, map and reserve; before the real
- * call for release, unmap and unreserve (returning a token for gmt__on_result). */
+/* VMM operations: after success for retain, map and reserve; release, unmap
+ * and unreserve are noted before the real call, as frees are (returning a
+ * token for gmt__on_result), and recorded after it only when the driver
+ * honoured them (state/apply.c, "VMM handles"). */
 void gmt__on_retain(const struct gmt__call *c, uint64_t handle);
 uint64_t gmt__on_release(const struct gmt__call *c, uint64_t handle);
 void gmt__on_map(const struct gmt__call *c, uint64_t addr, uint64_t size, uint64_t handle, uint64_t offset);
@@ -54,10 +56,10 @@ void gmt__on_reserve(const struct gmt__call *c, uint64_t addr, uint64_t size);
 uint64_t gmt__on_unreserve(const struct gmt__call *c, uint64_t addr, uint64_t size);
 
 /* After the real call (`token` from gmt__on_free, _release, _unmap,
- * _unreserve): a free is recorded now when it succeeded; the others,
- * recorded before the call, are undone when it failed — except
+ * _unreserve): the operation is recorded now when it succeeded, or answered
  * CUDA_ERROR_DEINITIALIZED, which at teardown means the driver has already
- * released the memory. */
+ * released the memory; a refused one is counted (stats.failed_frees) and
+ * changes nothing. */
 void gmt__on_result(const struct gmt__call *c, uint64_t token, CUresult r);
 
 /* Contexts: a device's primary context was retained (`ctx` is its handle); a

@@ -318,10 +318,13 @@ static void out_entry(struct gmt__json *o, const struct gmt__entry *e, const str
 	}
 	switch (e->space) {
 	case GMT_SPACE_HANDLE:
+		/* Each count may be below zero for a while (table.h): a
+		 * release or unmap recorded before the map or retain it
+		 * followed. */
 		p = gmt__put_lit(p, ", \"refs\": ");
-		p = gmt__put_u64(p, e->refs);
+		p = gmt__put_u64(p, e->refs > 0 ? (uint64_t)e->refs : 0);
 		p = gmt__put_lit(p, ", \"mappings\": ");
-		p = gmt__put_u64(p, e->aux);
+		p = gmt__put_u64(p, (int64_t)e->aux > 0 ? e->aux : 0);
 		break;
 	case GMT_SPACE_MAPPING:
 		p = gmt__put_lit(p, ", \"handle\": ");

@@ -68,94 +68,23 @@ static void account(const struct gmt__entry *e, bool add)
 	}
 }
 
-static struct gmt__undo *undo_begin(uint64_t seq)
-{
-	struct gmt__undo *u = &gmt__core.undo[seq % GMT_UNDO_SLOTS];
-
-	u->seq = seq;
-	u->nremoved = u->ndec = 0;
-	return u;
-}
-
-static void undo_removed(struct gmt__undo *u, const struct gmt__entry *e)
-{
-	if (u->nremoved < GMT_UNDO_ENTRIES)
-		u->removed[u->nremoved++] = *e;
-	else
-		u->seq = 0; /* too much to put back: a later undo reports it lost */
-}
-
-static void undo_dec(struct gmt__undo *u, uint64_t handle, uint8_t op)
-{
-	if (u->ndec < GMT_UNDO_ENTRIES) {
-		u->dec_handle[u->ndec] = handle;
-		u->dec_op[u->ndec++] = op;
-	} else {
-		u->seq = 0;
-	}
-}
-
 /* The bookkeeping of an entry that left the table. */
-static void removed(const struct gmt__entry *e, struct gmt__undo *u)
+static void removed(const struct gmt__entry *e)
 {
 	account(e, false);
 	if (counts_as_memory(e->space))
 		gmt__core.total_frees++;
-	if (u != NULL)
-		undo_removed(u, e);
-}
-
-static void remove_entry(struct gmt__entry *e, struct gmt__undo *u)
-{
-	struct gmt__entry copy = *e;
-
-	gmt__table_remove(gmt__core.table, copy.space, copy.addr, NULL);
-	removed(&copy, u);
 }
 
 /* Removes (space, addr) in one probe; false when it was not there. */
-static bool remove_key(enum gmt__space space, uint64_t addr, struct gmt__undo *u)
+static bool remove_key(enum gmt__space space, uint64_t addr)
 {
 	struct gmt__entry e;
 
 	if (!gmt__table_remove(gmt__core.table, space, addr, &e))
 		return false;
-	removed(&e, u);
+	removed(&e);
 	return true;
-}
-
-/* A handle with no reference and no mapping left holds no memory. */
-static void handle_settle(struct gmt__entry *h, struct gmt__undo *u)
-{
-	if (h->refs == 0 && h->aux == 0)
-		remove_entry(h, u);
-}
-
-/* cuMemUnmap: the range is made of whole mappings, each dropping one mapping of
- * its handle. */
-static void apply_unmap(const struct gmt__event *ev, struct gmt__undo *u)
-{
-	uint64_t at = ev->addr, end = ev->addr + ev->size;
-
-	while (at < end) {
-		struct gmt__entry *m = gmt__table_find(gmt__core.table, GMT_SPACE_MAPPING, at);
-		struct gmt__entry *h;
-		uint64_t handle;
-
-		if (m == NULL) {
-			STAT_ADD(unknown_frees, 1);
-			return;
-		}
-		handle = m->link;
-		at += m->size;
-		remove_entry(m, u);
-		h = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, handle);
-		if (h != NULL && h->aux > 0) {
-			h->aux--;
-			undo_dec(u, handle, GMT_OP_UNMAP);
-			handle_settle(h, u);
-		}
-	}
 }
 
 struct gone {
@@ -204,15 +133,18 @@ static void apply_context_gone(uintptr_t ctx, int device, bool primary)
 		gmt__warn_once(&once, "out of memory while dropping a destroyed context's allocations");
 	}
 	for (size_t i = 0; i < g.n; i++)
-		remove_key((enum gmt__space)g.v[i].space, g.v[i].addr, NULL);
+		remove_key((enum gmt__space)g.v[i].space, g.v[i].addr);
 	free(g.v);
 }
 
 /* Frees are recorded after their real call, and only when the driver
  * honoured it: two frees of one address racing (a program's double free)
- * then record exactly the one that freed. Every free and allocation record
- * carries its window's start (link: next_seq when its call began), and two
- * orders the records can invert are put right here:
+ * then record exactly the one that freed. So are VMM releases, unmaps and
+ * address frees (their handles below, "VMM handles"). Every record of a
+ * free and of what makes an entry carries its window's start (link, or
+ * span: next_seq when its call began), and two orders the records can
+ * invert are put right here, in every space (memory, arrays, reservations,
+ * mappings):
  *
  * - An allocation recorded at an address the table still holds: the driver
  *   never gives out a live address, so a free of the old entry ran and has
@@ -242,11 +174,12 @@ static void apply_context_gone(uintptr_t ctx, int device, bool primary)
 /* The debts: 4-way sets by address. Open debts are few (at most one per
  * free in flight, plus frees the tracer never saw), so a full set gives up
  * its oldest (stats.debts_dropped): that late free, if it still comes,
- * removes what then lives at the address. */
+ * removes what then lives at the address. `size` is the replaced entry's:
+ * a late unmap walks its range mapping by mapping. */
 #define DEBT_SETS 512
 #define DEBT_WAYS 4
 static struct gmt__debt {
-	uint64_t addr, seq;
+	uint64_t addr, seq, size;
 	uint32_t count;
 	uint8_t space;
 } debts[DEBT_SETS][DEBT_WAYS];
@@ -257,7 +190,7 @@ static struct gmt__debt *debt_set(uint64_t addr)
 	return debts[(size_t)((addr >> 6) * 0x9e3779b97f4a7c15ull >> 55) % DEBT_SETS];
 }
 
-static void debt_add(enum gmt__space space, uint64_t addr, uint64_t seq)
+static void debt_add(enum gmt__space space, uint64_t addr, uint64_t seq, uint64_t size)
 {
 	struct gmt__debt *set = debt_set(addr), *slot = NULL;
 
@@ -268,6 +201,7 @@ static void debt_add(enum gmt__space space, uint64_t addr, uint64_t seq)
 			/* Paid by frees begun before the latest allocation. */
 			d->count++;
 			d->seq = seq;
+			d->size = size;
 			return;
 		}
 		if (slot == NULL || (slot->count > 0 && (d->count == 0 || d->seq < slot->seq)))
@@ -277,10 +211,12 @@ static void debt_add(enum gmt__space space, uint64_t addr, uint64_t seq)
 		STAT_ADD(debts_dropped, 1);
 	else
 		debts_open++;
-	*slot = (struct gmt__debt){ .addr = addr, .seq = seq, .count = 1, .space = (uint8_t)space };
+	*slot = (struct gmt__debt){ .addr = addr, .seq = seq, .size = size, .count = 1, .space = (uint8_t)space };
 }
 
-static bool debt_pay(enum gmt__space space, uint64_t addr, uint64_t began)
+/* Pays a debt of (space, addr) with a free begun at `began`: true, and the
+ * size of the entry it freed into *size, when there was one to pay. */
+static bool debt_pay(enum gmt__space space, uint64_t addr, uint64_t began, uint64_t *size)
 {
 	struct gmt__debt *set;
 
@@ -292,6 +228,7 @@ static bool debt_pay(enum gmt__space space, uint64_t addr, uint64_t began)
 
 		if (d->count == 0 || d->addr != addr || d->space != (uint8_t)space || began > d->seq)
 			continue;
+		*size = d->size;
 		if (--d->count == 0)
 			debts_open--;
 		return true;
@@ -316,6 +253,7 @@ static void unknown_free(enum gmt__space space, uint64_t addr, uint64_t seq)
 {
 	size_t i = unknown_slot(addr);
 
+	STAT_ADD(unknown_frees, 1);
 	unknown_any = true;
 	unknown_frees_seen[i].addr = addr;
 	unknown_frees_seen[i].seq = seq;
@@ -333,61 +271,262 @@ static bool freed_in_flight(enum gmt__space space, uint64_t addr, uint64_t began
 	return true;
 }
 
-/* Inserts *e. An entry already at its key is replaced: with debt_seq (an
- * allocation's number) it was freed by a free not yet recorded, which the
- * address now owes (debts above); without, it was lost track of. */
-static bool insert(const struct gmt__entry *e, uint64_t debt_seq)
+/* gmt__table_insert, one warning when the table is out of memory. */
+static struct gmt__entry *table_put(const struct gmt__entry *e, struct gmt__entry *replaced)
 {
-	size_t before = gmt__table_count(gmt__core.table);
-	struct gmt__entry old;
+	struct gmt__entry *at = gmt__table_insert(gmt__core.table, e, replaced);
 
-	if (gmt__table_insert(gmt__core.table, e, &old) == NULL) {
+	if (at == NULL) {
 		static bool once;
 		gmt__warn_once(&once, "out of memory for the live table; some allocations are not tracked");
-		return false;
 	}
-	/* One probe: the count tells a replaced entry from a new one. */
+	return at;
+}
+
+/* Inserts *e, made by the record numbered `seq`. An entry already at its key
+ * was freed by a free not yet recorded: it leaves (copied to *old when not
+ * NULL) and the address owes that free (debts above). Returns 1 when an
+ * entry was replaced, 0 when not, -1 when the table is out of memory. */
+static int insert(const struct gmt__entry *e, uint64_t seq, struct gmt__entry *old)
+{
+	size_t before = gmt__table_count(gmt__core.table);
+	struct gmt__entry replaced;
+	int r = 0;
+
+	if (table_put(e, &replaced) == NULL)
+		return -1;
+	/* One probe: the count tells a replaced entry from a new one. The
+	 * old one leaves before the new one counts (no false peak). */
 	if (gmt__table_count(gmt__core.table) == before) {
 		STAT_ADD(replaced, 1);
-		if (debt_seq != 0) {
-			removed(&old, NULL);
-			debt_add((enum gmt__space)e->space, e->addr, debt_seq);
-		} else {
-			account(&old, false);
-		}
+		removed(&replaced);
+		debt_add((enum gmt__space)e->space, e->addr, seq, replaced.size);
+		if (old != NULL)
+			*old = replaced;
+		r = 1;
 	}
 	account(e, true);
+	return r;
+}
+
+/* A free of (space, addr) the driver honoured, its call begun at `began`,
+ * recorded as `seq`: false when the table held nothing there (nor owed a
+ * free). What it freed goes to *out: the entry that left, or, when it paid
+ * a debt (the entry left earlier), only its size, with space
+ * GMT_SPACE_COUNT. */
+static bool apply_free(enum gmt__space space, uint64_t addr, uint64_t began, uint64_t seq, struct gmt__entry *out)
+{
+	struct gmt__entry e;
+
+	/* A free that made room for a later allocation was applied then. */
+	if (debt_pay(space, addr, began, &out->size)) {
+		out->space = GMT_SPACE_COUNT; /* nothing left the table now */
+		return true;
+	}
+	if (gmt__table_remove(gmt__core.table, space, addr, &e)) {
+		removed(&e);
+		*out = e;
+		return true;
+	}
+	unknown_free(space, addr, seq);
+	return false;
+}
+
+/* --- VMM handles: counts that commute ------------------------------------------------- */
+
+/* A handle holds memory from its cuMemCreate until both its references
+ * (cuMemRelease) and its mappings (cuMemUnmap) are gone; retains and maps
+ * add to them. Recorded after their calls, a release or unmap can reach
+ * the consumer before the map or retain it followed (one thread maps,
+ * another releases the last reference counting on that mapping), and a
+ * create before the last release or unmap of the earlier handle of the same
+ * value (the driver gives a freed handle's value out again). Counting puts
+ * both right without any order: references and mappings are counted as
+ * signed numbers over every record of the value, the latest create giving
+ * size, device and stack; a sum of additions is the same in any order, so
+ * once every call has recorded, the sum is the driver's — above zero while
+ * the handle lives, zero once it is freed (every earlier handle of the value
+ * added up to zero). Between, the tracer holds the handle while its sum is
+ * above zero: in the table, counted as memory. One whose sum falls to zero
+ * or below leaves for `settled`, where a later record of the value finds
+ * its counts: a map or retain that lifts it above zero puts it back
+ * (stats.put_back: its free uncounted, the history told it is not new).
+ *
+ * Totals: a create counts an allocation and a free (a handle is freed
+ * unless the table holds it); entering the table takes the free back,
+ * leaving counts it again. */
+
+static int64_t handle_sum(const struct gmt__entry *h)
+{
+	return (int64_t)h->refs + (int64_t)h->aux;
+}
+
+/* The handles that left the table (their sum at most zero), 4-way sets by
+ * value, until a later record or the set's need of room. A full set forgets
+ * its oldest; one whose counts were not settled yet (stats.handles_forgotten)
+ * loses the record still to come: a map or retain of it is then of a handle
+ * the tracer does not know, a release or unmap frees nothing. */
+#define SETTLED_SETS 256
+#define SETTLED_WAYS 4
+static struct settled {
+	struct gmt__entry e;
+	uint64_t seq; /* when it came, 0: a free way */
+} settled[SETTLED_SETS][SETTLED_WAYS];
+
+static struct settled *settled_set(uint64_t id)
+{
+	return settled[(size_t)(id * 0x9e3779b97f4a7c15ull >> 56) % SETTLED_SETS];
+}
+
+static struct settled *settled_find(uint64_t id)
+{
+	struct settled *set = settled_set(id);
+
+	for (int w = 0; w < SETTLED_WAYS; w++) {
+		if (set[w].seq != 0 && set[w].e.addr == id)
+			return &set[w];
+	}
+	return NULL;
+}
+
+/* Keeps *e (record `seq`) in its way, else in a free one, else in place of
+ * the set's oldest. */
+static void settled_put(const struct gmt__entry *e, uint64_t seq)
+{
+	struct settled *set = settled_set(e->addr), *slot = settled_find(e->addr);
+
+	for (int w = 0; slot == NULL && w < SETTLED_WAYS; w++) {
+		if (set[w].seq == 0)
+			slot = &set[w];
+	}
+	if (slot == NULL) {
+		slot = &set[0];
+		for (int w = 1; w < SETTLED_WAYS; w++) {
+			if (set[w].seq < slot->seq)
+				slot = &set[w];
+		}
+		if (slot->e.refs != 0 || slot->e.aux != 0)
+			STAT_ADD(handles_forgotten, 1);
+	}
+	slot->e = *e;
+	slot->seq = seq != 0 ? seq : 1;
+}
+
+/* Adds `refs` references and `maps` mappings to handle `id` (record `seq`);
+ * `created`: the cuMemCreate that made it (refs 1), whose size, device and
+ * stack the handle takes. False when the tracer knows no handle of that
+ * value. */
+static bool handle_add(uint64_t id, int refs, int maps, const struct gmt__entry *created, uint64_t seq)
+{
+	struct gmt__entry *h = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, id), e;
+	struct settled *s = NULL;
+
+	if (created != NULL) {
+		gmt__core.total_allocs++;
+		gmt__core.total_frees++;
+	}
+	if (h != NULL) {
+		if (created != NULL) {
+			/* The earlier handle of this value was freed before
+			 * the create; its last release or unmap is still to
+			 * record (and will add up to zero with its counts). */
+			STAT_ADD(replaced, 1);
+			account(h, false);
+			e = *created;
+			e.refs = h->refs;
+			e.aux = h->aux;
+			*h = e;
+			account(h, true);
+		}
+		h->refs = (int16_t)(h->refs + refs);
+		h->aux = (uint64_t)((int64_t)h->aux + maps);
+		if (handle_sum(h) > 0)
+			return true;
+		e = *h;
+		gmt__table_remove(gmt__core.table, GMT_SPACE_HANDLE, id, NULL);
+		account(&e, false);
+		gmt__core.total_frees++;
+		settled_put(&e, seq);
+		return true;
+	}
+	s = settled_find(id);
+	if (s == NULL && created == NULL) {
+		/* A stale release of a value given out again may come
+		 * before the create's record (freed_in_flight); a map's or
+		 * an unmap's handle is the mapping's own. */
+		if (refs < 0)
+			unknown_free(GMT_SPACE_HANDLE, id, seq);
+		return false;
+	}
+	if (created != NULL) {
+		e = *created;
+		e.refs = s != NULL ? s->e.refs : 0;
+		e.aux = s != NULL ? s->e.aux : 0;
+	} else {
+		e = s->e;
+	}
+	e.refs = (int16_t)(e.refs + refs);
+	e.aux = (uint64_t)((int64_t)e.aux + maps);
+	if (handle_sum(&e) <= 0) {
+		settled_put(&e, seq);
+		return true;
+	}
+	if (table_put(&e, NULL) == NULL)
+		return true;
+	if (s != NULL)
+		s->seq = 0;
+	if (created == NULL) {
+		STAT_ADD(put_back, 1);
+		gmt__core.cause.put_back = true;
+	}
+	account(&e, true);
+	gmt__core.cause.put_back = false;
+	gmt__core.total_frees--;
 	return true;
 }
 
-/* Puts back what the removal with sequence number `seq` took away: its real
- * call failed, so nothing was freed. */
-static void apply_undo(uint64_t seq)
+/* cuMemMap: a mapping of its handle. */
+static void apply_map(const struct gmt__event *ev, struct gmt__entry *e)
 {
-	struct gmt__undo *u = &gmt__core.undo[seq % GMT_UNDO_SLOTS];
+	uint64_t began = ev->seq - ev->span;
+	const struct gmt__entry *h = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, ev->link);
+	const struct settled *s = h == NULL ? settled_find(ev->link) : NULL;
+	struct gmt__entry old;
+	int r;
 
-	if (u->seq != seq) {
-		STAT_ADD(undo_lost, 1);
+	e->space = GMT_SPACE_MAPPING;
+	e->link = ev->link;
+	e->aux = ev->extra;
+	e->device = h != NULL ? h->device : s != NULL ? s->e.device : -1;
+	r = insert(e, ev->seq, &old);
+	if (r < 0)
 		return;
-	}
-	for (int i = 0; i < u->nremoved; i++) {
-		if (gmt__table_find(gmt__core.table, u->removed[i].space, u->removed[i].addr) == NULL &&
-		    insert(&u->removed[i], 0) && counts_as_memory(u->removed[i].space))
-			gmt__core.total_frees--;
-	}
-	for (int i = 0; i < u->ndec; i++) {
-		struct gmt__entry *h = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, u->dec_handle[i]);
+	handle_add(ev->link, 0, 1, NULL, ev->seq);
+	/* The mapping an unmap not yet recorded took away. */
+	if (r > 0)
+		handle_add(old.link, 0, -1, NULL, ev->seq);
+	/* Unmapped already, by an unmap recorded while this map's call was
+	 * under way (freed_in_flight). */
+	if (freed_in_flight(GMT_SPACE_MAPPING, ev->addr, began, ev->seq) &&
+	    gmt__table_remove(gmt__core.table, GMT_SPACE_MAPPING, ev->addr, NULL))
+		handle_add(ev->link, 0, -1, NULL, ev->seq);
+}
 
-		if (h == NULL)
-			continue;
-		if (u->dec_op[i] == GMT_OP_RELEASE)
-			h->refs++;
-		else
-			h->aux++;
+/* cuMemUnmap: the range is made of whole mappings, each dropping one mapping
+ * of its handle. */
+static void apply_unmap(const struct gmt__event *ev)
+{
+	uint64_t at = ev->addr, end = ev->addr + ev->size;
+
+	while (at < end) {
+		struct gmt__entry m;
+
+		if (!apply_free(GMT_SPACE_MAPPING, at, ev->link, ev->seq, &m) || m.size == 0)
+			return;
+		if (m.space == GMT_SPACE_MAPPING)
+			handle_add(m.link, 0, -1, NULL, ev->seq);
+		at += m.size;
 	}
-	if (u->nremoved > 0 || u->ndec > 0)
-		STAT_ADD(undone, 1);
-	u->seq = 0;
 }
 
 void gmt__apply(const struct gmt__event *ev)
@@ -398,91 +537,63 @@ void gmt__apply(const struct gmt__event *ev)
 		.stack = ev->stack, .tid = ev->tid, .api = ev->api, .kind = ev->kind,
 		.space = (uint8_t)space, .device = ev->device,
 	};
-	struct gmt__entry *found;
-	struct gmt__undo *u;
+	struct gmt__entry freed;
 
 	GMT_CHECK(gmt__core_held());
 	gmt__core.cause = (struct gmt__hist_cause){
 		.seq = ev->seq, .time_ns = ev->time_ns, .tid = ev->tid, .api = ev->api,
-		.undo = ev->op == GMT_OP_FREE_FAILED,
 	};
 	if (gmt__core.have_hist)
 		gmt__history_tick(&gmt__core.hist, ev->time_ns);
 	switch ((enum gmt__op)ev->op) {
 	case GMT_OP_ALLOC:
 		if (ev->kind == GMT_KIND_VMM) {
-			e.refs = 1;
-		} else {
-			e.aux = ev->extra; /* the context it belongs to */
-			e.stream = ev->stream;
+			handle_add(ev->addr, 1, 0, &e, ev->seq);
+			/* Released already by a stale release of the value
+			 * while this create was under way (freed_in_flight). */
+			if (freed_in_flight(GMT_SPACE_HANDLE, ev->addr, ev->link, ev->seq))
+				handle_add(ev->addr, -1, 0, NULL, ev->seq);
+			break;
 		}
-		/* A handle replaced was lost track of; an address replaced
-		 * owes the free that made room (debts, "Frees are recorded"). */
-		if (insert(&e, ev->kind == GMT_KIND_VMM ? 0 : ev->seq) && counts_as_memory(space))
+		e.aux = ev->extra; /* the context it belongs to */
+		e.stream = ev->stream;
+		if (insert(&e, ev->seq, NULL) >= 0 && counts_as_memory(space))
 			gmt__core.total_allocs++;
 		/* Freed already: a free that found nothing, recorded while this
 		 * allocation's call was under way, freed it (freed_in_flight). */
 		if (freed_in_flight(space, ev->addr, ev->link, ev->seq))
-			remove_key(space, ev->addr, NULL);
+			remove_key(space, ev->addr);
 		break;
 	case GMT_OP_FREE:
-		/* Recorded after the driver honoured it: nothing to undo. A
-		 * free that made room for a later allocation was applied then. */
-		if (debt_pay(space, ev->addr, ev->link))
-			break;
-		if (!remove_key(space, ev->addr, NULL)) {
-			STAT_ADD(unknown_frees, 1);
-			unknown_free(space, ev->addr, ev->seq);
+		if (!apply_free(space, ev->addr, ev->link, ev->seq, &freed))
 			gmt__info("%s of %#llx: nothing the tracer saw allocated there (counted in unknown_frees)",
 				  ev->api < GMT_API_COUNT ? gmt__api_names[ev->api] : "a free",
 				  (unsigned long long)ev->addr);
-		}
-		break;
-	case GMT_OP_FREE_FAILED:
-		apply_undo(ev->link);
 		break;
 	case GMT_OP_RETAIN:
-		found = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, ev->addr);
-		if (found == NULL)
+		if (!handle_add(ev->addr, 1, 0, NULL, ev->seq))
 			STAT_ADD(unknown_frees, 1);
-		else
-			found->refs++;
 		break;
 	case GMT_OP_RELEASE:
-		u = undo_begin(ev->seq);
-		found = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, ev->addr);
-		if (found == NULL || found->refs == 0) {
-			STAT_ADD(unknown_frees, 1);
-			break;
-		}
-		found->refs--;
-		undo_dec(u, ev->addr, GMT_OP_RELEASE);
-		handle_settle(found, u);
+		handle_add(ev->addr, -1, 0, NULL, ev->seq);
 		break;
 	case GMT_OP_MAP:
-		e.space = GMT_SPACE_MAPPING;
-		e.link = ev->link;
-		e.aux = ev->extra;
-		found = gmt__table_find(gmt__core.table, GMT_SPACE_HANDLE, ev->link);
-		if (found != NULL) {
-			found->aux++;
-			e.device = found->device;
-		}
-		insert(&e, 0);
+		apply_map(ev, &e);
 		break;
 	case GMT_OP_UNMAP:
-		apply_unmap(ev, undo_begin(ev->seq));
+		apply_unmap(ev);
 		break;
 	case GMT_OP_RESERVE:
 		e.space = GMT_SPACE_RESERVATION;
-		insert(&e, 0);
+		insert(&e, ev->seq, NULL);
+		if (freed_in_flight(GMT_SPACE_RESERVATION, ev->addr, ev->link, ev->seq))
+			remove_key(GMT_SPACE_RESERVATION, ev->addr);
+		break;
+	case GMT_OP_UNRESERVE:
+		apply_free(GMT_SPACE_RESERVATION, ev->addr, ev->link, ev->seq, &freed);
 		break;
 	case GMT_OP_CONTEXT_GONE:
 		apply_context_gone(ev->addr, ev->device, ev->link != 0);
-		break;
-	case GMT_OP_UNRESERVE:
-		if (!remove_key(GMT_SPACE_RESERVATION, ev->addr, undo_begin(ev->seq)))
-			STAT_ADD(unknown_frees, 1);
 		break;
 	case GMT_OP_COUNT:
 		break;
@@ -506,4 +617,5 @@ void gmt__apply_after_fork(void)
 	unknown_any = false;
 	memset(debts, 0, sizeof(debts));
 	debts_open = 0;
+	memset(settled, 0, sizeof(settled));
 }

@@ -364,7 +364,7 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 	}
 	/* The rounds of the program's sequence (GMT_SCALES): one ends before
 	 * this change when it holds its count of changes, a free among them. */
-	for (int k = 1; k < GMT_SCALE_STEPS && !cause->undo; k++) {
+	for (int k = 1; k < GMT_SCALE_STEPS && !cause->put_back; k++) {
 		static const uint32_t events[GMT_SCALES] = GMT_SCALE_EVENTS;
 
 		if (h->round_events[k] >= events[k] && h->round_freed[k]) {
@@ -382,7 +382,7 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 		if (add) {
 			s->live_bytes += e->size;
 			s->live_count++;
-			if (!cause->undo) {
+			if (!cause->put_back) {
 				s->allocs++;
 				s->alloc_bytes += e->size;
 			}

@@ -101,7 +101,7 @@ struct gmt__hist_cause {
 	uint64_t seq, time_ns;
 	uint32_t tid;
 	uint16_t api;
-	bool undo; /* put back after a failed VMM release, unmap or unreserve: not new */
+	bool put_back; /* not new: a VMM handle counted freed too soon (state/apply.c), a tensor seeded */
 };
 
 struct gmt__history {

@@ -15,7 +15,9 @@
 
 /* 56 bytes. `link` and `aux` depend on the space:
  * - GMT_SPACE_MAPPING: link = the handle mapped, aux = the offset into it;
- * - GMT_SPACE_HANDLE: aux = the number of mappings of it, refs = references;
+ * - GMT_SPACE_HANDLE: aux = the number of mappings of it (as an int64_t),
+ *   refs = references: both signed, each may be below zero for a while,
+ *   their sum is above zero (state/apply.c, "VMM handles");
  * - otherwise: link = the seq of the event that made the entry, aux = the
  *   context it was allocated in (0 when not known), which takes it along when
  *   it is destroyed. */
@@ -32,7 +34,7 @@ struct gmt__entry {
 	uint8_t space;
 	int16_t device;
 	union {
-		uint16_t refs;   /* GMT_SPACE_HANDLE: references */
+		int16_t refs;    /* GMT_SPACE_HANDLE: references */
 		uint16_t stream; /* kind async: its stream's id (record/streams.h), 0: not known */
 	};
 };

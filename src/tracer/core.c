@@ -118,7 +118,6 @@ static void fork_child(void)
 	memset(gmt__core.kind_count, 0, sizeof(gmt__core.kind_count));
 	memset(gmt__core.device_peak, 0, sizeof(gmt__core.device_peak));
 	memset(gmt__core.api_peak, 0, sizeof(gmt__core.api_peak));
-	memset(gmt__core.undo, 0, sizeof(gmt__core.undo));
 #define GMT_X_ZERO(name, help) atomic_store_explicit(&gmt__core.stats.name, 0, memory_order_relaxed);
 	GMT_STATS(GMT_X_ZERO)
 #undef GMT_X_ZERO

@@ -52,8 +52,6 @@
 #define GMT_STORM_EPISODES 8
 #define GMT_EPISODE_REWRITE_NS 1000000000ull
 #define GMT_PEAK_INTERVAL_NS 1000000000ull
-#define GMT_UNDO_SLOTS 1024
-#define GMT_UNDO_ENTRIES 4
 /* The background thread's sleep when a pass found nothing, paced by what the
  * last sleep let gather: halved when it gathered more than a quarter of a
  * ring (or the doorbell had to wake the thread), doubled when less than a
@@ -79,9 +77,9 @@
 	X(unknown_frees, "frees, releases and unmaps of nothing the tracer knew")             \
 	X(replaced, "allocations at an address already live (its free recorded later or unseen)") \
 	X(debts_dropped, "late frees forgotten: too many open at one address set")             \
-	X(undone, "records undone because the real call failed")                              \
-	X(undo_lost, "failed calls whose record could no longer be undone")                   \
-	X(failed_frees, "frees the driver refused (not recorded: nothing was freed)")           \
+	X(put_back, "VMM handles counted freed too soon and put back (a late map or retain)") \
+	X(handles_forgotten, "released VMM handles forgotten with a record still to come")    \
+	X(failed_frees, "frees, releases and unmaps the driver refused (not recorded)")        \
 	X(untracked_calls, "intercepted calls not recorded (tracer off or out of memory)")    \
 	X(device_unknown, "allocations whose device could not be asked")                      \
 	X(python_stacks, "allocations recorded with Python frames")                           \
@@ -129,15 +127,6 @@ extern const char *const gmt__labels[GMT_LABEL_COUNT];
 
 /* The label of framework `name` (GMT_LABEL_framework when it has none). */
 enum gmt__label gmt__framework_label(const char *name);
-
-/* What a removal did, so that a failed real call can put it back. */
-struct gmt__undo {
-	uint64_t seq;
-	int nremoved, ndec;
-	struct gmt__entry removed[GMT_UNDO_ENTRIES];
-	uint64_t dec_handle[GMT_UNDO_ENTRIES]; /* handles whose refs (RELEASE) or maps (UNMAP) dropped */
-	uint8_t dec_op[GMT_UNDO_ENTRIES];
-};
 
 /* What one out-of-memory snapshot of an episode left (gmt__snapshot_take_oom):
  * its report (printed when the episode ends), the file's path, its number
@@ -242,7 +231,6 @@ struct gmt__core {
 	 * stops applying events there (stop_at_peak) and writes it. */
 	bool peak_armed, peak_due, stop_at_peak;
 	uint64_t peak_next_bytes, peak_next_ns;
-	struct gmt__undo undo[GMT_UNDO_SLOTS];
 	struct gmt__snapshot_process process; /* rank and friends from init; host and ppid per snapshot */
 	/* The leak check: the status the program passed to exit() (on_exit;
 	 * -1 until then), the suppression rules, and why the file's were refused. */
@@ -280,9 +268,10 @@ struct gmt__thread {
 	 * ntags counts deeper ones too, which are not recorded. */
 	int ntags;
 	uint32_t tags[GMT_STACK_MAX_TAGS];
-	/* A free between gmt__on_free and gmt__on_result. */
-	uint64_t free_addr;
-	uint8_t free_kind;
+	/* A free, release, unmap or unreserve between its gmt__on_* and
+	 * gmt__on_result: what it will record when the driver honours it. */
+	uint64_t free_addr, free_size;
+	uint8_t free_op, free_kind;
 	bool holds_lock; /* this thread holds gmt__core.lock (for GMT_CHECK) */
 };
 

@@ -167,12 +167,12 @@ static void test_sites(void)
 	CHECK_U64(growth, 0);
 	CHECK(gmt__history_site(&h, 77) == NULL);
 
-	/* An undone free's allocation comes back without counting anew. */
+	/* An allocation put back comes back without counting anew. */
 	{
-		struct gmt__hist_cause undo = at(T0 + 300 * MS, 1000);
+		struct gmt__hist_cause back = at(T0 + 300 * MS, 1000);
 
-		undo.undo = true;
-		gmt__history_change(&h, &keep, true, &undo);
+		back.put_back = true;
+		gmt__history_change(&h, &keep, true, &back);
 		s = gmt__history_site(&h, 5);
 		CHECK_U64(s->allocs, 6);
 		CHECK_U64(s->live_bytes, 100);

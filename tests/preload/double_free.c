@@ -15,6 +15,8 @@
 
 #include <cuda.h>
 
+#include "shuffle.h"
+
 #define BLOCKS 32
 #define MAX_FREERS 8
 #define ALLOCS 48
@@ -41,14 +43,7 @@ static void *free_all(void *arg)
 	int order[BLOCKS];
 
 	cuCtxSetCurrent(ctx);
-	for (int i = 0; i < BLOCKS; i++)
-		order[i] = i;
-	for (int i = BLOCKS - 1; i > 0; i--) {
-		int j = (int)(rand_r(&f->seed) % (unsigned)(i + 1)), t = order[i];
-
-		order[i] = order[j];
-		order[j] = t;
-	}
+	shuffle(order, BLOCKS, &f->seed);
 	pthread_barrier_wait(&start);
 	for (int i = 0; i < BLOCKS; i++)
 		(void)cuMemFree(blocks[order[i]]); /* all but one fail: the program's bug */

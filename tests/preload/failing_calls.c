@@ -2,8 +2,8 @@
  * each: prints every result, whether errno and the output argument were left
  * alone. Run with and without the tracer, the output must be the same. One of
  * the failing frees is of a live device pointer (cuMemFreeHost on it): the
- * tracer records frees before the real call, so it must put the allocation back
- * — the exit snapshot still lists it (tests/preload compares with the ledger). */
+ * tracer records a free only when the driver honoured it, so the exit snapshot
+ * still lists it (tests/preload compares with the ledger). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cudaTypedefs.h>

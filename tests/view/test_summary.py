@@ -323,7 +323,7 @@ def minimal_and_empty_snapshots() -> None:
 @test
 def tracer_warnings_and_host_oom() -> None:
     doc, _ = fixtures.synthetic(n=50)
-    doc["stats"].update(ring_full=3, unknown_frees=2, undone=5, python_stacks=7, snapshots=1)
+    doc["stats"].update(ring_full=3, unknown_frees=2, put_back=5, python_stacks=7, snapshots=1)
     # Pinned host memory that failed: a failed request and no diagnosis.
     del doc["diagnosis"]
     doc["failed_request"].update(device=-1, kind="host", api="cuMemHostAlloc")
@@ -331,7 +331,7 @@ def tracer_warnings_and_host_oom() -> None:
     warn = section(text, "Tracer warnings")
     has(warn, "ring_full = 3", "ring_full")
     has(warn, "unknown_frees = 2", "unknown_frees")
-    for quiet in ("undone", "python_stacks", "snapshots", "events"):
+    for quiet in ("put_back", "python_stacks", "snapshots", "events"):
         if quiet in warn:
             raise AssertionError(f"{quiet} is no warning:\n{warn}")
     if "Tracer warnings" in summary.summary(synthetic(n=50)[0]):

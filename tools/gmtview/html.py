@@ -553,7 +553,7 @@ def _fragmentation_section(docs: Sequence[Doc], mode: str) -> str:
 def _stats_section(docs: Sequence[Doc]) -> str:
     out = ['<section id="stats"><h2>The tracer\u2019s counters</h2>']
     for d in docs:
-        warn = [k for k in ("ring_full", "gaps_skipped", "late_events", "unknown_frees", "undo_lost",
+        warn = [k for k in ("ring_full", "gaps_skipped", "late_events", "unknown_frees", "handles_forgotten",
                             "snapshot_errors", "oom_suppressed", "log_lines_dropped") if d["stats"].get(k)]
         note = (f'<p class="bad">Non-zero: {esc(", ".join(warn))} (some events may be missing or late; '
                 "GPUMEMTRACE_VERBOSE=1 explains each).</p>") if warn else ""

@@ -25,7 +25,7 @@ _WARN_STATS = {
     "late_events": "events applied after their place in the order was given up",
     "unknown_frees": "frees, releases and unmaps of nothing the tracer knew",
     "debts_dropped": "late frees forgotten: too many open at one address set",
-    "undo_lost": "failed calls whose record could no longer be undone",
+    "handles_forgotten": "released VMM handles forgotten with a record still to come",
     "untracked_calls": "intercepted calls not recorded (tracer off or out of memory)",
     "device_unknown": "allocations whose device could not be asked",
     "snapshot_errors": "snapshots that could not be written",

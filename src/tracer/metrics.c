@@ -7,17 +7,21 @@
  * before. Never from a hook: the numbers are copied under the consumer's
  * lock, the sites named and the file written without it.
  *
- * The file stays after the process exits, with gpumemtrace_running 0, so
- * that the last numbers are scraped; the first write of a process removes the
- * files of gone processes of its host (their pid not running here and not
- * rewritten for three intervals, or a minute), so that a directory does not
- * fill with dead ranks. */
+ * The file is named for the process, its pid namespace and its machine's
+ * boot (report/metrics_file.h): containers sharing a directory never write
+ * one file. It stays after the process exits, with gpumemtrace_running 0,
+ * so that the last numbers are scraped; the first write of a process
+ * removes the files it can prove were left by gone processes (of its boot
+ * and its pid namespace, their pid running no more or running a process
+ * started later, and not rewritten for three intervals, or a minute), so
+ * that a directory does not fill with dead ranks. */
 #define _GNU_SOURCE
 #include "tracer/tracer.h"
 
 #include "analyze/frames.h"
 #include "analyze/sites.h"
 #include "report/metrics.h"
+#include "report/metrics_file.h"
 #include "util/fdwrite.h"
 #include "util/log.h"
 
@@ -26,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gpumemtrace.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,58 +212,149 @@ static void name_sites(const struct gmt__sites *sites, const uint32_t *ids, cons
 	}
 }
 
-/* Removes the files of gone processes of this host (file comment). */
-static void clean_stale(const char *dir, const char *host, uint64_t interval_s)
+/* Who this process is, for its file's name (report/metrics_file.h): taken
+ * at its first write, and again in a fork's child (another pid). Without
+ * /proc (`known` false) the name is made unique with random digits,
+ * gpumemtrace.<pid>.r<16 hex>.prom, which no process can prove gone, and
+ * this process removes nothing. `proc_ours`: /proc shows this process's pid
+ * namespace, so that another pid's start time can be read there. Under
+ * metrics.lock. */
+static struct {
+	struct gmt__metrics_writer self;
+	bool known, proc_ours;
+	char name[GMT_METRICS_NAME_MAX];
+} who;
+
+/* The first bytes of a file of /proc into buf (NUL-terminated); their
+ * number, or -1. */
+static ssize_t read_proc(const char *path, char *buf, size_t len)
 {
-	DIR *d = opendir(dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+/* The start time of `pid` (clock ticks since boot: field 22 of
+ * /proc/PID/stat; 0 for "self") as /proc shows it, and the pid /proc gives
+ * it into *shown (its field 1). 0 when not known. */
+static uint64_t proc_start(long pid, long *shown)
+{
+	char path[64], buf[1024], *p, *end;
+	uint64_t start;
+
+	if (pid == 0)
+		snprintf(path, sizeof(path), "/proc/self/stat");
+	else
+		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	/* The command (field 2) is in parentheses and may hold anything:
+	 * the fields after it follow the last ')'. */
+	if (read_proc(path, buf, sizeof(buf)) <= 0 || (p = strrchr(buf, ')')) == NULL)
+		return 0;
+	*shown = strtol(buf, NULL, 10);
+	for (int field = 2; field < 22; field++) {
+		p = strchr(p + 1, ' ');
+		if (p == NULL)
+			return 0;
+	}
+	start = strtoull(p + 1, &end, 10);
+	return end != p + 1 && (*end == ' ' || *end == '\n' || *end == '\0') ? start : 0;
+}
+
+/* Fills `who` for this process (unless done for its pid already). */
+static void who_am_i(void)
+{
+	pid_t pid = getpid();
+	char boot[64];
+	struct stat st;
+	long shown = 0;
+	int n = 0;
+
+	if (who.self.pid == (long)pid)
+		return;
+	memset(&who, 0, sizeof(who));
+	who.self.pid = (long)pid;
+	/* 36 characters, dashes left out. */
+	if (read_proc("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) >= 36) {
+		for (int i = 0; i < 36 && n < 32; i++) {
+			if ((boot[i] >= '0' && boot[i] <= '9') || (boot[i] >= 'a' && boot[i] <= 'f'))
+				who.self.boot[n++] = boot[i];
+		}
+	}
+	/* NOTE: the system call: glibc's stat is versioned anew in 2.33. */
+	if (syscall(SYS_newfstatat, AT_FDCWD, "/proc/self/ns/pid", &st, 0) == 0)
+		who.self.pidns = (uint64_t)st.st_ino;
+	who.self.start = proc_start(0, &shown);
+	who.proc_ours = shown == (long)pid;
+	who.known = n == 32 && who.self.pidns != 0 && who.self.start != 0;
+	if (who.known) {
+		gmt__metrics_name(&who.self, who.name);
+	} else {
+		uint64_t salt = 0;
+
+		/* NOTE: the system call: glibc has getrandom() from 2.25 only. */
+		if (syscall(SYS_getrandom, &salt, sizeof(salt), 0) != (long)sizeof(salt))
+			salt = gmt__now_ns(CLOCK_REALTIME) ^ ((uint64_t)(uintptr_t)&salt << 16);
+		snprintf(who.name, sizeof(who.name), "gpumemtrace.%ld.r%016" PRIx64 ".prom", (long)pid, salt);
+	}
+}
+
+/* Removes the files this process can prove were left by gone processes
+ * (file comment), once they were not rewritten for three intervals. */
+static void clean_stale(const char *dir, uint64_t interval_s)
+{
+	DIR *d;
 	struct dirent *e;
 	time_t now = time(NULL);
 	time_t stale = (time_t)(3 * interval_s > 60 ? 3 * interval_s : 60);
 
-	if (d == NULL)
+	if (!who.known || (d = opendir(dir)) == NULL)
 		return;
 	while ((e = readdir(d)) != NULL) {
-		char path[4096], line[1024], want[512];
+		struct gmt__metrics_writer w;
+		char path[4096];
 		struct stat st;
-		long pid;
-		char *end;
-		FILE *f;
-		bool same_host = false;
+		uint64_t start_now = 0;
+		long shown = 0;
+		bool running;
 
-		if (strncmp(e->d_name, "gpumemtrace.", 12) != 0)
-			continue;
-		pid = strtol(e->d_name + 12, &end, 10);
-		if (pid <= 0 || strcmp(end, ".prom") != 0 || pid == (long)getpid())
+		if (gmt__metrics_name_parse(e->d_name, &w) != 0)
 			continue;
 		/* NOTE: the system call: glibc's lstat is versioned anew in 2.33. */
 		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path) ||
 		    syscall(SYS_newfstatat, AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-		    st.st_uid != geteuid() ||
-		    now - st.st_mtime < stale || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		    st.st_uid != geteuid() || now - st.st_mtime < stale)
 			continue;
-		/* Its host label is this host's: a pid of another machine's
-		 * (a directory shared by several) says nothing here. */
-		snprintf(want, sizeof(want), "host=\"%s\"", host);
-		f = fopen(path, "re");
-		while (f != NULL && !same_host && fgets(line, sizeof(line), f) != NULL)
-			same_host = line[0] != '#' && strstr(line, want) != NULL;
-		if (f != NULL)
-			fclose(f);
-		if (same_host && unlink(path) == 0)
-			gmt__info("metrics: removed %s (process %ld is gone)", path, pid);
+		/* Asked only of a pid of this namespace (gmt__metrics_gone). */
+		if (strcmp(w.boot, who.self.boot) != 0 || w.pidns != who.self.pidns)
+			continue;
+		running = kill((pid_t)w.pid, 0) == 0 || errno != ESRCH;
+		if (running && who.proc_ours && w.pid != who.self.pid)
+			start_now = proc_start(w.pid, &shown);
+		else if (w.pid == who.self.pid)
+			start_now = who.self.start;
+		if (gmt__metrics_gone(&who.self, &w, running, start_now) && unlink(path) == 0)
+			gmt__info("metrics: removed %s (process %ld of this pid namespace is gone)", path, w.pid);
 	}
 	closedir(d);
 }
 
-/* Writes text to DIR/gpumemtrace.<pid>.prom through a temporary file.
- * 0 or a negative errno. */
+/* Writes text to DIR/<who.name> through a temporary file. 0 or a negative
+ * errno. */
 static int write_file(const char *dir, const char *text, size_t len)
 {
 	char path[4096], tmp[4096];
 	int fd, r = 0;
 
-	if (snprintf(path, sizeof(path), "%s/gpumemtrace.%d.prom", dir, (int)getpid()) >= (int)sizeof(path) ||
-	    snprintf(tmp, sizeof(tmp), "%s/.gpumemtrace.%d.prom.tmp", dir, (int)getpid()) >= (int)sizeof(tmp))
+	if (snprintf(path, sizeof(path), "%s/%s", dir, who.name) >= (int)sizeof(path) ||
+	    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, who.name) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
 	/* A temporary of an earlier write that failed, or one planted there:
 	 * never written through (O_EXCL, no link followed). */
@@ -372,9 +468,10 @@ static void write_metrics(bool running)
 		r = -ENOMEM;
 	}
 	if (r == 0) {
+		who_am_i();
 		if (!metrics.cleaned) {
 			metrics.cleaned = true;
-			clean_stale(opt->metrics_dir, host, (uint64_t)opt->metrics_interval);
+			clean_stale(opt->metrics_dir, (uint64_t)opt->metrics_interval);
 		}
 		r = write_file(opt->metrics_dir, text, len);
 	}

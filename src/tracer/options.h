@@ -108,7 +108,8 @@ extern const char *const gmt__torch_history_names[GMT_TORCH_HISTORY_COUNT];
 	X(leak_scan, "GPUMEMTRACE_LEAK_SCAN", BOOL, true,                                     \
 	  "at exit, scan host memory for references to live allocations")                    \
 	X(metrics_dir, "GPUMEMTRACE_METRICS_DIR", STRING, "",                                 \
-	  "directory for the live metrics file (Prometheus' text format, gpumemtrace.<pid>.prom; " \
+	  "directory for the live metrics file (Prometheus' text format, "                   \
+	  "gpumemtrace.<pid>.<boot>-<pidns>-<start>.prom; "                                    \
 	  "node_exporter's textfile directory); none when empty")                            \
 	X(metrics_interval, "GPUMEMTRACE_METRICS_INTERVAL", INT, 10,                          \
 	  "seconds between metrics writes, 1 to 86400 (also at each out-of-memory and at exit)") \

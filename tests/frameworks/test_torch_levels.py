@@ -744,8 +744,9 @@ def test_metrics_fork(launcher: str, env: Dict[str, str]) -> None:
         r = subprocess.run([launcher, "run", "--dir", tmp, "--metrics-dir", mdir, "--", sys.executable, script],
                            env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
         pids = dict(re.findall(r"^(CHILD|PARENT) (\d+)$", r.stdout, re.M))
-        got = {who: prom_samples(os.path.join(mdir, f"gpumemtrace.{pid}.prom"))
-               for who, pid in pids.items() if os.path.exists(os.path.join(mdir, f"gpumemtrace.{pid}.prom"))}
+        # gpumemtrace.<pid>.<boot>-<pidns>-<start>.prom (docs/fleet.md)
+        files = {who: glob.glob(os.path.join(mdir, f"gpumemtrace.{pid}.*.prom")) for who, pid in pids.items()}
+        got = {who: prom_samples(paths[0]) for who, paths in files.items() if len(paths) == 1}
         tensors = {who: sorted(k for k in samples if k[0].startswith("gpumemtrace_tensor_"))
                    for who, samples in got.items()}
         check(r.returncode == 0 and set(got) == {"CHILD", "PARENT"} and

@@ -15,9 +15,18 @@ simulated driver's ledger:
 - bad input: an unwritable directory, an interval of 0, a K of 0 and one too
   large — each one warning, defaults, the program's output and status
   unchanged;
-- stale files: a file of a gone process of this host not rewritten for a
-  long time is removed by the next process's first write; one of another
-  host, or recent, stays;
+- names: a process's file is gpumemtrace.<pid>.<boot>-<pidns>-<start>.prom
+  (its machine's boot id, the inode of its pid namespace, its start time);
+- stale files: a file of a gone process of this boot and this pid namespace
+  (its pid running no more, or running a process started at another time)
+  not rewritten for a long time is removed by the next process's first
+  write; one of another pid namespace, another boot, a live process, a recent
+  one, or an earlier version's gpumemtrace.<pid>.prom (whose name cannot say
+  whose it is) stays;
+- namespaces (with --namespaces; skipped, exit 77, where this machine cannot
+  make pid namespaces): ranks as pid 1 and pid 2 of their own pid
+  namespaces, sharing the directory, write one file each, and none removes
+  or replaces another's while it runs, though its pid is gone in theirs;
 - hostile names: the exposition tests/output/test_metrics writes of names a
   program could give (quotes, newlines, invalid UTF-8, control characters,
   a label too long) passes promtool;
@@ -28,7 +37,7 @@ simulated driver's ledger:
   every query of the Grafana dashboard (tools/grafana) answers there, and
   offline each metric it asks for is one the file has.
 
-Usage: test_metrics.py LAUNCHER TEST_METRICS_PROGRAM [--prometheus]"""
+Usage: test_metrics.py LAUNCHER TEST_METRICS_PROGRAM [--prometheus | --namespaces]"""
 
 from __future__ import annotations
 
@@ -52,6 +61,7 @@ FAILURES: List[str] = []
 MIB = 1 << 20
 SAMPLE = re.compile(r'^(gpumemtrace_[a-z_]+)\{(.*)\} (\S+)$')
 LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
+NAME = re.compile(r'^gpumemtrace\.(\d+)\.([0-9a-f]{32})-(\d+)-(\d+)\.prom$')
 
 
 def check(ok: bool, what: str, got: object = None) -> None:
@@ -124,6 +134,27 @@ def promtool_ok(paths: List[str], what: str) -> None:
         check(r.returncode == 0, f"{what}: promtool check metrics {os.path.basename(p)}", r.stdout + r.stderr)
 
 
+def boot_id() -> str:
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        return f.read().strip().replace("-", "")
+
+
+def start_time(pid: int | str = "self") -> int:
+    """Field 22 of /proc/PID/stat: clock ticks since boot."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def file_name(pid: int, boot: str, pidns: int, start: int) -> str:
+    """A metrics file's name (docs/fleet.md): gpumemtrace.<pid>.<boot>-<pidns>-<start>.prom."""
+    return f"gpumemtrace.{pid}.{boot}-{pidns}-{start}.prom"
+
+
+def metrics_path(directory: str, pid: int) -> str:
+    """The file of a running process of this pid namespace."""
+    return os.path.join(directory, file_name(pid, boot_id(), os.stat("/proc/self/ns/pid").st_ino, start_time(pid)))
+
+
 def start_rank(launcher: str, env: Dict[str, str], workdir: str, metrics_dir: Optional[str], rank: int,
                extra: Optional[List[str]] = None, tail: Optional[List[str]] = None) -> Tuple[subprocess.Popen, str, str]:
     ledger = os.path.join(workdir, f"ledger.rank{rank}.json")
@@ -160,9 +191,10 @@ def test_ledger(launcher: str, env: Dict[str, str]) -> None:
         p, ledger_path, go = start_rank(launcher, env, tmp, tmp, 1)
         ready = wait_ready(p)
         t = time.time()
-        path = os.path.join(tmp, f"gpumemtrace.{p.pid}.prom")
+        path = metrics_path(tmp, p.pid)
         samples = wait_write_after(path, t) if ready else []
-        check(ready and samples != [], "ledger: a write after the ledger's moment", path)
+        check(ready and samples != [], "ledger: a write after the ledger's moment, under the process's name "
+              "(pid, boot, pid namespace, start time)", (os.path.basename(path), os.listdir(tmp)))
         with open(ledger_path, encoding="utf-8") as f:
             ledger = json.load(f)
         want_bytes, want_count = ledger_by_device_kind(ledger)
@@ -216,7 +248,7 @@ def test_many_sites(launcher: str, env: Dict[str, str]) -> None:
         p, _, go = start_rank(launcher, env, tmp, tmp, 0, tail=["many"])
         ready = wait_ready(p)
         t = time.time()
-        samples = wait_write_after(os.path.join(tmp, f"gpumemtrace.{p.pid}.prom"), t) if ready else []
+        samples = wait_write_after(metrics_path(tmp, p.pid), t) if ready else []
         open(go, "w").close()
         p.communicate(timeout=120)
         sites = {lb["site"]: int(v) for n, lb, v in samples if n == "gpumemtrace_site_live_bytes"}
@@ -231,7 +263,7 @@ def test_oom(launcher: str, env: Dict[str, str]) -> None:
         env = dict(env, GPUMEMTRACE_METRICS_INTERVAL="86400")
         p, _, go = start_rank(launcher, env, tmp, tmp, 0, tail=["oom"])
         ready = wait_ready(p)
-        path = os.path.join(tmp, f"gpumemtrace.{p.pid}.prom")
+        path = metrics_path(tmp, p.pid)
         deadline = time.monotonic() + 30
         samples: List[Tuple[str, Dict[str, str], float]] = []
         # A write may come between the failure and its snapshot's file: the
@@ -254,9 +286,10 @@ def test_launcher_option(launcher: str, env: Dict[str, str]) -> None:
         metrics = os.path.join(tmp, "made")
         p, _, go = start_rank(launcher, env, tmp, None, 0, ["--metrics-dir", metrics])
         ready = wait_ready(p)
+        path = metrics_path(metrics, p.pid) if ready else ""
         open(go, "w").close()
         _, err = p.communicate(timeout=120)
-        check(ready and p.returncode == 0 and os.path.exists(os.path.join(metrics, f"gpumemtrace.{p.pid}.prom")),
+        check(ready and p.returncode == 0 and os.path.exists(path),
               "run --metrics-dir: the directory made, the file written", err[-400:])
         r = subprocess.run([launcher, "run", "--metrics-dir", "/proc/version/x", "--", "true"], env=env,
                            capture_output=True, text=True, timeout=60)
@@ -302,22 +335,135 @@ def test_bad_input(launcher: str, env: Dict[str, str]) -> None:
 
 
 def test_stale(launcher: str, env: Dict[str, str]) -> None:
+    """Files planted under the names processes would have written: only
+    those provably of a gone process of this boot and pid namespace go."""
     with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
         gone = subprocess.Popen(["true"])
         gone.wait()
-        host = socket.gethostname()
-        files = {}
-        for name, h, age in (("dead-old", host, 3600), ("dead-recent", host, 0), ("other-host", "elsewhere", 3600)):
-            pid = gone.pid if name != "other-host" else gone.pid + 1
-            path = os.path.join(tmp, f"gpumemtrace.{pid if name != 'dead-recent' else gone.pid + 2}.prom")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(f'gpumemtrace_running{{pid="{pid}",host="{h}"}} 0\n')
-            os.utime(path, (time.time() - age, time.time() - age))
-            files[name] = path
-        r = run_plain(launcher, dict(env, GPUMEMTRACE_METRICS_DIR=tmp), tmp)
-        left = {k for k, v in files.items() if os.path.exists(v)}
-        check(r.returncode == 0 and left == {"dead-recent", "other-host"},
-              "stale files: a gone process's of this host removed; a recent one, another host's kept", left)
+        alive = subprocess.Popen(["sleep", "600"])
+        try:
+            boot, ns, host = boot_id(), os.stat("/proc/self/ns/pid").st_ino, socket.gethostname()
+            started = start_time(alive.pid)
+            old = time.time() - 3600
+            planted = {
+                "dead": (file_name(gone.pid, boot, ns, 12345), old),
+                "pid used again": (file_name(alive.pid, boot, ns, started + 1), old),
+                "alive": (file_name(alive.pid, boot, ns, started), old),
+                "dead, recent": (file_name(gone.pid + 2, boot, ns, 12345), time.time()),
+                "another pid namespace": (file_name(gone.pid, boot, ns + 1, 12345), old),
+                "another boot": (file_name(gone.pid, "0" * 32, ns, 12345), old),
+                "an earlier version's": (f"gpumemtrace.{gone.pid}.prom", old),
+            }
+            for name, (base, when) in planted.items():
+                path = os.path.join(tmp, base)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(f'gpumemtrace_running{{pid="{gone.pid}",host="{host}"}} 0\n')
+                os.utime(path, (when, when))
+            r = run_plain(launcher, dict(env, GPUMEMTRACE_METRICS_DIR=tmp), tmp)
+        finally:
+            alive.kill()
+            alive.wait()
+        left = {k for k, (base, _) in planted.items() if os.path.exists(os.path.join(tmp, base))}
+        check(r.returncode == 0 and left == set(planted) - {"dead", "pid used again"},
+              "stale files: a gone process's of this boot and pid namespace removed (its pid running no more, "
+              "or used again); a live one's, a recent one, another pid namespace's, another boot's, an earlier "
+              "version's kept", {"removed": sorted(set(planted) - left)})
+
+
+def can_unshare() -> Tuple[List[str], str]:
+    """The unshare(1) command that makes a pid namespace of its own with its
+    own /proc here (through a user namespace when not root), or [] and why
+    not."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return [], "no unshare(1) (util-linux)"
+    why = ""
+    for extra in ([], ["--user", "--map-root-user"]):
+        cmd = [unshare] + extra + ["--pid", "--fork", "--mount-proc"]
+        r = subprocess.run(cmd + ["true"], capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            return cmd, ""
+        why = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+    return [], f"cannot make a pid namespace here ({why})"
+
+
+def rank_in_namespace(unshare: List[str], launcher: str, env: Dict[str, str], workdir: str, metrics_dir: str,
+                      rank: int, second: bool) -> Tuple[subprocess.Popen, str]:
+    """A rank in a pid namespace of its own: pid 1 there, or pid 2 (`second`:
+    a shell, pid 1, runs it)."""
+    go = os.path.join(workdir, f"go.rank{rank}")
+    env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="3", GMTSIM_LEDGER_DIR=workdir,
+               GPUMEMTRACE_METRICS_DIR=metrics_dir, GPUMEMTRACE_METRICS_INTERVAL="86400")
+    cmd = [launcher, "run", "--dir", workdir, "--", sys.executable, RANK,
+           os.path.join(workdir, f"ledger.rank{rank}.json"), go]
+    if second:
+        cmd = ["sh", "-c", '"$@"; exit $?', "sh"] + cmd
+    p = subprocess.Popen(unshare + cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    return p, go
+
+
+def files_by_rank(directory: str) -> Dict[str, Tuple[str, Dict[str, str], float]]:
+    """rank label -> (file, the labels of its gpumemtrace_running, its value)."""
+    out = {}
+    for f in sorted(os.listdir(directory)):
+        if f.endswith(".prom"):
+            _, samples = read_metrics(os.path.join(directory, f))
+            for n, lb, v in samples:
+                if n == "gpumemtrace_running":
+                    out.setdefault(lb.get("rank", ""), (f, lb, v))
+    return out
+
+
+def test_namespaces(launcher: str, env: Dict[str, str]) -> int:
+    """Ranks in pid namespaces of their own share a metrics directory, as
+    containers on one machine share a host path: rank 0 runs as pid 2 of its
+    namespace, its file made to look long unwritten (an interval of a day);
+    rank 1 runs as pid 1 of another (where no pid 2 runs), rank 2 as pid 2 of
+    a third. Each writes its own file; none removes or replaces rank 0's."""
+    unshare, why = can_unshare()
+    if not unshare:
+        print(f"SKIP namespaces: {why}")
+        return 77
+    with tempfile.TemporaryDirectory(prefix="gmt-metrics-ns-") as tmp:
+        mdir = os.path.join(tmp, "metrics")
+        os.mkdir(mdir)
+        first, go = rank_in_namespace(unshare, launcher, env, tmp, mdir, 0, True)
+        try:
+            ready = wait_ready(first)
+            deadline = time.monotonic() + 60
+            while ready and "0" not in files_by_rank(mdir) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            mine = files_by_rank(mdir).get("0")
+            check(mine is not None and mine[1].get("pid") == "2" and mine[2] == 1,
+                  "namespaces: rank 0, pid 2 of its pid namespace, writes its file", mine)
+            if mine is None:
+                return 1
+            path = os.path.join(mdir, mine[0])
+            then = time.time() - 3600
+            os.utime(path, (then, then))
+            for rank, second in ((1, False), (2, True)):
+                p, go_other = rank_in_namespace(unshare, launcher, env, tmp, mdir, rank, second)
+                open(go_other, "w").close()
+                _, err = p.communicate(timeout=120)
+                check(p.returncode == 0, f"namespaces: rank {rank} ran", err[-400:])
+            got = files_by_rank(mdir)
+            check(os.path.exists(path) and got.get("0") == mine,
+                  "namespaces: rank 0's file neither removed nor replaced by ranks of other pid namespaces "
+                  "(one where its pid is gone, one where its pid is another's)", got.get("0"))
+            names = [NAME.match(v[0]) for v in got.values()]
+            check({k: (v[1].get("pid"), v[2]) for k, v in got.items()} == {"0": ("2", 1), "1": ("1", 0), "2": ("2", 0)}
+                  and all(m is not None and m.group(2) == boot_id() for m in names)
+                  and len({m.group(3) for m in names if m is not None}) == 3,
+                  "namespaces: one file for each rank, named for its boot and its own pid namespace",
+                  sorted(os.listdir(mdir)))
+        finally:
+            open(go, "w").close()
+            _, err = first.communicate(timeout=120)
+        got = files_by_rank(mdir)
+        check(first.returncode == 0 and got.get("0", ("", {}, -1))[2] == 0,
+              "namespaces: rank 0's last write, at exit, in its own file", (first.returncode, err[-400:]))
+    return 0
 
 
 DASHBOARD = os.path.join(HERE, "..", "..", "tools", "grafana", "gpumemtrace-dashboard.json")
@@ -464,11 +610,15 @@ def test_hostile(program: str) -> None:
 
 
 def main(argv: List[str]) -> int:
-    if len(argv) < 2 or argv[2:] not in ([], ["--prometheus"]):
+    if len(argv) < 2 or argv[2:] not in ([], ["--prometheus"], ["--namespaces"]):
         print(__doc__.rstrip(), file=sys.stderr)
         return 2
     launcher = os.path.abspath(argv[0])
     env = base_env()
+    if argv[2:] == ["--namespaces"]:
+        rc = test_namespaces(launcher, env)
+        print(f"{'FAIL' if FAILURES else 'ok'}: {len(FAILURES)} failed")
+        return 1 if FAILURES else rc
     test_ledger(launcher, env)
     test_oom(launcher, env)
     test_many_sites(launcher, env)

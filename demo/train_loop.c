@@ -18,8 +18,8 @@
  * the allocation pattern of a training job, nothing more.
  *
  * A step "computes" for 20 ms (a sleep standing in for its kernels), so that
- * the run spans time as a real one does and the tracer's series and growth
- * detection (10 ms windows) see the leak grow step by step.
+ * the run spans time as a real one does and the tracer's series (10 ms
+ * windows) sees the leak grow step by step.
  *
  * Exit status: 2 on CUDA out-of-memory (with a framework-like message on
  * stderr), 1 on any other CUDA error, 0 if MAX_STEPS pass without failing.

@@ -58,6 +58,7 @@ void gmt__history_clear(struct gmt__history *h)
 	h->start_ns = h->next_ns = 0;
 	h->window = 0;
 	memset(h->round, 0, sizeof(h->round));
+	h->last_change_ns = 0;
 	memset(h->round_events, 0, sizeof(h->round_events));
 	memset(h->round_freed, 0, sizeof(h->round_freed));
 	h->ncols = 0;
@@ -120,7 +121,6 @@ static void series_point(struct gmt__history *h, uint64_t t)
 	}
 	h->npoints++;
 	h->window++;
-	h->round[0]++;
 }
 
 void gmt__history_tick(struct gmt__history *h, uint64_t now_ns)
@@ -248,7 +248,7 @@ static struct scale_verdict judge_scale(const struct gmt__site *s, int k, uint32
  * steps or more, its steps alone.
  * NOTE: the steps are the program's own rhythm, the same on any machine:
  * what rises within a step and falls by its end (a batch's activations) is
- * the step's, not a leak, however the windows of time or the rounds of
+ * the step's, not a leak, however the pauses or the rounds of
  * changes happen to cut it. */
 static int growing_scale(const struct gmt__history *h, const struct gmt__site *s, bool still)
 {
@@ -361,6 +361,16 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 			h->max[c] = h->cur[c];
 	} else {
 		h->cur[c] -= e->size;
+	}
+	/* A round of time ends before a change that comes GMT_PAUSE_NS or
+	 * more after the one before: the program paused (a sleep, a wait for
+	 * the device, a step's compute). A stream of changes without pause is
+	 * one round however slowly a busy machine runs it. */
+	if (!cause->put_back) {
+		if (h->last_change_ns != 0 && cause->time_ns >= h->last_change_ns + GMT_PAUSE_NS)
+			h->round[0]++;
+		if (cause->time_ns > h->last_change_ns)
+			h->last_change_ns = cause->time_ns;
 	}
 	/* The rounds of the program's sequence (GMT_SCALES): one ends before
 	 * this change when it holds its count of changes, a free among them. */

@@ -23,8 +23,9 @@
 #define GMT_SERIES_COLUMNS 64
 
 /* Growth is judged at several scales at once, since the program's rhythm
- * (the length of one step of its loop) is not known: by time (the series'
- * windows) and by the program's own sequence, in rounds of at least 4, 32
+ * (the length of one step of its loop) is not known: by time (a round
+ * ends at each pause of the program, GMT_PAUSE_NS without an allocation or
+ * a free) and by the program's own sequence, in rounds of at least 4, 32
  * and 256 allocations and frees, a free among them (a burst of allocations
  * alone — weights loaded, the device filled — is one round). At each scale a site rises or falls in a round when
  * its live bytes ended the round above or below where they began. A site
@@ -41,7 +42,12 @@
 #define GMT_GROWTH_MIN_RISES 4
 #define GMT_SCALES 5
 #define GMT_SCALE_STEPS 4                     /* the scale of gmt_step's steps */
-#define GMT_SCALE_EVENTS { 0, 4, 32, 256, 0 } /* 0: time (the series' windows), or steps */
+#define GMT_SCALE_EVENTS { 0, 4, 32, 256, 0 } /* 0: time (the program's pauses), or steps */
+/* A pause of the program that ends a round of time: no allocation or free
+ * for this long. Not the series' windows: where a window's edge falls in a
+ * loop that allocates without pause depends on how fast the machine runs
+ * it, and the same program must get the same verdict on a busy machine. */
+#define GMT_PAUSE_NS (10 * 1000000ull)
 
 /* What a history event is, X(ID, "word"): an allocation became live; it went
  * away (a free, a release, its context destroyed); an allocation failed with
@@ -115,8 +121,10 @@ struct gmt__history {
 	uint64_t interval_ns, start_ns, next_ns;
 	uint32_t window; /* windows closed since the start (never merged) */
 	/* rounds closed since the start at each scale (GMT_SCALES; scale 0:
-	 * the windows), and the allocations and frees applied in its open one */
+	 * the program's pauses), and the allocations and frees applied in its
+	 * open one; the latest change's time (the pauses') */
 	uint32_t round[GMT_SCALES], round_events[GMT_SCALES];
+	uint64_t last_change_ns;
 	bool round_freed[GMT_SCALES];
 	int ncols;
 	int16_t col_device[GMT_SERIES_COLUMNS];

@@ -292,12 +292,54 @@ static void test_rhythm(void)
 	}
 }
 
+/* The same program at any speed: a loop that fills the device (860
+ * allocations, no free, no pause) is one round of time whether it runs in
+ * 1 ms or, on a busy machine, in 300 ms with the scheduler stopping it for
+ * up to 5 ms at a time: never growth, never a suspect. A program that
+ * pauses 25 ms between its allocations grows at any speed. */
+static void test_busy_machine(void)
+{
+	static const uint64_t step_ns[] = { 1000, 100000, 350000 };
+	struct gmt__history h;
+	struct gmt__entry e = entry(0, 1 << 20, 21, GMT_KIND_DEVICE, 0);
+	const struct gmt__site *s;
+	uint32_t rises, falls;
+	uint64_t growth;
+
+	CHECK(gmt__history_init(&h, 0) == 0);
+	for (size_t speed = 0; speed < sizeof(step_ns) / sizeof(step_ns[0]); speed++) {
+		uint64_t t = T0;
+
+		for (int i = 0; i < 860; i++) {
+			e.addr = 0x40000000 + ((uint64_t)i << 20);
+			t += step_ns[speed] + (i % 50 == 49 ? 5 * MS : 0);
+			change(&h, t, &e, true);
+		}
+		s = gmt__history_site(&h, 21);
+		CHECK(s != NULL && !gmt__site_growing(&h, s, &rises, &falls, &growth));
+		CHECK(!gmt__site_suspect(&h, s, &rises, &falls, &growth));
+		CHECK(rises <= 1); /* the one round it all fell in */
+		gmt__history_clear(&h);
+		/* Paced: the program's own pauses are rounds. */
+		for (int i = 0; i < 8; i++) {
+			e.addr = 0x40000000 + ((uint64_t)i << 20);
+			t += 25 * MS + step_ns[speed];
+			change(&h, t, &e, true);
+		}
+		s = gmt__history_site(&h, 21);
+		CHECK(s != NULL && gmt__site_growing(&h, s, &rises, &falls, &growth));
+		CHECK_U64(growth, 7u << 20);
+		gmt__history_clear(&h);
+	}
+}
+
 int main(void)
 {
 	test_events();
 	test_series();
 	test_sites();
 	test_rhythm();
+	test_busy_machine();
 	printf("history: %d failed\n", check_failed);
 	return check_failed != 0;
 }

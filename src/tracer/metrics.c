@@ -396,10 +396,13 @@ static void write_metrics(bool running)
 	}
 	c.m.devices = c.devices;
 	gmt__core_lock();
+	/* The file's time is its state's: taken before the events are counted
+	 * out, so that everything recorded before it is in the file, however
+	 * long this thread waits between the two on a busy machine. */
+	c.m.time_ns = gmt__now_ns(CLOCK_REALTIME);
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	take(&c);
 	gmt__core_unlock();
-	c.m.time_ns = gmt__now_ns(CLOCK_REALTIME);
 	c.m.running = running;
 	c.m.interval_s = (uint64_t)opt->metrics_interval;
 	c.m.version = GMT_VERSION_STRING;

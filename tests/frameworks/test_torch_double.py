@@ -112,6 +112,22 @@ for n in range(1, 7):
     at_step = torch.cuda.memory_allocated()
 '''
 
+# A storm of episodes: 30 requests too big for the device, each refused
+# (PyTorch reports each), a small tensor made between them.
+STORM = r'''
+import torch
+MIB = 1 << 20
+keep = torch.empty(3 * MIB)
+for _ in range(30):
+    try:
+        torch.empty(1 << 40)
+    except torch.cuda.OutOfMemoryError:
+        pass
+    x = torch.empty(MIB)
+    del x
+print("DONE")
+'''
+
 # A failure the allocator recovers from: 800 MiB cached, 600 MiB asked of a
 # 1 GiB device (the driver fails, the cache goes, the retry succeeds); then
 # one it raises.
@@ -412,6 +428,29 @@ def test_unreported(launcher: str, env: Dict[str, str]) -> None:
               "unreported: one snapshot, taken when the episode ended", ep)
 
 
+def test_storm(launcher: str, env: Dict[str, str]) -> None:
+    """A storm of 30 episodes PyTorch reported: the tracer's files and
+    PyTorch's pickles stay bounded (the first 8 episodes, and the latest),
+    the latest episode's snapshot has PyTorch's state."""
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, env, tmp, STORM, "storm.py", on="oom")
+        ooms = sorted(glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json")),
+                      key=lambda p: int(p.rsplit(".", 2)[1]))
+        pickles = glob.glob(os.path.join(tmp, "gpumemtrace.*.torch.*.pickle"))
+        last: Dict = {}
+        if ooms:
+            with open(ooms[-1], encoding="utf-8") as f:
+                last = json.load(f)
+        check(r.returncode == 0 and "DONE" in r.stdout, "storm: the program ran", r.stdout + r.stderr[-800:])
+        check(len(ooms) == 9 and len(pickles) <= 9, "storm: 9 oom snapshots, at most 9 pickles (8 episodes and exit)",
+              (len(ooms), len(pickles)))
+        check((last.get("episode") or {}).get("id") == 30 and (last.get("framework") or {}).get("name") == "torch",
+              "storm: the last snapshot is episode 30's, with PyTorch's state",
+              ((last.get("episode") or {}).get("id"), list(last.get("framework") or {})))
+        check("episodes 9 to 30 of this process (22)" in r.stderr, "storm: one line says which were left out",
+              r.stderr[-800:])
+
+
 def test_chain(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
         own = os.path.join(tmp, "own")
@@ -528,6 +567,7 @@ def main(argv: List[str]) -> int:
     test_steps(launcher, source, env)
     test_recovered(launcher, env)
     test_unreported(launcher, env)
+    test_storm(launcher, env)
     test_chain(launcher, env)
     test_no_torch(launcher, env)
     test_old_torch(launcher, env)

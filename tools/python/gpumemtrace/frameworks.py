@@ -64,6 +64,11 @@ MAX_FRAMES = 16
 
 _lock = threading.Lock()
 _count = 0
+# Out-of-memory hand-overs so far, and how many of them get PyTorch's pickle:
+# as many as the tracer writes episodes one by one (GMT_STORM_EPISODES); in a
+# storm of episodes the later ones go without, so that files stay bounded.
+_ooms = 0
+_OOM_PICKLES = 8
 _warned = False
 # PyTorch, once its history and observer are in (_start): what before_dump()
 # asks.
@@ -256,13 +261,15 @@ def _at_exit(torch: Any) -> None:
 
 
 def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
-    global _count
+    global _count, _ooms
     try:
         snap = torch.cuda.memory._snapshot()
         with _lock:
             _count += 1
             n = _count
-        path = _save(snap, n)
+            _ooms += reason == "oom"
+            pickled = reason != "oom" or _ooms <= _OOM_PICKLES
+        path = _save(snap, n) if pickled else None
         state = state_of(snap, reason, oom, path, str(getattr(torch, "__version__", "")))
         # The most its tensors have held on each device: max_memory_allocated().
         peak = getattr(torch.cuda, "max_memory_allocated", None)

@@ -104,6 +104,10 @@ def base_env(extra: dict[str, str]) -> dict[str, str]:
            if not k.startswith("GMTSIM_") and not k.startswith("GPUMEMTRACE_")}
     env.update(extra)
     env["GPUMEMTRACE_SNAPSHOT_ON"] = "oom,exit"
+    # NOTE: no leak scan at exit: not what these cases are about, and under
+    # AddressSanitizer (each word looked up in its allocator) it can take
+    # minutes on a busy machine.
+    env["GPUMEMTRACE_LEAK_SCAN"] = "0"
     return env
 
 
@@ -417,9 +421,7 @@ def unread_stderr_case(setup: Setup, kind: str) -> list[str]:
     snapdir = os.path.join(setup.workdir, "snapshots")
     os.mkdir(snapdir)
     outcomes = []
-    # NOTE: no leak scan at exit: under AddressSanitizer on a busy machine
-    # it can take a minute, and it is not what this case is about.
-    for env in (setup.env, dict(traced_env(setup, snapdir), GPUMEMTRACE_LEAK_SCAN="0")):
+    for env in (setup.env, traced_env(setup, snapdir)):
         r, w = full_stderr(kind)
         proc = subprocess.Popen(setup.command, env=env, cwd=setup.workdir, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=w, text=True, preexec_fn=child_setup(False, None, False))

@@ -33,6 +33,7 @@ Usage: check_trace.py PROGRAM EXPECT.json --lib LIBGPUMEMTRACE [--python PY]
          [--python-chain SIZE=CHAIN]... [--output-has REGEX]...
          [--stack-has SIZE=FUNCTION]... [--stack-lacks SIZE=FUNCTION]...
          [--tags SIZE=TAG,...]... [--live REASON=SIZES[;SIZES]...]...
+         [--precondition REGEX]...
 
 --compare-untraced also runs the program without the tracer and requires the
 same output (lines "PID" and "LIVE" aside, which hold pids and addresses);
@@ -58,6 +59,12 @@ main process's snapshots of REASON, in the order written, to hold exactly the
 live allocation sizes given ('+' between sizes, ';' between snapshots, an
 empty list for an empty snapshot). Its Python frames must stand where the interpreter's
 were: after a native frame, and no evaluation-loop frame left in the stack.
+--precondition names what the test needs of the machine rather than of the
+tracer (where the loader put a module): a line of the traced run's stdout
+must match, else the program is run again, up to 3 runs; when none matched,
+the last run is checked as usual and, with nothing else wrong, the test is
+skipped (exit status 77) saying which precondition was not met — never
+failed for it.
 """
 from __future__ import annotations
 
@@ -569,6 +576,14 @@ def printed_stack_problems(snaps: list[dict[str, Any]], output: str, least: int)
     return problems
 
 
+PRECONDITION_RUNS = 3
+
+
+def unmet_preconditions(patterns: list[str], output: str) -> list[str]:
+    """The --precondition patterns no line of output matches."""
+    return [p for p in patterns if not any(re.search(p, line) for line in output.splitlines())]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("program")
@@ -596,6 +611,9 @@ def main() -> int:
                          "(upper-case words: the lines the program printed)")
     ap.add_argument("--output-has", action="append", default=[], metavar="REGEX",
                     help="a line of the traced run's stdout matches")
+    ap.add_argument("--precondition", action="append", default=[], metavar="REGEX",
+                    help="a line of the traced run's stdout matches, else the run is repeated (3 runs), "
+                         "then the test is skipped (77)")
     ap.add_argument("--stack-has", action="append", default=[], metavar="SIZE=FUNCTION",
                     help="the allocation of SIZE bytes has a frame named FUNCTION")
     ap.add_argument("--stack-lacks", action="append", default=[], metavar="SIZE=FUNCTION",
@@ -633,9 +651,15 @@ def main() -> int:
 
     expect = load(args.expect)
     extra_env = dict(kv.split("=", 1) for kv in args.env)
-    workdir = tempfile.mkdtemp(prefix="gmt-preload-")
-    status, output, errors = run(args.program, expect, args.lib, args.python, workdir, extra_env, args.args,
-                                 args.timeout)
+    for attempt in range(1, PRECONDITION_RUNS + 1):
+        workdir = tempfile.mkdtemp(prefix="gmt-preload-")
+        status, output, errors = run(args.program, expect, args.lib, args.python, workdir, extra_env, args.args,
+                                     args.timeout)
+        unmet = unmet_preconditions(args.precondition, output)
+        if not unmet or attempt == PRECONDITION_RUNS:
+            break
+        print(f"run {attempt}: precondition not met ({', '.join(unmet)}); running again")
+        subprocess.run(["rm", "-rf", workdir], check=False)
     problems = []
     want = expect.get("exit_code", 0)
     if status != want:
@@ -781,6 +805,10 @@ def main() -> int:
     print(f"ok: {compared} snapshots equal their ledgers; schema: {len(written)} snapshots valid")
     if not args.keep:
         subprocess.run(["rm", "-rf", workdir], check=False)
+    if unmet:
+        print(f"SKIP: precondition not met in {PRECONDITION_RUNS} runs: no output line matches "
+              f"{', '.join(repr(p) for p in unmet)}")
+        return 77
     return 0
 
 

@@ -114,48 +114,69 @@ static void cache_grow(struct gmt__frame_cache *c)
 	c->cap = bigger.cap;
 }
 
-/* Adds f's module to the map unless it is there; without memory it is left
- * out (its frames still name it). */
-static void module_note(struct gmt__frame_cache *c, const struct gmt__frame_info *f)
+/* Whether m is f's module: its path and base, and the same unload (after an
+ * unload another build may have them). */
+static bool module_is(const struct gmt__module_ref *m, const struct gmt__frame_info *f)
 {
+	return m->base == f->base && m->unloaded == f->unloaded && strcmp(m->path, f->module) == 0;
+}
+
+/* Adds f's module to the map unless it is there, and returns its build-id:
+ * `gone`'s for a module unloaded since (f->unloaded), else the one mapped at
+ * f's address now. Without memory it is left out of the map (its frames
+ * still name it) and the id is put in *spare. NULL for a frame of no
+ * module. */
+static const struct gmt__build_id *module_note(struct gmt__frame_cache *c, const struct gmt__frame_info *f,
+					       const struct gmt__build_id *gone, struct gmt__build_id *spare)
+{
+	struct gmt__build_id *id = spare;
 	size_t i;
 
 	if (f->module == NULL || f->module[0] == '\0')
-		return;
-	if (c->lastmod < c->nmods && c->mods[c->lastmod].base == f->base &&
-	    strcmp(c->mods[c->lastmod].path, f->module) == 0)
-		return;
+		return NULL;
+	if (c->lastmod < c->nmods && module_is(&c->mods[c->lastmod], f))
+		return &c->mods[c->lastmod].id;
 	for (i = 0; i < c->nmods; i++) {
-		if (c->mods[i].base == f->base && strcmp(c->mods[i].path, f->module) == 0) {
+		if (module_is(&c->mods[i], f)) {
 			c->lastmod = i;
-			return;
+			return &c->mods[i].id;
 		}
 	}
 	if (c->nmods == c->capmods) {
 		size_t cap = c->capmods ? 2 * c->capmods : 32;
 		struct gmt__module_ref *v = realloc(c->mods, cap * sizeof(*v));
 
-		if (v == NULL)
-			return;
-		c->mods = v;
-		c->capmods = cap;
+		if (v != NULL) {
+			c->mods = v;
+			c->capmods = cap;
+		}
 	}
-	c->mods[c->nmods] = (struct gmt__module_ref){ .path = f->module, .base = f->base };
-	c->lastmod = c->nmods++;
+	if (c->nmods < c->capmods) {
+		c->mods[c->nmods] = (struct gmt__module_ref){ .path = f->module, .base = f->base,
+							      .unloaded = f->unloaded };
+		id = &c->mods[c->nmods].id;
+		c->lastmod = c->nmods++;
+	}
+	if (gone != NULL)
+		*id = *gone;
+	else
+		(void)gmt__build_id_at(f->ip - 1, id); /* as dladdr was asked */
+	return id;
 }
 
-/* The source frames of f (from libdw) into the cache's pool; none without
- * memory or when libdw knows nothing of the address. */
-static void frame_symbolise(struct gmt__frame_cache *c, struct gmt__frame_info *f)
+/* The source frames of f (from libdw) into the cache's pool, from its
+ * module's file only while that file is the build `id` (module_note's);
+ * none without memory or when libdw knows nothing of the address. */
+static void frame_symbolise(struct gmt__frame_cache *c, struct gmt__frame_info *f, const struct gmt__build_id *id)
 {
 	struct gmt__frame_sym tmp[SYMS_PER_ADDRESS];
 	int n;
 
 	/* NOTE: a name without a slash is no file (the vDSO's "linux-vdso.so.1"):
 	 * libdw would open whatever the current directory holds by that name. */
-	if (c->symbols == NULL || f->module == NULL || strchr(f->module, '/') == NULL)
+	if (c->symbols == NULL || f->module == NULL || strchr(f->module, '/') == NULL || id == NULL)
 		return;
-	n = gmt__symbols_lookup(c->symbols, f->module, f->base, f->ip, tmp,
+	n = gmt__symbols_lookup(c->symbols, f->module, f->base, id, f->ip, tmp,
 				(int)(sizeof(tmp) / sizeof(tmp[0])));
 	if (n <= 0)
 		return;
@@ -180,6 +201,7 @@ static void frame_symbolise(struct gmt__frame_cache *c, struct gmt__frame_info *
 static void frame_resolve(struct gmt__frame_cache *c, struct gmt__frame_info *f, uintptr_t ip)
 {
 	struct link_map *map = NULL;
+	struct gmt__build_id spare;
 	Dl_info info;
 
 	memset(f, 0, sizeof(*f));
@@ -196,20 +218,20 @@ static void frame_resolve(struct gmt__frame_cache *c, struct gmt__frame_info *f,
 	 * name, and /proc/self/exe has the real path. */
 	if (map != NULL && map->l_name[0] == '\0' && c->exe != NULL)
 		f->module = c->exe;
-	module_note(c, f);
-	frame_symbolise(c, f);
+	frame_symbolise(c, f, module_note(c, f, NULL, &spare));
 }
 
 /* The frame at ip of a module unloaded after the current stack's capture:
- * named from the module's file by its path and load base, never by what the
- * loader maps at ip now. */
+ * named from the module's file by its path and load base while that file is
+ * the build that was unloaded, never by what the loader maps at ip now. */
 static const struct gmt__frame_info *gone_lookup(struct gmt__frame_cache *c, uintptr_t ip,
 						 const struct gmt__unloaded *u, struct gmt__frame_info *spare)
 {
 	struct gmt__frame_info *f = spare;
+	struct gmt__build_id spare_id;
 
 	for (size_t i = 0; i < c->ngone; i++) {
-		if (c->gone[i].f.ip == ip && c->gone[i].epoch == u->epoch)
+		if (c->gone[i].f.ip == ip && c->gone[i].f.unloaded == u->epoch)
 			return &c->gone[i].f;
 	}
 	if (c->ngone == c->capgone) {
@@ -221,16 +243,14 @@ static const struct gmt__frame_info *gone_lookup(struct gmt__frame_cache *c, uin
 			c->capgone = cap;
 		}
 	}
-	if (c->ngone < c->capgone) {
-		c->gone[c->ngone].epoch = u->epoch;
+	if (c->ngone < c->capgone)
 		f = &c->gone[c->ngone++].f;
-	}
 	memset(f, 0, sizeof(*f));
 	f->ip = ip;
 	f->module = u->path;
 	f->base = u->base;
-	module_note(c, f);
-	frame_symbolise(c, f);
+	f->unloaded = u->epoch;
+	frame_symbolise(c, f, module_note(c, f, &u->id, &spare_id));
 	return f;
 }
 

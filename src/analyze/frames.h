@@ -1,6 +1,8 @@
 /* Frames for a snapshot: a cache of what the loader (dladdr) and the debug
  * information (symbols.h) know of each return address, with the module it
- * lies in as it was when the stack was captured (modules.h); the set of
+ * lies in as it was when the stack was captured (modules.h), named from the
+ * module's file only while that file is the build that was mapped (its
+ * build-id, buildid.h); the set of
  * stack ids a snapshot refers to; a stack walked as the program saw it, its
  * Python frames put back among the native ones (frame_sink); and the runtime
  * call read off them (the site rule is sites.h's). Resolving takes the
@@ -23,19 +25,23 @@ struct gmt__frame_info {
 	const char *module;     /* NULL: dladdr knew nothing */
 	const char *function;   /* the loader's name (exported symbols) */
 	uintptr_t base;
+	uint32_t unloaded;      /* the epoch of its module's unload (modules.h); 0: a module loaded now */
 	size_t sym;             /* its source frames: syms[sym..sym + nsym) of the cache */
 	int nsym;               /* 0: libdw knew nothing */
 };
 
-/* A module some frame lies in, for the "modules" map. */
+/* A module some frame lies in, for the "modules" map: one per path, base and
+ * unload, since after an unload the same path and base may be another
+ * build. */
 struct gmt__module_ref {
 	const char *path;
 	uintptr_t base;
+	uint32_t unloaded;       /* as the frames' */
+	struct gmt__build_id id; /* read from its image, not from its file */
 };
 
 struct gmt__gone_frame {
-	uint32_t epoch; /* the unload's (tells modules at one address apart) */
-	struct gmt__frame_info f;
+	struct gmt__frame_info f; /* f.unloaded tells modules at one address apart */
 };
 
 /* NOTE: dladdr scans the symbol table of the object, and libdw walks line

@@ -370,6 +370,7 @@ void gmt__leakcheck_where(struct gmt__frame_cache *cache, const struct gmt__leak
 {
 	const struct gmt__leak_ref *ref = &g->ref;
 	struct link_map *map = NULL;
+	struct gmt__build_id id;
 	const char *name;
 	Dl_info info;
 
@@ -379,8 +380,10 @@ void gmt__leakcheck_where(struct gmt__frame_cache *cache, const struct gmt__leak
 		const char *mod = gmt__base_name(path);
 
 		/* NOTE: the loader knows exported symbols only; the full symbol
-		 * table (through libdw) names a program's static variables too. */
-		name = gmt__symbols_data_name(cache->symbols, path, (uintptr_t)info.dli_fbase, ref->at);
+		 * table (through libdw) names a program's static variables too,
+		 * from the module's file while it is the build mapped there. */
+		(void)gmt__build_id_at(ref->at, &id);
+		name = gmt__symbols_data_name(cache->symbols, path, (uintptr_t)info.dli_fbase, &id, ref->at);
 		if (name != NULL)
 			snprintf(buf, len, "global '%s' (%s)", name, mod != NULL ? mod : "?");
 		else

@@ -66,6 +66,7 @@ struct module {
 	Dwfl_Module *mod;
 	Dwarf_Addr bias;       /* Dwfl address = file address + bias */
 	GElf_Addr first_page;  /* the page of the first PT_LOAD: where module_base maps */
+	struct gmt__build_id id; /* the file's (len 0: none) */
 	struct cu_index *cus;  /* the CUs looked into so far, by DIE offset */
 	size_t ncus, capcus;
 };
@@ -158,9 +159,16 @@ static void module_open(struct module *m, uintptr_t page_size)
 		goto fail;
 	for (i = 0; i < nph; i++) {
 		if (dw->gelf_getphdr(elf, (int)i, &ph) != NULL && ph.p_type == PT_LOAD) {
+			const unsigned char *bits;
+			GElf_Addr vaddr;
+			int n;
+
 			/* The loader maps the first PT_LOAD from its page: dli_fbase
 			 * is that page's address (glibc's l_map_start). */
 			m->first_page = ph.p_vaddr & ~(GElf_Addr)(page_size - 1);
+			n = dw->dwfl_module_build_id(m->mod, &bits, &vaddr);
+			if (n > 0)
+				gmt__build_id_set(&m->id, bits, (size_t)n);
 			return;
 		}
 	}
@@ -202,6 +210,20 @@ static struct module *module_get(struct gmt__symbols *s, const char *path)
 		return NULL;
 	module_open(m, s->page_size);
 	s->last = s->nmods++;
+	return m;
+}
+
+/* The module of path, opened, when its file is the build `want` names (any
+ * file when want is NULL); else NULL. */
+static struct module *module_usable(struct gmt__symbols *s, const char *path, const struct gmt__build_id *want)
+{
+	struct module *m;
+
+	if (s == NULL || path == NULL || path[0] == '\0')
+		return NULL;
+	m = module_get(s, path);
+	if (m == NULL || m->mod == NULL || (want != NULL && !gmt__build_id_equal(want, &m->id)))
+		return NULL;
 	return m;
 }
 
@@ -432,7 +454,7 @@ static int symbol_only(struct gmt__symbols *s, struct module *m, Dwarf_Addr addr
 }
 
 int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
-			uintptr_t ip, struct gmt__frame_sym *out, int max)
+			const struct gmt__build_id *want, uintptr_t ip, struct gmt__frame_sym *out, int max)
 {
 	Dwarf_Die chain[MAX_INLINE_DEPTH], *cu, *fn = NULL, cur, child;
 	Dwarf_Addr addr, cubias = 0;
@@ -444,11 +466,10 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 	Dwarf_Line *line;
 	int n = 0, lineno = 0, depth = 0, i;
 
-	if (s == NULL || module_path == NULL || module_path[0] == '\0' || out == NULL ||
-	    max <= 0 || ip <= module_base)
+	if (out == NULL || max <= 0 || ip <= module_base)
 		return 0;
-	m = module_get(s, module_path);
-	if (m == NULL || m->mod == NULL)
+	m = module_usable(s, module_path, want);
+	if (m == NULL)
 		return 0;
 	/* A return address is one past its call, which may be the first byte of
 	 * the next function or of the next line: look up the byte before. */
@@ -539,15 +560,15 @@ int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr
 }
 
 const char *gmt__symbols_data_name(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
-				   uintptr_t addr)
+				   const struct gmt__build_id *want, uintptr_t addr)
 {
 	struct module *m;
 	const char *sym;
 
-	if (s == NULL || module_path == NULL || module_path[0] == '\0' || addr < module_base)
+	if (addr < module_base)
 		return NULL;
-	m = module_get(s, module_path);
-	if (m == NULL || m->mod == NULL)
+	m = module_usable(s, module_path, want);
+	if (m == NULL)
 		return NULL;
 	sym = dw->dwfl_module_addrname(m->mod, (Dwarf_Addr)(addr - module_base) + m->first_page + m->bias);
 	return sym != NULL ? demangled(s, sym) : NULL;
@@ -555,28 +576,12 @@ const char *gmt__symbols_data_name(struct gmt__symbols *s, const char *module_pa
 
 int gmt__symbols_build_id(struct gmt__symbols *s, const char *module_path, char *hex, size_t len)
 {
-	static const char digits[] = "0123456789abcdef";
-	const unsigned char *bits;
-	struct module *m;
-	GElf_Addr vaddr;
-	int n, i;
+	struct module *m = module_usable(s, module_path, NULL);
 
-	if (hex != NULL && len > 0)
-		hex[0] = '\0';
-	if (s == NULL || module_path == NULL || module_path[0] == '\0')
+	if (m == NULL) {
+		if (hex != NULL && len > 0)
+			hex[0] = '\0';
 		return -ENOENT;
-	m = module_get(s, module_path);
-	if (m == NULL || m->mod == NULL)
-		return -ENOENT;
-	n = dw->dwfl_module_build_id(m->mod, &bits, &vaddr);
-	if (n <= 0)
-		return -ENOENT;
-	if (hex == NULL || len < 2 * (size_t)n + 1)
-		return -ENAMETOOLONG;
-	for (i = 0; i < n; i++) {
-		hex[2 * i] = digits[bits[i] >> 4];
-		hex[2 * i + 1] = digits[bits[i] & 15];
 	}
-	hex[2 * n] = '\0';
-	return 0;
+	return gmt__build_id_hex(&m->id, hex, len);
 }

@@ -6,6 +6,8 @@
 #ifndef GMT_SYMBOLS_H
 #define GMT_SYMBOLS_H
 
+#include "util/buildid.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,19 +38,25 @@ void gmt__symbols_free(struct gmt__symbols *s);
  * with the real function, and returns how many; 0 when nothing is known (no
  * debug information, a stripped or missing module, an address outside it,
  * max <= 0): the caller keeps module and offset. Separate debug files are
- * looked for by build-id under /usr/lib/debug, never over the network. */
+ * looked for by build-id under /usr/lib/debug, never over the network.
+ * `want`: the build-id of the module the address lay in (buildid.h, read
+ * from its image), or NULL to take the file unchecked. The file at the path
+ * is used only when its build-id is that one (both none included): a file
+ * replaced by another build since names nothing. */
 int gmt__symbols_lookup(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
-			uintptr_t ip, struct gmt__frame_sym *out, int max);
+			const struct gmt__build_id *want, uintptr_t ip, struct gmt__frame_sym *out, int max);
 
 /* The name of the ELF symbol (function or variable, from the full symbol
  * table where the module has one) covering the data address `addr` of the
- * module; NULL when none does. Owned by s. */
+ * module; NULL when none does, or when the file's build-id is not `want`'s
+ * (as for gmt__symbols_lookup). Owned by s. */
 const char *gmt__symbols_data_name(struct gmt__symbols *s, const char *module_path, uintptr_t module_base,
-				   uintptr_t addr);
+				   const struct gmt__build_id *want, uintptr_t addr);
 
-/* The module's GNU build-id as lowercase hex into hex[0..len), NUL-terminated.
- * Returns 0, -ENOENT when the module has none or cannot be opened, or
- * -ENAMETOOLONG when it does not fit in len. */
+/* The GNU build-id of the file at module_path (which may not be the build a
+ * loaded module of that path was mapped from) as lowercase hex into
+ * hex[0..len), NUL-terminated. Returns 0, -ENOENT when the file has none or
+ * cannot be opened, or -ENAMETOOLONG when it does not fit in len. */
 int gmt__symbols_build_id(struct gmt__symbols *s, const char *module_path, char *hex, size_t len);
 
 #endif /* GMT_SYMBOLS_H */

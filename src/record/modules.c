@@ -25,6 +25,7 @@ uint32_t gmt__modules_epoch(void)
 struct loaded {
 	struct gmt__unloaded *v;
 	size_t n, cap;
+	bool ids;    /* read each module's build-id (before the unload: still mapped) */
 	bool failed;
 };
 
@@ -57,7 +58,10 @@ static int list_one(struct dl_phdr_info *info, size_t size, void *arg)
 		l->v = v;
 		l->cap = cap;
 	}
-	l->v[l->n++] = (struct gmt__unloaded){ .path = info->dlpi_name, .base = info->dlpi_addr, .lo = lo, .hi = hi };
+	l->v[l->n] = (struct gmt__unloaded){ .path = info->dlpi_name, .base = info->dlpi_addr, .lo = lo, .hi = hi };
+	if (l->ids)
+		gmt__build_id_mapped(info, &l->v[l->n].id);
+	l->n++;
 	return 0;
 }
 
@@ -113,7 +117,7 @@ static int (*real_dlclose(void))(void *)
 int gmt__modules_dlclose(void *handle)
 {
 	int (*real)(void *) = real_dlclose();
-	struct loaded before = { 0 }, after = { 0 };
+	struct loaded before = { .ids = true }, after = { 0 };
 	int r, saved;
 	uint32_t e;
 

@@ -2,9 +2,13 @@
  * loaded is named by it, never by a module the loader put at its addresses
  * later. Each unload advances an epoch; a stack is interned with the epoch of
  * its capture (stacks.h), and a frame of a stack of epoch E whose address lay
- * in a module unloaded after E belongs to that module. */
+ * in a module unloaded after E belongs to that module. Its build-id is read
+ * from its image before the unload: the file at its path may be another
+ * build by the time its frames are named. */
 #ifndef GMT_MODULES_H
 #define GMT_MODULES_H
+
+#include "util/buildid.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,13 +18,14 @@ struct gmt__unloaded {
 	uintptr_t base;   /* its load bias */
 	uintptr_t lo, hi; /* the span of its loaded segments */
 	uint32_t epoch;   /* the epoch its unload began */
+	struct gmt__build_id id; /* read from its image while it was mapped */
 };
 
 /* The epoch now: 0 until the first module is unloaded. One relaxed load. */
 uint32_t gmt__modules_epoch(void);
 
 /* The dlclose hook: calls the real dlclose, and records each module it
- * unloaded. Returns what dlclose returned, errno as it left it. */
+ * unloaded, with its build-id. Returns what dlclose returned, errno as it left it. */
 int gmt__modules_dlclose(void *handle);
 
 /* The module that held ip when a stack of epoch `epoch` was captured, if it

@@ -35,6 +35,10 @@ static void out_frame(struct gmt__json *o, const struct gmt__frame_info *f, cons
 		p = gmt__put_lit(p, ", \"offset\": ");
 		p = gmt__put_hex(p, f->ip - f->base);
 	}
+	if (f->unloaded != 0) {
+		p = gmt__put_lit(p, ", \"unloaded\": ");
+		p = gmt__put_u64(p, f->unloaded);
+	}
 	p = gmt__put_lit(p, ", \"module\": ");
 	gmt__json_commit(o, p);
 	gmt__json_string(o, f->module != NULL && f->module[0] != '\0' ? f->module : "?");
@@ -117,7 +121,8 @@ static void out_frames(struct gmt__json *o, struct gmt__frame_cache *cache, cons
 }
 
 /* The "modules" map: each module a frame lies in, with its load base and GNU
- * build-id, so that the addresses can be symbolised again offline. */
+ * build-id (its image's), so that the addresses can be symbolised again
+ * offline; a module unloaded since with its unload, as its frames have it. */
 static void out_modules(struct gmt__json *o, struct gmt__frame_cache *cache)
 {
 	char id[256];
@@ -133,10 +138,13 @@ static void out_modules(struct gmt__json *o, struct gmt__frame_cache *cache)
 		p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 		p = gmt__put_lit(p, ", \"base\": ");
 		p = gmt__put_hex(p, m->base);
+		if (m->unloaded != 0) {
+			p = gmt__put_lit(p, ", \"unloaded\": ");
+			p = gmt__put_u64(p, m->unloaded);
+		}
 		p = gmt__put_lit(p, ", \"build_id\": ");
 		gmt__json_commit(o, p);
-		if (strchr(m->path, '/') != NULL &&
-		    gmt__symbols_build_id(cache->symbols, m->path, id, sizeof(id)) == 0)
+		if (gmt__build_id_hex(&m->id, id, sizeof(id)) == 0)
 			gmt__json_string(o, id);
 		else
 			gmt__json_str(o, "null");

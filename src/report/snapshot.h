@@ -16,8 +16,10 @@
  * framework's allocator refused on its own (failed_request.refused_by), the
  * verdict framework_limit, JAX's framework section, allocations[].stream;
  * 6, the tensors section (the framework's level), the memory of its segments
- * marked, the sites' growth over steps; 7, stats.log_lines_dropped. */
-#define GMT_SNAPSHOT_MINOR "7"
+ * marked, the sites' growth over steps; 7, stats.log_lines_dropped; 8, the
+ * unload of a module unloaded since (frames[].unloaded, modules[].unloaded),
+ * modules[].build_id from the module's image. */
+#define GMT_SNAPSHOT_MINOR "8"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

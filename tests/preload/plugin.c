@@ -1,12 +1,16 @@
-/* A plugin that allocates, built twice (plug_a, plug_b) with other names,
- * for tests/preload/unloaded.c: one is unloaded and the other loaded at the
- * same address. */
+/* A plugin that allocates, built twice (plug_a, plug_b) with other names
+ * and lines (two builds, two build-ids), for tests/preload/unloaded.c (one is
+ * unloaded and the other loaded at the same address) and reload.c (both
+ * installed in turn at one path). */
 #include <cuda.h>
 
 #ifdef PLUG_A
 #define ALLOCATE plugin_a_allocate
 #else
 #define ALLOCATE totally_unrelated_function
+/* plug_b's lines are from 1000 on: a frame named from the wrong build says
+ * so by its line too. */
+#line 1000
 #endif
 
 int ALLOCATE(CUdeviceptr *p, size_t size);

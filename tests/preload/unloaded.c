@@ -6,42 +6,20 @@
  * function now at that address. Arguments: PLUG_A PLUG_B (paths). Prints
  * the PID/LIVE report of tests/programs/run_program.py. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
-#include <link.h>
-#include <stdio.h>
+#include "plugin_host.h"
+
 #include <unistd.h>
-
-#include <cuda.h>
-
-typedef int (*allocate_fn)(CUdeviceptr *, size_t);
-
-static void *open_plugin(const char *path, const char *name, allocate_fn *fn, uintptr_t *base)
-{
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	struct link_map *map = NULL;
-
-	if (h == NULL || dlinfo(h, RTLD_DI_LINKMAP, &map) != 0) {
-		fprintf(stderr, "unloaded: %s: %s\n", path, dlerror());
-		return NULL;
-	}
-	*(void **)fn = dlsym(h, name);
-	*base = map->l_addr;
-	return *fn != NULL ? h : NULL;
-}
 
 int main(int argc, char **argv)
 {
-	CUdevice dev;
-	CUcontext ctx;
 	CUdeviceptr a, b;
 	allocate_fn fa, fb;
 	uintptr_t base_a, base_b;
 	void *ha, *hb;
 
-	if (argc != 3 || cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
-	    cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+	if (argc != 3 || plugin_host_cuda() != 0)
 		return 1;
-	ha = open_plugin(argv[1], "plugin_a_allocate", &fa, &base_a);
+	ha = plugin_host_open(argv[1], "plugin_a_allocate", &fa, &base_a);
 	if (ha == NULL || fa(&a, 3 << 20) != CUDA_SUCCESS)
 		return 1;
 	dlclose(ha);
@@ -50,7 +28,7 @@ int main(int argc, char **argv)
 	 * thread): then plug_b is loaded again, a few times, before it
 	 * allocates. */
 	for (int tries = 0;; tries++) {
-		hb = open_plugin(argv[2], "totally_unrelated_function", &fb, &base_b);
+		hb = plugin_host_open(argv[2], "totally_unrelated_function", &fb, &base_b);
 		if (hb == NULL || base_b == base_a || tries == 20)
 			break;
 		dlclose(hb);

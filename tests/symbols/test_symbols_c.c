@@ -74,7 +74,7 @@ static void check_chain(struct gmt__symbols *s)
 			CHECK_INT("module found", -1, 0);
 			continue;
 		}
-		n = gmt__symbols_lookup(s, path, base, ips[i], f, 8);
+		n = gmt__symbols_lookup(s, path, base, NULL, ips[i], f, 8);
 		printf("frame %d: %s+%#lx\n", i, symtest_basename(path), (unsigned long)(ips[i] - base));
 		symtest_print(ips[i], f, n);
 		CHECK_INT("frames for one address", n, 1);
@@ -134,6 +134,43 @@ static void check_build_id(struct gmt__symbols *s)
 	CHECK_INT("build-id, missing module", gmt__symbols_build_id(s, "/nonexistent/module.so", got, sizeof(got)), -ENOENT);
 }
 
+/* The build-id read from this program's image is its file's; a lookup
+ * asking for another build of the file names nothing, the same build
+ * names what the file does. */
+static void check_mapped_build_id(struct gmt__symbols *s)
+{
+	struct gmt__build_id mapped, other;
+	struct gmt__frame_sym f[8];
+	char want[160] = "", got[160], path[4096];
+	uintptr_t base;
+
+	dl_iterate_phdr(exe_note, want);
+	CHECK_INT("a loaded module at the program's address", gmt__build_id_at(ips[0] - 1, &mapped), 1);
+	CHECK_INT("no loaded module at address 1", gmt__build_id_at(1, &other), 0);
+	if (symtest_module(ips[0], path, sizeof(path), &base) != 0) {
+		CHECK_INT("module found", -1, 0);
+		return;
+	}
+	if (want[0] == '\0') {
+		CHECK_INT("mapped build-id of a program without one", mapped.len, 0);
+		CHECK_INT("frames, neither image nor file with a build-id",
+			  gmt__symbols_lookup(s, path, base, &mapped, ips[0], f, 8) > 0, 1);
+		return;
+	}
+	CHECK_INT("mapped build-id", gmt__build_id_hex(&mapped, got, sizeof(got)), 0);
+	CHECK_STR("mapped build-id", got, want);
+	CHECK_INT("frames, the file the image's build", gmt__symbols_lookup(s, path, base, &mapped, ips[0], f, 8) > 0, 1);
+	other = mapped;
+	other.bytes[0] ^= 1;
+	CHECK_INT("frames, the file another build", gmt__symbols_lookup(s, path, base, &other, ips[0], f, 8), 0);
+	other.len = 0;
+	CHECK_INT("frames, an image without a build-id", gmt__symbols_lookup(s, path, base, &other, ips[0], f, 8), 0);
+	CHECK_INT("data name, the file another build",
+		  gmt__symbols_data_name(s, path, base, &other, (uintptr_t)&nips) == NULL, 1);
+	CHECK_INT("build-id hex too long", gmt__build_id_hex(&mapped, got, 2 * mapped.len), -ENAMETOOLONG);
+	CHECK_INT("build-id hex of none", gmt__build_id_hex(&other, got, sizeof(got)), -ENOENT);
+}
+
 /* A copy of the first half of this program: an ELF file whose sections lie
  * past its end. */
 static int truncated_copy(char *path, size_t len)
@@ -176,15 +213,15 @@ static void check_unknown(struct gmt__symbols *s, const char *stripped)
 		CHECK_INT("module found", -1, 0);
 		return;
 	}
-	CHECK_INT("frames from the program itself", gmt__symbols_lookup(s, path, base, ips[0], f, 8) > 0, 1);
-	CHECK_INT("frames from a missing module", gmt__symbols_lookup(s, "/nonexistent/module.so", base, ips[0], f, 8), 0);
-	CHECK_INT("frames from a non-ELF file", gmt__symbols_lookup(s, "/dev/null", base, ips[0], f, 8), 0);
-	CHECK_INT("frames with max 0", gmt__symbols_lookup(s, path, base, ips[0], f, 0), 0);
-	CHECK_INT("frames below the base", gmt__symbols_lookup(s, path, ips[0], ips[0], f, 8), 0);
-	CHECK_INT("frames past the module", gmt__symbols_lookup(s, path, base, base + ((uintptr_t)1 << 40), f, 8), 0);
+	CHECK_INT("frames from the program itself", gmt__symbols_lookup(s, path, base, NULL, ips[0], f, 8) > 0, 1);
+	CHECK_INT("frames from a missing module", gmt__symbols_lookup(s, "/nonexistent/module.so", base, NULL, ips[0], f, 8), 0);
+	CHECK_INT("frames from a non-ELF file", gmt__symbols_lookup(s, "/dev/null", base, NULL, ips[0], f, 8), 0);
+	CHECK_INT("frames with max 0", gmt__symbols_lookup(s, path, base, NULL, ips[0], f, 0), 0);
+	CHECK_INT("frames below the base", gmt__symbols_lookup(s, path, ips[0], NULL, ips[0], f, 8), 0);
+	CHECK_INT("frames past the module", gmt__symbols_lookup(s, path, base, NULL, base + ((uintptr_t)1 << 40), f, 8), 0);
 	if (truncated_copy(truncated, sizeof(truncated)) == 0) {
 		for (int i = 0; i < nips; i++)
-			CHECK_INT("frames from a truncated copy", gmt__symbols_lookup(s, truncated, base, ips[i], f, 8), 0);
+			CHECK_INT("frames from a truncated copy", gmt__symbols_lookup(s, truncated, base, NULL, ips[i], f, 8), 0);
 		unlink(truncated);
 	} else {
 		CHECK_INT("truncated copy made", -1, 0);
@@ -198,7 +235,7 @@ static void check_unknown(struct gmt__symbols *s, const char *stripped)
 			return;
 		for (int i = 0; i < nips; i++) {
 			if (symtest_module(ips[i], path, sizeof(path), &base) == 0 && strcmp(path, exe) == 0)
-				CHECK_INT("frames from the stripped copy", gmt__symbols_lookup(s, stripped, base, ips[i], f, 8), 0);
+				CHECK_INT("frames from the stripped copy", gmt__symbols_lookup(s, stripped, base, NULL, ips[i], f, 8), 0);
 		}
 	}
 }
@@ -224,6 +261,7 @@ int main(int argc, char **argv)
 	if (stripped == NULL) {
 		check_chain(s);
 		check_build_id(s);
+		check_mapped_build_id(s);
 	}
 	check_unknown(s, stripped);
 	gmt__symbols_free(s);

@@ -72,7 +72,7 @@ int main()
 
 		if (symtest_module(ips[i], path, sizeof(path), &base) != 0)
 			return 1;
-		n = gmt__symbols_lookup(s, path, base, ips[i], f, 8);
+		n = gmt__symbols_lookup(s, path, base, NULL, ips[i], f, 8);
 		symtest_print(ips[i], f, n);
 		CHECK_INT("frames for one address", n, 1);
 		if (n < 1)

@@ -49,7 +49,7 @@ int main(void)
 	if (s == NULL || nips < 2 || symtest_module(ips[0], path, sizeof(path), &base) != 0)
 		return 1;
 
-	n = gmt__symbols_lookup(s, path, base, ips[0], f, 8);
+	n = gmt__symbols_lookup(s, path, base, NULL, ips[0], f, 8);
 	symtest_print(ips[0], f, n);
 	CHECK_INT("frames for the inlined address", n, 2);
 	if (n >= 2) {
@@ -63,10 +63,10 @@ int main(void)
 		CHECK_INT("caller inlined", f[1].inlined, 0);
 	}
 	/* Room for one frame: the innermost. */
-	CHECK_INT("frames with max 1", gmt__symbols_lookup(s, path, base, ips[0], f, 1), 1);
+	CHECK_INT("frames with max 1", gmt__symbols_lookup(s, path, base, NULL, ips[0], f, 1), 1);
 	CHECK_STR("innermost function, max 1", f[0].function, "inner");
 
-	n = gmt__symbols_lookup(s, path, base, ips[1], f, 8);
+	n = gmt__symbols_lookup(s, path, base, NULL, ips[1], f, 8);
 	symtest_print(ips[1], f, n);
 	CHECK_INT("frames for main", n, 1);
 	if (n >= 1) {

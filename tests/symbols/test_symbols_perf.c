@@ -86,7 +86,7 @@ int main(int argc, char **argv)
 	t0 = now();
 	/* +1: the lookup takes return addresses and looks up the byte before. */
 	for (uintptr_t a = t.lo; a < t.hi && looked < NADDR; a += stride, looked++) {
-		int n = gmt__symbols_lookup(s, path, base, base + a + 1, f, 16);
+		int n = gmt__symbols_lookup(s, path, base, NULL, base + a + 1, f, 16);
 
 		resolved += n > 0;
 		frames += n;
@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 	t1 = now();
 	/* Again, the module open: what each lookup costs by itself. */
 	for (uintptr_t a = t.lo, k = 0; a < t.hi && k < NADDR; a += stride, k++)
-		gmt__symbols_lookup(s, path, base, base + a + 1, f, 16);
+		gmt__symbols_lookup(s, path, base, NULL, base + a + 1, f, 16);
 	t2 = now();
 	printf("%d distinct addresses in %s (%#lx bytes of code): %d resolved, %d frames; "
 	       "%.3f s from a fresh cache (opening the module included), %.3f s again (%.2f us each)\n",

@@ -8,6 +8,7 @@
 #include "record/event.h"
 #include "record/pystack.h"
 #include "record/stacks.h"
+#include "util/log.h"
 #include "util/parse.h"
 
 #include <stdarg.h>
@@ -56,6 +57,22 @@ static void text_add(struct text *t, const char *fmt, ...)
 	t->n += (size_t)need;
 }
 
+/* A name the program made (a function, a file, a site's label, a
+ * framework's words, a path) for a line of a report: escaped as every line
+ * of the log is (gmt__log_escape) before the report is put together, so a
+ * newline in it cannot split the report into a line of its own (a forged
+ * "snapshot:"). NAME_MAX_TEXT: a report line is cut at about 1 KiB anyway. */
+#define NAME_MAX_TEXT 512
+struct name_buf {
+	char s[NAME_MAX_TEXT];
+};
+
+static const char *esc(struct name_buf *b, const char *name)
+{
+	gmt__log_escape(b->s, sizeof(b->s), name, false);
+	return b->s;
+}
+
 /* Frames as LeakSanitizer prints them. */
 struct text_frames {
 	struct text *t;
@@ -67,16 +84,18 @@ static void text_native(void *ctx, const struct gmt__frame_info *f, const struct
 {
 	struct text_frames *tf = ctx;
 	const char *mod = gmt__base_name(f->module);
+	struct name_buf b;
 
 	if (tf->k >= LEAK_REPORT_FRAMES) {
 		tf->k++;
 		return;
 	}
-	text_add(tf->t, "    #%d 0x%llx in %s", tf->k++, (unsigned long long)f->ip, function != NULL ? function : "??");
+	text_add(tf->t, "    #%d 0x%llx in %s", tf->k++, (unsigned long long)f->ip,
+		 function != NULL ? esc(&b, function) : "??");
 	if (sym != NULL && sym->file != NULL && sym->line > 0)
-		text_add(tf->t, " %s:%d", sym->file, sym->line);
+		text_add(tf->t, " %s:%d", esc(&b, sym->file), sym->line);
 	if (f->module != NULL)
-		text_add(tf->t, " (%s+0x%llx)", mod != NULL ? mod : "?", (unsigned long long)(f->ip - f->base));
+		text_add(tf->t, " (%s+0x%llx)", mod != NULL ? esc(&b, mod) : "?", (unsigned long long)(f->ip - f->base));
 	text_add(tf->t, "\n");
 }
 
@@ -84,6 +103,7 @@ static void text_python(void *ctx, uintptr_t word)
 {
 	struct text_frames *tf = ctx;
 	const char *function = NULL, *file = NULL;
+	struct name_buf b, c;
 	int line = 0;
 
 	if (tf->k >= LEAK_REPORT_FRAMES) {
@@ -91,8 +111,8 @@ static void text_python(void *ctx, uintptr_t word)
 		return;
 	}
 	(void)gmt__py_frame(word, &function, &file, &line);
-	text_add(tf->t, "    #%d in %s %s:%d [Python]\n", tf->k++, function != NULL ? function : "??",
-		 file != NULL ? file : "?", line);
+	text_add(tf->t, "    #%d in %s %s:%d [Python]\n", tf->k++, function != NULL ? esc(&b, function) : "??",
+		 file != NULL ? esc(&c, file) : "?", line);
 }
 
 /* "device memory on device 0", "device and managed memory on devices 0, 1". */
@@ -134,27 +154,29 @@ static const char *plural(uint64_t n)
 static void rule_words(const struct gmt__supp *supp, uint32_t rule, char *buf, size_t len)
 {
 	const struct gmt__supp_rule *r = &supp->v[rule];
+	struct name_buf b, c;
 	char text[256];
 
 	gmt__supp_rule_text(r, text, sizeof(text));
 	if (r->line > 0)
-		snprintf(buf, len, "%s (%s:%d)", text, r->source, r->line);
+		snprintf(buf, len, "%s (%s:%d)", esc(&b, text), esc(&c, r->source), r->line);
 	else
-		snprintf(buf, len, "%s (built-in: %s)", text, r->why != NULL ? r->why : "?");
+		snprintf(buf, len, "%s (built-in: %s)", esc(&b, text), r->why != NULL ? r->why : "?");
 }
 
 static void leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cache)
 {
 	const struct gmt__snapshot_leaks *in = lw->in;
 	struct text t = { 0 };
-	char a[32], b[32], what[160], where[320];
+	char a[32], b[32], what[160], where[2 * NAME_MAX_TEXT + 64];
+	struct name_buf nb;
 	size_t shown = 0, brief = 0, counted_groups = 0;
 
 	if (in->supp_error != NULL)
-		text_add(&t, "leak check: suppressions not applied: %s\n", in->supp_error);
+		text_add(&t, "leak check: suppressions not applied: %s\n", esc(&nb, in->supp_error));
 	if (!lw->scan.done)
 		text_add(&t, "leak check: no pointer scan (%s): every allocation nobody freed is 'leaked'\n",
-			 lw->scan.why != NULL ? lw->scan.why : "?");
+			 lw->scan.why != NULL ? esc(&nb, lw->scan.why) : "?");
 	for (size_t i = 0; i < lw->ngroups; i++)
 		counted_groups += lw->groups[i].counted;
 	if (lw->total_count[TOTAL_COUNTED] > 0)
@@ -178,7 +200,7 @@ static void leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cach
 			 (unsigned long long)g->count, plural(g->count), what);
 		if (g->cls == GMT_LEAK_REFERENCED) {
 			gmt__leakcheck_where(cache, g, where, sizeof(where));
-			text_add(&t, "; %s holds 0x%llx\n", where, (unsigned long long)g->ref_value);
+			text_add(&t, "; %s holds 0x%llx\n", esc(&nb, where), (unsigned long long)g->ref_value);
 		} else if (g->cls == GMT_LEAK_LEAKED && lw->scan.done) {
 			text_add(&t, "; no host memory holds %s address\n", g->count == 1 ? "its" : "their");
 		} else {
@@ -218,14 +240,14 @@ static void leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cach
 		text_add(&t, "Not counted: %s %s in %llu allocation%s at %s: %s\n",
 			 gmt__leakcheck_suppresses(lw, g->rule) ? "suppressed" : gmt__leak_class_names[g->cls],
 			 gmt__human_bytes(a, sizeof(a), g->bytes), (unsigned long long)g->count, plural(g->count),
-			 ls != NULL ? ls->where : "an unknown place", where);
+			 ls != NULL ? esc(&nb, ls->where) : "an unknown place", where);
 	}
 	for (int i = 0; i < lw->nsuspects; i++) {
 		const struct gmt__leak_suspect *x = &lw->suspects[i];
 		const struct gmt__leak_stack *ls = gmt__leakcheck_stack_of(lw, x->id);
 
 		text_add(&t, "Leak suspect: %s grew in %u rounds (fell in %u) to %s at its peak; %s live at exit\n",
-			 ls != NULL ? ls->where : "an unknown place", x->rises, x->falls,
+			 ls != NULL ? esc(&nb, ls->where) : "an unknown place", x->rises, x->falls,
 			 gmt__human_bytes(a, sizeof(a), x->peak), gmt__human_bytes(b, sizeof(b), x->live));
 	}
 	text_add(&t, "SUMMARY: %s in %llu allocation%s count as leaks",
@@ -254,13 +276,14 @@ static void oom_report(const struct gmt__snapshot *s, const struct gmt__model *m
 	const struct gmt__device_state *st = view->diag_in.state;
 	const struct gmt__episode *ep = s->episode;
 	char a[32], b[32], c[32];
+	struct name_buf nb;
 	size_t at;
 	int n;
 
 	if (s->failed->by_framework)
 		n = snprintf(s->report, s->report_len,
 			     "out of memory: %s's allocator refused %s on device %d (no driver call failed)",
-			     s->failed->api, gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
+			     esc(&nb, s->failed->api), gmt__human_bytes(a, sizeof(a), s->failed->size), s->failed->device);
 	else
 		n = snprintf(s->report, s->report_len, "out of memory: %s of %s on device %d failed",
 			     s->failed->api != NULL ? s->failed->api : "an allocation",
@@ -278,19 +301,19 @@ static void oom_report(const struct gmt__snapshot *s, const struct gmt__model *m
 					       "; between them the program freed %s in %llu allocation%s%s%s and still failed",
 					       gmt__human_bytes(a, sizeof(a), ep->freed_bytes),
 					       (unsigned long long)ep->freed_count, ep->freed_count == 1 ? "" : "s",
-					       m->freed.n > 0 ? " made at " : "", m->freed.n > 0 ? m->freed.where[0] : "");
+					       m->freed.n > 0 ? " made at " : "", m->freed.n > 0 ? esc(&nb, m->freed.where[0]) : "");
 	}
 	if (at < s->report_len)
 		at += (size_t)snprintf(s->report + at, s->report_len - at, "\nverdict: %s: %s",
-				       gmt__verdict_name(view->diag.primary), view->diag.v[0].detail);
+				       gmt__verdict_name(view->diag.primary), esc(&nb, view->diag.v[0].detail));
 	for (int i = 0; i < view->diag.nremedies && at < s->report_len; i++) {
 		const struct gmt__remedy *r = &view->diag.remedies[i];
 		const struct gmt__stack_site *ss = r->stack ? gmt__sites_of(&m->stack_sites, m->ids.v, r->stack) : NULL;
 
-		at += (size_t)snprintf(s->report + at, s->report_len - at, "\ntry: %s", r->text);
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "\ntry: %s", esc(&nb, r->text));
 		if (at < s->report_len && ss != NULL && ss->site > 0)
 			at += (size_t)snprintf(s->report + at, s->report_len - at, " (at %s)",
-					       m->stack_sites.labels[ss->site - 1]);
+					       esc(&nb, m->stack_sites.labels[ss->site - 1]));
 	}
 	/* With the framework's tensors known, its tensors and the memory that
 	 * is not the framework's; else the driver's allocations. */
@@ -307,7 +330,7 @@ static void oom_report(const struct gmt__snapshot *s, const struct gmt__model *m
 			at += (size_t)snprintf(s->report + at, s->report_len - at, "%llu allocation%s",
 					       (unsigned long long)others, others == 1 ? "" : "s");
 		if (at < s->report_len)
-			at += (size_t)snprintf(s->report + at, s->report_len - at, " at %s", rep->where[i]);
+			at += (size_t)snprintf(s->report + at, s->report_len - at, " at %s", esc(&nb, rep->where[i]));
 	}
 }
 

@@ -148,20 +148,51 @@ unsigned long long gmt__log_dropped(void)
 	return atomic_load_explicit(&log_dropped, memory_order_relaxed);
 }
 
-/* Formats one line and writes it whole. Printable ASCII and printable UTF-8
- * (a file name, a label's "←") are written as they are; every other byte (a
- * newline, a terminal escape, a C1 control, a bidirectional override,
- * malformed UTF-8) as \xNN, as options.c quotes a bad value (which comes here
- * quoted already: its backslashes are left alone): a path or a suppression
- * line with a newline in it cannot split a message or forge another. NOTE:
- * vsnprintf is not async-signal-safe; nothing calls the log from a signal
- * handler. */
+size_t gmt__log_escape(char *out, size_t len, const char *text, bool more)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = 0;
+
+	if (len == 0)
+		return 0;
+	for (size_t i = 0; text[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)text[i];
+		size_t plain = c >= 0x20 && c < 0x7f ? 1 : c >= 0x80 ? gmt__utf8_printable(text + i) : 0;
+
+		/* keep room for "..." and the NUL */
+		if (n + (plain > 0 ? plain : 4) + 4 > len) {
+			more = true;
+			break;
+		}
+		if (plain > 0) {
+			memcpy(out + n, text + i, plain);
+			n += plain;
+			i += plain - 1;
+		} else {
+			out[n++] = '\\';
+			out[n++] = 'x';
+			out[n++] = hex[c >> 4];
+			out[n++] = hex[c & 15];
+		}
+	}
+	if (more && n + 4 <= len) {
+		memcpy(out + n, "...", 3);
+		n += 3;
+	}
+	out[n] = '\0';
+	return n;
+}
+
+/* Formats one line and writes it whole, escaped (gmt__log_escape) as
+ * options.c quotes a bad value (which comes here quoted already: its
+ * backslashes are left alone): a path or a suppression line with a newline in
+ * it cannot split a message or forge another. NOTE: vsnprintf is not
+ * async-signal-safe; nothing calls the log from a signal handler. */
 static void emit(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static void emit(const char *fmt, va_list ap)
 {
 	char text[GMT_LOG_LINE_MAX], line[GMT_LOG_LINE_MAX];
 	const size_t prefix = sizeof(GMT_LOG_PREFIX) - 1;
-	const size_t room = sizeof(line) - 1; /* keep one byte for '\n' */
 	int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);
 	size_t n = prefix;
 	int len;
@@ -170,32 +201,8 @@ static void emit(const char *fmt, va_list ap)
 	if (len < 0)
 		return;
 	memcpy(line, GMT_LOG_PREFIX, prefix);
-	for (size_t i = 0; text[i] != '\0'; i++) {
-		unsigned char c = (unsigned char)text[i];
-		size_t plain = c >= 0x20 && c < 0x7f ? 1 : c >= 0x80 ? gmt__utf8_printable(text + i) : 0;
-
-		if (n + (plain > 0 ? plain : 4) > room - 3) {
-			memcpy(line + n, "...", 3);
-			n += 3;
-			break;
-		}
-		if (plain > 0) {
-			memcpy(line + n, text + i, plain);
-			n += plain;
-			i += plain - 1;
-		} else {
-			static const char hex[] = "0123456789abcdef";
-
-			line[n++] = '\\';
-			line[n++] = 'x';
-			line[n++] = hex[c >> 4];
-			line[n++] = hex[c & 15];
-		}
-	}
-	if ((size_t)len >= sizeof(text) && n <= room - 3) {
-		memcpy(line + n, "...", 3);
-		n += 3;
-	}
+	/* one byte kept for the '\n' (in the escape's NUL's place) */
+	n += gmt__log_escape(line + n, sizeof(line) - n - 1, text, (size_t)len >= sizeof(text));
 	line[n++] = '\n';
 
 	fd = target_fd(fd);

@@ -34,6 +34,16 @@ void gmt__log_set_verbose(bool on);
  * through of a name it did not make. */
 size_t gmt__utf8_printable(const char *s);
 
+/* Copies text into out (len bytes, its NUL included) as one line of a
+ * message: printable ASCII and printable UTF-8 (gmt__utf8_printable) as they
+ * are, every other byte (a newline, a terminal escape, a C1 control, a
+ * bidirectional override, malformed UTF-8) as \xNN. What does not fit is
+ * left out, never half a character or an escape, and the line ends in "..."
+ * (so does it when `more`: the text was cut before). Returns the length
+ * written. The one rule for every line the tracer and the command print of a
+ * name they did not make. */
+size_t gmt__log_escape(char *out, size_t len, const char *text, bool more);
+
 /* For tests: send messages to `fd` instead of 2; returns the previous fd. */
 int gmt__log_set_fd(int fd);
 

@@ -74,13 +74,18 @@ static const char *one_line(const char *s, char *buf, size_t len)
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
+	char text[10240], line[10240];
 	va_list ap;
+	int len;
 
-	fputs(PREFIX, stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	len = vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (len < 0)
+		return;
+	/* one line whatever a path or a suppression line holds (launcher.c's vsay) */
+	gmt__log_escape(line, sizeof(line), text, (size_t)len >= sizeof(text));
+	fprintf(stderr, PREFIX "%s\n", line);
 }
 
 static const char *classes_text(unsigned classes, char *buf, size_t len)

@@ -7,6 +7,7 @@
 #include "cli/launcher.h"
 
 #include "tracer/options.h"
+#include "util/log.h"
 
 #include <gpumemtrace.h>
 
@@ -198,17 +199,26 @@ void cli_help(void)
 
 static const char *context = "";
 
+/* A message longer than this (two paths and words) is cut and ends in "...". */
+#define CLI_LINE_MAX 10240
+
 void cli_set_context(const char *c)
 {
 	context = c;
 }
 
+/* One line, whatever the arguments, paths or suppression lines in it hold:
+ * escaped as the library's log escapes them (gmt__log_escape). */
 static void vsay(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static void vsay(const char *fmt, va_list ap)
 {
-	fprintf(stderr, "gpumemtrace: %s", context);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	char text[CLI_LINE_MAX], line[CLI_LINE_MAX];
+	int len = vsnprintf(text, sizeof(text), fmt, ap);
+
+	if (len < 0)
+		return;
+	gmt__log_escape(line, sizeof(line), text, (size_t)len >= sizeof(text));
+	fprintf(stderr, "gpumemtrace: %s%s\n", context, line);
 }
 
 void cli_say(const char *fmt, ...)

@@ -214,6 +214,28 @@ def test_errors(c: Checker, launcher: str, tmp: str) -> None:
     one_line(c, "command not found", r, 127, "cannot run", "no-such-command")
 
 
+def test_controls(c: Checker, launcher: str, tmp: str) -> None:
+    """Control characters in arguments, paths and suppression lines: one line
+    each, escaped \\xNN as the library's log does; no raw control byte."""
+    exe, _ = place(os.path.join(tmp, "ctl"), launcher, "bin/gpumemtrace", "bin/" + LIB)
+    supp = os.path.join(tmp, "ctl", "bad.supp")
+    with open(supp, "wb") as f:
+        f.write(b"leak:ok\nbogus\x1b[2J\xc2\x85gpumemtrace: forged\n")
+    cases = [
+        (["run", "--fr\nob\x1b[31m", "--", "env"], 2, "unknown option '--fr\\x0aob\\x1b[31m'"),
+        (["frob\ngpumemtrace: forged"], 2, "unknown command 'frob\\x0agpumemtrace: forged'"),
+        (["run", "--dir", os.path.join(tmp, "no\nparent", "snaps"), "--", "env"], 2, "no\\x0aparent"),
+        (["run", "--", os.path.join(tmp, "no-such\ncommand\x1b]0;t\x07")], 127,
+         "no-such\\x0acommand\\x1b]0;t\\x07"),
+        (["check", "--suppressions", supp, "--", "env"], 2, "bogus\\x1b[2J\\xc2\\x85gpumemtrace: forged"),
+    ]
+    for args, status, words in cases:
+        r = run(exe, args)
+        one_line(c, f"control characters {args!r}", r, status, words)
+        c.true(f"control characters {args!r}: no raw control byte",
+               not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", r.err), repr(r.err))
+
+
 def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
     with open(options_h, encoding="utf-8") as f:
         variables = sorted(set(re.findall(r'"(GPUMEMTRACE_[A-Z0-9_]+)"', f.read())))
@@ -284,6 +306,7 @@ def main() -> int:
         test_missing_library(c, a.launcher, tmp, a.libdir_abs)
         test_environment(c, a.launcher, tmp)
         test_errors(c, a.launcher, tmp)
+        test_controls(c, a.launcher, tmp)
         test_help(c, a.launcher, a.options_h, a.version)
         test_view(c, a.launcher, tmp)
     if c.failures:

@@ -3,7 +3,8 @@
 are listed once in C (X-macro lists), and the viewer's copies
 (tools/gmtview/vocab.py), its tables keyed by those words and the enums of
 docs/snapshot.schema.json must equal them; the viewer's byte formatter must
-write what the tracer's writes.
+write what the tracer's writes; the viewer reads a snapshot within the gate's
+size cap.
 
 usage: test_vocabulary.py SOURCE_ROOT HUMAN_BYTES_PROGRAM
 """
@@ -127,6 +128,15 @@ class Vocabulary(unittest.TestCase):
     def test_history_ops(self) -> None:
         self.assertEqual(self.vocab.HIST_OPS, words("GMT_HIST_OPS"))
         self.assertEqual(schema_enum("$defs", "event", "properties", "op"), words("GMT_HIST_OPS"))
+
+    def test_input_cap(self) -> None:
+        # The gate and the viewer read a snapshot by one rule: the same cap.
+        from gmtview import load
+        with open(os.path.join(ROOT, "src", "util", "input.h"), encoding="utf-8") as f:
+            m = re.search(r"#define GMT_SNAPSHOT_MAX_BYTES \(\(uint64_t\)(\d+) << (\d+)\)", f.read())
+        self.assertIsNotNone(m)
+        assert m is not None
+        self.assertEqual(load.MAX_BYTES, int(m.group(1)) << int(m.group(2)))
 
     def test_byte_formatter(self) -> None:
         from gmtview.model import fmt_bytes

@@ -44,12 +44,13 @@ def test(fn: Callable[[], None]) -> Callable[[], None]:
     return fn
 
 
-def run(args: List[str], stdin: bytes = b"", env: Optional[Dict[str, str]] = None) -> Tuple[int, str, str]:
+def run(args: List[str], stdin: bytes = b"", env: Optional[Dict[str, str]] = None,
+        timeout: int = 120, preexec_fn: Optional[Callable[[], None]] = None) -> Tuple[int, str, str]:
     e = dict(os.environ)
     e.pop("NO_COLOR", None)
     e.update(env or {})
     r = subprocess.run([sys.executable, TOOL] + args, input=stdin, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, env=e, timeout=120)
+                       stderr=subprocess.PIPE, env=e, timeout=timeout, preexec_fn=preexec_fn)
     return r.returncode, r.stdout.decode("utf-8", "backslashreplace"), r.stderr.decode("utf-8", "backslashreplace")
 
 
@@ -450,6 +451,69 @@ def special_outputs() -> None:
             failures.append(f"a FIFO nobody reads: {err!r}, now {oct(os.lstat(fifo).st_mode)}")
     except AssertionError as e:
         failures.append(str(e))
+    if failures:
+        raise AssertionError("\n".join(failures))
+
+
+@test
+def special_inputs() -> None:
+    """The gate's rule for what it reads: a FIFO nobody writes to, /dev/zero
+    (as a file and as standard input) and a directory are one line each,
+    never a wait or an endless read; a pipe on standard input is read."""
+    import resource
+    import threading
+
+    def small() -> None:
+        """An endless read fails within 2 GiB instead of taking the machine."""
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    fifo = path("in.fifo")
+    os.mkfifo(fifo)
+    failures = []
+    for target, words in ((fifo, "not a regular file (a FIFO)"), ("/dev/zero", "not a regular file (a character device)"),
+                          (TMP, "not a regular file (a directory)")):
+        try:
+            rc, _, err = run([target], timeout=30, preexec_fn=small)
+            one_line_error(f"input {target}", rc, err, words)
+        except (AssertionError, subprocess.TimeoutExpired) as e:
+            failures.append(str(e))
+    # A FIFO whose writer never stops: refused before anything is read.
+    stop = threading.Event()
+
+    def writer() -> None:
+        try:
+            with open(fifo, "wb") as f:
+                while not stop.is_set():
+                    f.write(b" " * 65536)
+        except OSError:
+            pass
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    try:
+        rc, _, err = run([fifo], timeout=30, preexec_fn=small)
+        one_line_error("a FIFO with an endless writer", rc, err, "a FIFO")
+    except (AssertionError, subprocess.TimeoutExpired) as e:
+        failures.append(str(e))
+    stop.set()
+    try:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer's open return
+    except OSError:
+        pass
+    with open("/dev/zero", "rb") as zero:
+        try:
+            r = subprocess.run([sys.executable, TOOL, "-"], stdin=zero, capture_output=True, timeout=30,
+                               preexec_fn=small)
+        except subprocess.TimeoutExpired as ex:
+            r = subprocess.CompletedProcess(ex.cmd, -1, b"", b"timed out")
+    try:
+        one_line_error("standard input /dev/zero", r.returncode, r.stderr.decode("utf-8", "replace"),
+                       "standard input is a character device")
+    except AssertionError as ex:
+        failures.append(str(ex))
+    good = fixtures.write(fixtures.synthetic(n=5)[0], path("piped.json"))
+    with open(good, "rb") as f:
+        rc, out, err = run(["-"], stdin=f.read())
+    if rc != 0 or err:
+        failures.append(f"a pipe on standard input: exit {rc}, stderr {err!r}")
     if failures:
         raise AssertionError("\n".join(failures))
 

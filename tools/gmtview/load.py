@@ -17,6 +17,8 @@ import json
 import math
 import os
 import re
+import stat
+import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import model
@@ -27,6 +29,12 @@ _KIND_SET = frozenset(KINDS)
 # What one document may hold: a snapshot of 10 million allocations is ~3 GB of
 # JSON, more than a viewer in Python should try to hold.
 MAX_ITEMS = 10_000_000
+# The gate's rule for a snapshot it reads (src/util/input.h,
+# GMT_SNAPSHOT_MAX_BYTES; tests/unit/test_vocabulary.py holds the two equal):
+# a regular file of at most this many bytes, opened without blocking. "-"
+# (standard input) may be a pipe too, read up to the same cap.
+MAX_BYTES = 16 << 30
+_CHUNK_BYTES = 1 << 20
 
 
 class ViewError(Exception):
@@ -149,16 +157,60 @@ def parse(text: str, name: str, lean: bool = False) -> Dict[str, Any]:
     return check(doc, name, lean)
 
 
-def load(path: str, lean: bool = False) -> Dict[str, Any]:
-    """The checked snapshot in the file at path ("-": standard input); lean:
-    without its device allocations (check())."""
+def _kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, in the gate's words."""
+    for test, words in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
+                        (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "not a plain file"
+
+
+def _read_capped(fd: int, path: str) -> bytes:
+    """All of fd, refused past MAX_BYTES (a file that grows, a pipe that never
+    ends)."""
+    chunks: List[bytes] = []
+    n = 0
+    while True:
+        chunk = os.read(fd, _CHUNK_BYTES)
+        if not chunk:
+            return b"".join(chunks)
+        n += len(chunk)
+        if n > MAX_BYTES:
+            raise ViewError(f"{path}: cannot read: larger than {MAX_BYTES} bytes")
+        chunks.append(chunk)
+
+
+def read_input(path: str) -> bytes:
+    """The bytes of the snapshot file at path ("-": standard input), by the
+    gate's rule (MAX_BYTES): a FIFO, a device, a directory or a larger file is
+    one ViewError naming it, never a wait or an endless read."""
+    if path == "-":
+        fd = sys.stdin.fileno()
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            raise ViewError(f"-: cannot read: standard input is {_kind_of(mode)}, not a file or a pipe")
+        return _read_capped(fd, path)
+    # NOTE: O_NONBLOCK: opening a FIFO for reading waits for a writer; nothing
+    # is read before the type is known (as src/util/input.c opens).
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
-        if path == "-":
-            import sys
-            raw = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as f:
-                raw = f.read()
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ViewError(f"{path}: cannot read: not a regular file ({_kind_of(st.st_mode)})")
+        if st.st_size > MAX_BYTES:
+            raise ViewError(f"{path}: cannot read: larger than {MAX_BYTES} bytes ({st.st_size})")
+        return _read_capped(fd, path)
+    finally:
+        os.close(fd)
+
+
+def load(path: str, lean: bool = False) -> Dict[str, Any]:
+    """The checked snapshot in the file at path ("-": standard input; read by
+    read_input's rule); lean: without its device allocations (check())."""
+    try:
+        raw = read_input(path)
     except OSError as e:
         raise ViewError(f"{path}: cannot read: {e.strerror or e}") from None
     try:

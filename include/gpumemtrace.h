@@ -173,9 +173,13 @@ static inline int gmt_step(unsigned long long step)
  * its state at each out-of-memory it reports, so an episode it did not
  * report, ended by a successful allocation, is one its allocator recovered
  * from (a one-line report). The Python bootstrap calls it for PyTorch, CuPy
- * and JAX; a program rarely needs to.
- * Returns 0, -EINVAL (not such an object), -E2BIG (over 256 MiB), -ENOMEM or
- * -ENOSYS. */
+ * and JAX; a program rarely needs to. Reason "api" hands it over for the next
+ * gmt_dump().
+ * Returns 0, -EINVAL (not such an object: not JSON, another reason, a key
+ * docs/snapshot.schema.json's "framework" requires missing, or a key it
+ * names of another type or out of its range, such as a negative byte count
+ * or device; the state is then not taken, and no snapshot gets it), -E2BIG
+ * (over 256 MiB), -ENOMEM or -ENOSYS. */
 static inline int gmt_framework(const char *json)
 {
 	const struct gmt_api_v1 *api = gmt__api_v1();

@@ -196,6 +196,75 @@ def test_stderr_reused(launcher: str, env: Dict[str, str], tmp: str) -> None:
           r.stderr[-600:])
 
 
+# A framework's state with values out of the schema's ranges: each refused
+# (EINVAL), never written; the good one written, every snapshot valid.
+FRAMEWORK = RUNTIME + '''
+import copy, json
+import gpumemtrace as g
+
+kept = alloc(1024 * 1024)
+good = {"name": "torch", "version": "2.0", "reason": "api", "file": None, "oom": None,
+        "devices": [{"device": 0, "allocated_bytes": 512, "reserved_bytes": 1024,
+                     "reserved_unallocated_bytes": 512, "largest_free_block_bytes": None}],
+        "segments": [{"device": 0, "address": 4096, "total_size": 1024, "stream": 0,
+                      "blocks": [{"address": 4096, "size": 512, "state": "active_allocated", "frames": []}]}],
+        "truncated": False}
+bad = [("devices", 0, "device", -1), ("devices", 0, "allocated_bytes", -5),
+       ("devices", 0, "largest_free_block_bytes", 1.5), ("devices", 0, "reserved_bytes", "1024"),
+       ("segments", 0, "address", -4096), ("segments", 0, "total_size", None),
+       ("block", 0, "size", -1), ("block", 0, "frames", [{"name": "f"}] * 17), ("block", 0, "state", 3),
+       ("top", 0, "version", None), ("top", 0, "truncated", "no"), ("top", 0, "oom", {"requested_bytes": -1}),
+       ("top", 0, "devices", {}), ("top", 0, "file", 7)]
+results = []
+for where, i, key, value in bad:
+    state = copy.deepcopy(good)
+    target = {"devices": state["devices"][0], "segments": state["segments"][0],
+              "block": state["segments"][0]["blocks"][0], "top": state}[where]
+    target[key] = value
+    try:
+        g.framework(json.dumps(state))
+        results.append([where, key, "taken", g.dump()])
+    except OSError as e:
+        results.append([where, key, e.errno, None])
+missing = copy.deepcopy(good)
+del missing["devices"][0]["reserved_unallocated_bytes"]
+try:
+    g.framework(json.dumps(missing))
+    results.append(["devices", "reserved_unallocated_bytes missing", "taken", g.dump()])
+except OSError as e:
+    results.append(["devices", "reserved_unallocated_bytes missing", e.errno, None])
+g.framework(json.dumps(good))
+print("GOOD", g.dump())
+print("RESULTS", json.dumps(results))
+'''
+
+
+def test_framework_ranges(launcher: str, env: Dict[str, str], tmp: str) -> None:
+    """gmt_framework refuses a state out of the schema's ranges (EINVAL, as
+    the header says) and never writes a snapshot that fails the schema."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "schema"))
+    import schema_check
+    sub = os.path.join(tmp, "framework")
+    os.mkdir(sub)
+    r = run_traced(launcher, env, sub, FRAMEWORK, "framework.py")
+    m = re.search(r"^RESULTS (.*)$", r.stdout, re.M)
+    good = re.search(r"^GOOD (.*)$", r.stdout, re.M)
+    check(r.returncode == 0 and m is not None and good is not None, "framework: the script ran",
+          r.stdout + r.stderr[-800:])
+    if m is None:
+        return
+    for where, key, got, path in json.loads(m.group(1)):
+        check(got == 22, f"framework: {where} {key} out of range refused with EINVAL", (got, path))
+    snaps = schema_check.snapshot_files(sub)
+    problems = schema_check.validate(snaps)
+    check(not problems, "framework: every snapshot passes the schema", problems[:5])
+    if good is not None and os.path.isfile(good.group(1)):
+        with open(good.group(1), encoding="utf-8") as f:
+            doc = json.load(f)
+        check((doc.get("framework") or {}).get("name") == "torch", "framework: the good state written",
+              doc.get("framework"))
+
+
 def test_untraced(source: str, env: Dict[str, str], tmp: str) -> None:
     script = os.path.join(tmp, "api_untraced.py")
     with open(script, "w", encoding="utf-8") as f:
@@ -273,6 +342,7 @@ def main() -> int:
         test_untraced(source, env, tmp)
         test_tags(os.path.abspath(launcher), env, tmp)
         test_stderr_reused(os.path.abspath(launcher), env, tmp)
+        test_framework_ranges(os.path.abspath(launcher), env, tmp)
         test_plugin(os.path.abspath(launcher), env, tmp)
     print(f"{len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0

@@ -378,7 +378,8 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
     api = sys.modules.get("gpumemtrace")
     own = getattr(api, "_own_steps", False)
     for d in devices.values():
-        d["reserved_unallocated_bytes"] = d["reserved_bytes"] - d["allocated_bytes"]
+        # never below 0: the tracer refuses a state out of the schema's range
+        d["reserved_unallocated_bytes"] = max(0, d["reserved_bytes"] - d["allocated_bytes"])
         if _steps and not own and d["device"] in _step_allocated:
             d["step_allocated_bytes"] = _step_allocated[d["device"]]
     traces, stacks = trace_of(snap, _history_entries())

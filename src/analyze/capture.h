@@ -155,6 +155,7 @@ struct gmt__snapshot {
 	int pid;
 	int argc;
 	char *const *argv;     /* may be NULL (argc 0) */
+	bool argv_truncated;   /* the command line was longer than argv holds */
 	uint64_t live_bytes, live_count, peak_bytes, total_allocs, total_frees;
 	const struct gmt__snapshot_device *devices;
 	int ndevices;

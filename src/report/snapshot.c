@@ -533,7 +533,10 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 	}
 
 	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
-	p = gmt__put_lit(p, "],\n \"summary\": {\"live_bytes\": ");
+	p = gmt__put_lit(p, "]");
+	if (s->argv_truncated)
+		p = gmt__put_lit(p, ",\n \"argv_truncated\": true");
+	p = gmt__put_lit(p, ",\n \"summary\": {\"live_bytes\": ");
 	p = gmt__put_u64(p, s->live_bytes);
 	p = gmt__put_lit(p, ", \"live_count\": ");
 	p = gmt__put_u64(p, s->live_count);

@@ -21,22 +21,32 @@
 
 /* --- snapshots ------------------------------------------------------------------ */
 
-/* The command line, from /proc/self/cmdline (read on the consumer side). */
-static int read_argv(char ***argv_out)
+/* The command line, from /proc/self/cmdline (read on the consumer side): its
+ * first ARGV_MAX arguments within ARGV_BYTES; *truncated when it had more
+ * (the last argument kept may then be cut). */
+#define ARGV_BYTES 16384
+#define ARGV_MAX 256
+static int read_argv(char ***argv_out, bool *truncated)
 {
-	static char buf[16384];
-	static char *argv[256];
-	ssize_t n, len = 0;
+	static char buf[ARGV_BYTES];
+	static char *argv[ARGV_MAX];
+	ssize_t n, len = 0, i;
 	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC), argc = 0;
+	char more;
 
+	*truncated = false;
 	if (fd < 0)
 		return 0;
 	while (len < (ssize_t)sizeof(buf) - 1 && (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
 		len += n;
+	if (len == (ssize_t)sizeof(buf) - 1 && read(fd, &more, 1) > 0)
+		*truncated = true;
 	close(fd);
 	buf[len] = '\0';
-	for (ssize_t i = 0; i < len && argc < 256; i += (ssize_t)strlen(buf + i) + 1)
+	for (i = 0; i < len && argc < ARGV_MAX; i += (ssize_t)strlen(buf + i) + 1)
 		argv[argc++] = buf + i;
+	if (i < len)
+		*truncated = true;
 	*argv_out = argv;
 	return argc;
 }
@@ -176,7 +186,7 @@ static void capture(const struct take *t, struct gmt__capture *c, bool kept)
 		.site_libraries = gmt__core.opt->site_libraries,
 		.no_file = t->no_file,
 	};
-	s->argc = read_argv(&argv);
+	s->argc = read_argv(&argv, &s->argv_truncated);
 	s->argv = argv;
 	for (int d = 0; d < GMT_MAX_DEVICES && s->ndevices < GMT_SNAPSHOT_MAX_DEVICES; d++) {
 		bool asked = t->state != NULL && t->state->index == d;

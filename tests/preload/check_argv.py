@@ -21,23 +21,13 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "schema"))
 import schema_check  # noqa: E402
+from preload_env import env_of, finish  # noqa: E402
 
 CASES = {
     "short": (["a", "b", "c"], False),
     "many": ([f"arg{i}" for i in range(300)], True),
     "long": (["x" * 20000], True),
 }
-
-
-def env_of(lib: str, snapdir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GMTSIM_", "GPUMEMTRACE_"))}
-    env.update(GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON="exit", GPUMEMTRACE_LEAK_SCAN="0")
-    preload = [lib]
-    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
-        preload.insert(0, os.environ["GMT_TEST_ASAN_RUNTIME"])
-        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
-    env["LD_PRELOAD"] = " ".join(preload)
-    return env
 
 
 def main() -> int:
@@ -51,7 +41,8 @@ def main() -> int:
         for name, (argv, cut) in CASES.items():
             snapdir = os.path.join(tmp, name)
             os.mkdir(snapdir)
-            r = subprocess.run([program] + argv, env=env_of(args.lib, snapdir), capture_output=True,
+            r = subprocess.run([program] + argv, env=env_of(args.lib, GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON="exit",
+                                                                    GPUMEMTRACE_LEAK_SCAN="0"), capture_output=True,
                                text=True, timeout=120, check=False)
             snaps = glob.glob(os.path.join(snapdir, "gpumemtrace.*.exit.*.json"))
             if r.returncode != 0 or len(snaps) != 1:
@@ -68,11 +59,8 @@ def main() -> int:
                 problems.append(f"{name}: argv {got!r}")
             if cut and (not got or got[0] != program or any(a not in [program] + argv for a in got[:-1])):
                 problems.append(f"{name}: the arguments kept are not the first ones: {got[:4]!r}")
-    for p in problems:
-        print("FAIL:", p)
-    if not problems:
-        print("ok: a command line past 256 arguments or 16 KiB is marked argv_truncated, one that fits is not")
-    return 1 if problems else 0
+    return finish(problems, "a command line past 256 arguments or 16 KiB is marked argv_truncated, "
+                            "one that fits is not")
 
 
 if __name__ == "__main__":

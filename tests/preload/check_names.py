@@ -23,21 +23,10 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "schema"))
 import schema_check  # noqa: E402
+from preload_env import env_of, finish  # noqa: E402
 
 NAME = "gmt_forged_grow\nsnapshot: /etc/passwd"
 ESCAPED = "gmt_forged_grow\\x0asnapshot: /etc/passwd"
-
-
-def env_of(lib: str, snapdir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GMTSIM_", "GPUMEMTRACE_"))}
-    env.update(GMTSIM_MEMORY="256M", GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON="oom,exit",
-               GPUMEMTRACE_LEAK_CHECK="1", GPUMEMTRACE_LEAK_SCAN="0")
-    preload = [lib]
-    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
-        preload.insert(0, os.environ["GMT_TEST_ASAN_RUNTIME"])
-        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
-    env["LD_PRELOAD"] = " ".join(preload)
-    return env
 
 
 def names_in(doc: object) -> bool:
@@ -52,7 +41,9 @@ def names_in(doc: object) -> bool:
 
 
 def problems_of(program: str, lib: str, snapdir: str) -> list[str]:
-    run = subprocess.run([program], env=env_of(lib, snapdir), cwd=snapdir, capture_output=True,
+    env = env_of(lib, GMTSIM_MEMORY="256M", GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON="oom,exit",
+                 GPUMEMTRACE_LEAK_CHECK="1", GPUMEMTRACE_LEAK_SCAN="0")
+    run = subprocess.run([program], env=env, cwd=snapdir, capture_output=True,
                          text=True, errors="replace", timeout=120, check=False)
     problems = []
     if "PID " not in run.stdout:
@@ -89,11 +80,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gmt-names-") as snapdir:
         problems = problems_of(os.path.abspath(args.program), args.lib, snapdir)
-    for p in problems:
-        print("FAIL:", p)
-    if not problems:
-        print("ok: a newline in a function's name is escaped in both reports, kept in the snapshots")
-    return 1 if problems else 0
+    return finish(problems, "a newline in a function's name is escaped in both reports, kept in the snapshots")
 
 
 if __name__ == "__main__":

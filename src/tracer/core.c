@@ -49,11 +49,13 @@ static void ring_exit(void *ring)
 }
 
 /* At load, before the program can close its stderr and open a file of its
- * own there: the file the tracer's lines go to (log.h). The rest of the
- * start waits for the first hook. */
+ * own there: the file the tracer's lines go to (log.h); and before it can
+ * change its working directory: the directory relative option values are
+ * read against (options.h). The rest of the start waits for the first hook. */
 __attribute__((constructor)) static void keep_stderr_at_load(void)
 {
 	gmt__log_keep_stderr();
+	gmt__options_at_load();
 }
 
 /* The log's count when this process began (its parent's, in a fork child). */

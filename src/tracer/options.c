@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -480,12 +481,46 @@ bool gmt__secure(void)
 	return getauxval(AT_SECURE) != 0;
 }
 
+/* The working directory at load (gmt__options_at_load), or "". */
+static char start_cwd[PATH_MAX];
+
+void gmt__options_at_load(void)
+{
+	if (getcwd(start_cwd, sizeof(start_cwd)) == NULL)
+		start_cwd[0] = '\0';
+}
+
+/* NOTE: a relative directory (GPUMEMTRACE_DIR's default "." included) is
+ * made absolute against the working directory the process had at load (else
+ * the one it has now), so that a program that calls chdir() before its first
+ * CUDA call or later still writes where it was asked (issue 35). One whose
+ * absolute name does not fit stays as it is. */
+static void make_absolute(const char **dir, char *buf, size_t len)
+{
+	char now[PATH_MAX];
+	const char *cwd = start_cwd[0] != '\0' ? start_cwd : getcwd(now, sizeof(now));
+	int n;
+
+	if ((*dir)[0] == '\0' || (*dir)[0] == '/' || cwd == NULL)
+		return;
+	if (strcmp(*dir, ".") == 0)
+		n = snprintf(buf, len, "%s", cwd);
+	else
+		n = snprintf(buf, len, "%s/%s", cwd, *dir);
+	if (n > 0 && (size_t)n < len)
+		*dir = buf;
+}
+
 static void options_init(void)
 {
+	static char dir[PATH_MAX + 256], metrics_dir[PATH_MAX + 256];
+
 	/* NOTE: in secure execution the environment is the less privileged
 	 * caller's, as for glibc's own LD_PRELOAD rule: no path and no behaviour
 	 * is taken from it. */
 	gmt__options_parse(&options, gmt__secure() ? NULL : environ);
+	make_absolute(&options.dir, dir, sizeof(dir));
+	make_absolute(&options.metrics_dir, metrics_dir, sizeof(metrics_dir));
 	gmt__log_set_verbose(options.verbose);
 }
 

@@ -139,8 +139,14 @@ struct gmt__options {
 };
 
 /* The options, parsed from `environ` on first call (thread-safe; no malloc:
- * strings point into the environment). Sets gmt__log_set_verbose() from them. */
+ * strings point into the environment). Sets gmt__log_set_verbose() from them.
+ * A relative `dir` or `metrics_dir` comes back absolute, against the working
+ * directory noted by gmt__options_at_load (else the current one). */
 const struct gmt__options *gmt__options(void);
+
+/* Notes the working directory: called at load, before the program can
+ * chdir(). */
+void gmt__options_at_load(void);
 
 /* Whether the process runs in secure-execution mode (AT_SECURE: set-user-ID,
  * set-group-ID or file capabilities): then gmt__options() reads nothing from

@@ -312,9 +312,80 @@ static bool is_sanitizer_runtime(const char *entry, size_t n)
 	return false;
 }
 
-void cli_set_preload(const char *lib)
+/* Whether the file dir/name exists and is another file than st. */
+static bool other_file(const char *dir, size_t dirlen, const char *name, const struct stat *st)
 {
-	const char *old = getenv("LD_PRELOAD"), *p;
+	char path[PATH_MAX];
+	struct stat other;
+
+	if (snprintf(path, sizeof(path), "%.*s/%s", (int)dirlen, dir, name) >= (int)sizeof(path))
+		return false;
+	return stat(path, &other) == 0 && (other.st_dev != st->st_dev || other.st_ino != st->st_ino);
+}
+
+/* LD_LIBRARY_PATH with dir in it, where the bare name `name` finds lib (st):
+ * at the end — the program's own directories keep their place —, or first
+ * when an earlier directory holds another file of that name. */
+static void add_library_path(const char *dir, const char *name, const struct stat *st)
+{
+	const char *old = getenv("LD_LIBRARY_PATH"), *p;
+	bool first = false;
+	char *value;
+
+	for (p = old != NULL ? old : ""; *p != '\0';) {
+		size_t n = strcspn(p, ":;");
+
+		if (n == strlen(dir) && strncmp(p, dir, n) == 0)
+			break;
+		first = first || (n > 0 && other_file(p, n, name, st));
+		p += n + (p[n] != '\0');
+	}
+	if (old != NULL && *p != '\0' && !first)
+		return; /* there already, and nothing before it in the way */
+	if (old == NULL || old[0] == '\0') {
+		value = strdup(dir);
+	} else {
+		value = malloc(strlen(old) + strlen(dir) + 2);
+		if (value != NULL)
+			sprintf(value, first ? "%2$s:%1$s" : "%1$s:%2$s", old, dir);
+	}
+	if (value == NULL)
+		cli_die(GMT_EXIT_NO_LIBRARY, "out of memory");
+	if (setenv("LD_LIBRARY_PATH", value, 1) != 0)
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot set LD_LIBRARY_PATH: %s", strerror(errno));
+	free(value);
+}
+
+/* NOTE: ld.so splits LD_PRELOAD at spaces and colons and has no way to quote
+ * one: an install path with a space ran the program untraced, with two ld.so
+ * errors (issue 35). Such a library is preloaded by its bare name, its
+ * directory added to LD_LIBRARY_PATH (split at colons and semicolons only,
+ * searched before the system's directories); a directory with either of
+ * those, or a name with a space, cannot be named at all: refused. Returns
+ * what LD_PRELOAD names lib by. */
+static const char *preload_name(const char *lib)
+{
+	const char *slash = strrchr(lib, '/');
+	static char dir[PATH_MAX];
+	struct stat st;
+
+	if (strpbrk(lib, " :") == NULL)
+		return lib;
+	if (slash == NULL || strpbrk(slash + 1, " :;") != NULL || (size_t)(slash - lib) >= sizeof(dir) ||
+	    memchr(lib, ':', (size_t)(slash - lib)) != NULL || memchr(lib, ';', (size_t)(slash - lib)) != NULL)
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot preload %s: the loader cannot name a library whose directory "
+			"holds ':' or ';' (install gpumemtrace under another path)", lib);
+	if (stat(lib, &st) != 0)
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot preload %s: %s", lib, strerror(errno));
+	memcpy(dir, lib, (size_t)(slash - lib));
+	dir[slash - lib] = '\0';
+	add_library_path(dir, slash + 1, &st);
+	return slash + 1;
+}
+
+void cli_set_preload(const char *path)
+{
+	const char *old = getenv("LD_PRELOAD"), *p, *lib = preload_name(path);
 	size_t lead = 0, liblen = strlen(lib);
 	char *value;
 

@@ -31,9 +31,11 @@ void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * GMT_EXIT_NO_LIBRARY naming the places looked at. */
 void cli_find_library(char *out);
 
-/* LD_PRELOAD with lib in it: first, or right after the sanitizer runtimes
- * that lead the list; never twice. */
-void cli_set_preload(const char *lib);
+/* LD_PRELOAD with the library at `path` in it: first, or right after the
+ * sanitizer runtimes that lead the list; never twice. A path with a space
+ * or a colon, which LD_PRELOAD cannot hold, is named by its file name, its
+ * directory added to LD_LIBRARY_PATH (launcher.c, preload_name). */
+void cli_set_preload(const char *path);
 
 /* Checks value with the tracer's parser for the variable `var` and puts it
  * into the environment; a bad value is a usage error naming `flag`. */

@@ -236,6 +236,39 @@ def test_controls(c: Checker, launcher: str, tmp: str) -> None:
                not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", r.err), repr(r.err))
 
 
+def test_space_in_path(c: Checker, launcher: str, tmp: str, lib: str) -> None:
+    """An install whose path has a space (which LD_PRELOAD cannot hold): the
+    program runs traced, with no ld.so error; a directory with ':' is one
+    line, status 125."""
+    root = os.path.join(tmp, "my tools")
+    exe, dummy = place(root, launcher, "bin/gpumemtrace", "bin/" + LIB)
+    shutil.copy2(lib, dummy)
+    env = clean_env()
+    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
+        env["LD_PRELOAD"] = os.environ["GMT_TEST_ASAN_RUNTIME"]
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    r = run(exe, ["run", "--", "cat", "/proc/self/maps"], env=env)
+    c.eq("a space in the path: exit status", r.rc, 0)
+    c.eq("a space in the path: stderr", r.err, "")
+    c.true("a space in the path: the program traced", dummy in r.out, r.out[-400:])
+    r = run(exe, ["run", "--", "env"], env=dict(env, LD_LIBRARY_PATH="/opt/own"))
+    got = env_of(r.out)
+    c.true("a space in the path: LD_PRELOAD names the file", LIB in got.get("LD_PRELOAD", "").split(":"),
+           got.get("LD_PRELOAD"))
+    c.eq("a space in the path: its directory after the program's", got.get("LD_LIBRARY_PATH"),
+         "/opt/own:" + os.path.dirname(dummy))
+    other = os.path.join(tmp, "other-lib")
+    os.makedirs(other)
+    with open(os.path.join(other, LIB), "wb"):
+        pass
+    r = run(exe, ["run", "--", "env"], env=dict(env, LD_LIBRARY_PATH=other))
+    c.eq("a space in the path: its directory before one with another copy", env_of(r.out).get("LD_LIBRARY_PATH"),
+         os.path.dirname(dummy) + ":" + other)
+    colon = os.path.join(tmp, "a:b")
+    exe, _ = place(colon, launcher, "bin/gpumemtrace", "bin/" + LIB)
+    one_line(c, "a colon in the path", run(exe, ["run", "--", "true"]), 125, "cannot preload", "':'")
+
+
 def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
     with open(options_h, encoding="utf-8") as f:
         variables = sorted(set(re.findall(r'"(GPUMEMTRACE_[A-Z0-9_]+)"', f.read())))
@@ -298,6 +331,7 @@ def main() -> int:
     ap.add_argument("libdir_abs")
     ap.add_argument("libdir_rel")
     ap.add_argument("multiarch", nargs="?", default="")
+    ap.add_argument("--lib", help="the built library, for an install path with a space")
     a = ap.parse_args()
 
     c = Checker()
@@ -307,6 +341,8 @@ def main() -> int:
         test_environment(c, a.launcher, tmp)
         test_errors(c, a.launcher, tmp)
         test_controls(c, a.launcher, tmp)
+        if a.lib:
+            test_space_in_path(c, a.launcher, tmp, a.lib)
         test_help(c, a.launcher, a.options_h, a.version)
         test_view(c, a.launcher, tmp)
     if c.failures:

@@ -33,21 +33,20 @@ import subprocess
 import sys
 import tempfile
 
+import preload_env
+
 CHILDREN = 200
 LIVE = 100
 EXIT_NAME = re.compile(r"^gpumemtrace\.(\d+)\.exit\.\d+\.json$")
 
 
 def traced_env(preload: list[str], snapdir: str, mode: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GMTSIM_", "GPUMEMTRACE_"))}
-    if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
-        preload = [os.environ["GMT_TEST_ASAN_RUNTIME"]] + preload
-        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    """The tracer last in LD_PRELOAD, after the slow loader when there is
+    one. NOTE: no leak scan in the exit snapshots: not what this is about."""
     triggers = "exit,signal" if mode == "signal" else "exit"
-    # NOTE: no leak scan in the exit snapshots: it is not what this test is
-    # about, and under AddressSanitizer it is the slowest part of an exit.
-    env.update(LD_PRELOAD=" ".join(preload), GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON=triggers,
-               GPUMEMTRACE_STACK_DEPTH="16", GPUMEMTRACE_LEAK_SCAN="0", GMTSIM_MEMORY="4G")
+    env = preload_env.env_of(preload[-1], GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON=triggers,
+                             GPUMEMTRACE_STACK_DEPTH="16", GPUMEMTRACE_LEAK_SCAN="0", GMTSIM_MEMORY="4G")
+    env["LD_PRELOAD"] = " ".join(env["LD_PRELOAD"].split(" ")[:-1] + preload)
     return env
 
 

@@ -30,24 +30,23 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema"))
 import schema_check  # noqa: E402  (tests/schema: every snapshot against docs/snapshot.schema.json)
 
+import preload_env  # noqa: E402  (beside this file)
+
 FIRST = 8  # GMT_STORM_EPISODES
 MIB = 1 << 20
 FEW, MANY = 20, 400
 
 
 def env_of(lib: str | None, snapdir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GMTSIM_", "GPUMEMTRACE_"))}
-    # NOTE: no leak scan at exit: under AddressSanitizer it can take minutes
-    # (each word looked up in its allocator), and it is not what this is about.
-    env.update(GMTSIM_MEMORY="256M", GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON="oom,exit",
-               GPUMEMTRACE_LEAK_SCAN="0")
-    if lib is not None:
-        preload = [lib]
-        if os.environ.get("GMT_TEST_ASAN_RUNTIME"):
-            preload.insert(0, os.environ["GMT_TEST_ASAN_RUNTIME"])
-            env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
-        env["LD_PRELOAD"] = " ".join(preload)
-    return env
+    """Traced (lib) or not (None). NOTE: no leak scan at exit: under
+    AddressSanitizer it can take minutes (each word looked up in its
+    allocator), and it is not what this is about."""
+    settings = dict(GMTSIM_MEMORY="256M", GPUMEMTRACE_DIR=snapdir, GPUMEMTRACE_SNAPSHOT_ON="oom,exit",
+                    GPUMEMTRACE_LEAK_SCAN="0")
+    if lib is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GMTSIM_", "GPUMEMTRACE_"))}
+        return dict(env, **settings)
+    return preload_env.env_of(lib, **settings)
 
 
 def load(path: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """What the small preload harnesses share (check_names.py, check_argv.py,
-check_chdir.py): the traced environment and the end of a run."""
+check_chdir.py, check_storms.py, check_forks.py): the traced environment and
+the end of a run."""
 from __future__ import annotations
 
 import os

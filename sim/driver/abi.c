@@ -14,6 +14,7 @@
 
 #define SIM_PFN_0(base, ver) PFN_##base##_v##ver
 #define SIM_PFN_1(base, ver) PFN_##base##_v##ver##_ptsz
+#define SIM_PFN_2(base, ver) PFN_##base##_v##ver##_ptds
 #define SIM_PFN(base, ver, ptsz) SIM_PFN_##ptsz(base, ver)
 
 #define SIM_X_CHECK(sym, base, ver, ptsz)                                      \

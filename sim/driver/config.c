@@ -66,7 +66,6 @@ static void config_parse(void)
 	uint64_t v;
 
 	config.ndevices = 1;
-	config.driver_version = SIM_DEFAULT_VERSION;
 	config.other_pid = SIM_DEFAULT_OTHER_PID;
 	for (int i = 0; i < SIM_MAX_DEVICES; i++)
 		config.memory[i] = (uint64_t)16 << 30;

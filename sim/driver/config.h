@@ -9,7 +9,6 @@
 
 #define SIM_PAGE_SIZE ((uint64_t)2 << 20)
 #define SIM_MAX_DEVICES 16
-#define SIM_DEFAULT_VERSION 13000
 
 /* The PCI bus number of device `ordinal` (domain, device and function are 0):
  * what cuDeviceGetAttribute, cuDeviceGetPCIBusId and NVML report. */
@@ -25,7 +24,7 @@ struct sim_config {
 	uint64_t other[SIM_MAX_DEVICES];  /* other processes' bytes, whole pages, at most memory[] */
 	uint64_t context_bytes;           /* as given; the driver rounds it up to pages */
 	unsigned other_pid;               /* the pid NVML reports for the other processes */
-	int driver_version;
+	int driver_version;               /* GMTSIM_DRIVER_VERSION; 0: unset */
 	const char *ledger_dir; /* NULL: no ledger files */
 	bool invalid;           /* a variable was invalid (one line on stderr said which) */
 };

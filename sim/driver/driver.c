@@ -105,6 +105,26 @@ __attribute__((destructor)) static void sim_destructor(void)
 	sim_teardown();
 }
 
+int gmtsim__driver_version(void)
+{
+	int v = gmtsim__config()->driver_version;
+
+	return v != 0 && v < gmtsim__release ? v : gmtsim__release;
+}
+
+/* A library built as an older release cannot present a newer one: it lacks
+ * that release's exports. Said once per process. */
+static void release_refused(int asked)
+{
+	static atomic_bool said;
+
+	if (!atomic_exchange(&said, true))
+		fprintf(stderr,
+			"gmtsim: GMTSIM_DRIVER_VERSION=%d is newer than this driver library (release %d); "
+			"use the library built as that release\n",
+			asked, gmtsim__release);
+}
+
 GMTSIM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 {
 	const struct sim_config *cfg;
@@ -116,6 +136,10 @@ GMTSIM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 	cfg = gmtsim__config();
 	if (cfg->invalid)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (cfg->driver_version > gmtsim__release) {
+		release_refused(cfg->driver_version);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	gmtsim__lock();
 	switch (atomic_load_explicit(&state, memory_order_relaxed)) {
 	case SIM_UNINIT:
@@ -143,7 +167,7 @@ GMTSIM_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
 	gmtsim__count(SIM_CALL_cuDriverGetVersion);
 	if (driverVersion == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*driverVersion = gmtsim__config()->driver_version;
+	*driverVersion = gmtsim__driver_version();
 	return CUDA_SUCCESS;
 }
 
@@ -589,6 +613,21 @@ GMTSIM_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
+/* Whether `ctx` is a context this driver made (primary or created), so that a
+ * stale or garbage handle is refused rather than read: CUDA 12 clients that
+ * call cuCtxGetDevice_v2 with one argument pass whatever the register holds.
+ * Lock held. */
+static bool ctx_known(const struct CUctx_st *ctx)
+{
+	for (int i = 0; i < SIM_MAX_DEVICES; i++)
+		if (ctx == &primary[i])
+			return true;
+	for (const struct sim_ctx_node *n = created_contexts; n != NULL; n = n->next)
+		if (&n->ctx == ctx)
+			return true;
+	return false;
+}
+
 static CUresult ctx_device(CUdevice *device, CUcontext ctx)
 {
 	int dev;
@@ -600,10 +639,13 @@ static CUresult ctx_device(CUdevice *device, CUcontext ctx)
 		r = gmtsim__initialised();
 		if (r != CUDA_SUCCESS)
 			return r;
-		if (!ctx->alive)
-			return CUDA_ERROR_INVALID_CONTEXT;
-		*device = ctx->device;
-		return CUDA_SUCCESS;
+		gmtsim__lock();
+		if (!ctx_known(ctx) || !ctx->alive)
+			r = CUDA_ERROR_INVALID_CONTEXT;
+		else
+			*device = ctx->device;
+		gmtsim__unlock();
+		return r;
 	}
 	r = gmtsim__current_device(&dev, NULL);
 	if (r == CUDA_SUCCESS)

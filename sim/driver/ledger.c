@@ -112,7 +112,7 @@ static void write_json(FILE *f, const char *reason, const struct sim_failed_requ
 
 	fprintf(f, "{\"format\": \"gmtsim-ledger\", \"version\": 1, \"pid\": %ld, \"reason\": \"%s\",\n",
 		(long)getpid(), reason);
-	fprintf(f, " \"driver_version\": %d,\n \"devices\": [", gmtsim__config()->driver_version);
+	fprintf(f, " \"driver_version\": %d,\n \"devices\": [", gmtsim__driver_version());
 	for (int i = 0; i < ndev; i++) {
 		struct sim_device_state s;
 

@@ -8,7 +8,7 @@
 struct sim_symbol {
 	const char *base;
 	int version;
-	bool ptsz;
+	bool per_thread; /* a _ptsz or _ptds variant */
 	enum sim_call call;
 	void *fn;
 };
@@ -16,13 +16,13 @@ struct sim_symbol {
 /* NOTE: converting a function pointer to void * is what cuGetProcAddress's own
  * signature demands; POSIX guarantees it round-trips (dlsym relies on it too). */
 static const struct sim_symbol symbols[] = {
-#define SIM_X_SYMBOL(sym, base, ver, ptsz) { #base, ver, ptsz, SIM_CALL_##sym, (void *)&sym },
+#define SIM_X_SYMBOL(sym, base, ver, pt) { #base, ver, (pt) != SIM_PT_NONE, SIM_CALL_##sym, (void *)&sym },
 	SIM_ENTRY_POINTS(SIM_X_SYMBOL)
 #undef SIM_X_SYMBOL
 };
 
 static const char *const call_names[] = {
-#define SIM_X_NAME(sym, base, ver, ptsz) #sym,
+#define SIM_X_NAME(sym, base, ver, pt) #sym,
 	SIM_ENTRY_POINTS(SIM_X_NAME)
 #undef SIM_X_NAME
 };
@@ -54,14 +54,14 @@ void gmtsim__reset_calls(void)
 
 /* Among the entries named `base` that the simulated driver version knows, the
  * newest at or below `version` with the wanted stream variant. */
-static const struct sim_symbol *best(const char *base, int version, int driver, bool ptsz)
+static const struct sim_symbol *best(const char *base, int version, int driver, bool per_thread)
 {
 	const struct sim_symbol *found = NULL;
 
 	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
 		const struct sim_symbol *s = &symbols[i];
 
-		if (s->ptsz != ptsz || s->version > driver || s->version > version)
+		if (s->per_thread != per_thread || s->version > driver || s->version > version)
 			continue;
 		if (strcmp(s->base, base) != 0)
 			continue;
@@ -88,7 +88,7 @@ static bool known(const char *base, int driver)
 static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,
 		       CUdriverProcAddressQueryResult *status, bool v2)
 {
-	const struct sim_config *cfg = gmtsim__config();
+	int driver = gmtsim__driver_version();
 	const struct sim_symbol *s = NULL;
 	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 	CUresult r;
@@ -99,16 +99,16 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
 	if (flags != CU_GET_PROC_ADDRESS_DEFAULT && flags != CU_GET_PROC_ADDRESS_LEGACY_STREAM &&
 	    flags != CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (v2 && version > cfg->driver_version)
+	if (v2 && version > driver)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
-		s = best(symbol, version, cfg->driver_version, true);
+		s = best(symbol, version, driver, true);
 	if (s == NULL)
-		s = best(symbol, version, cfg->driver_version, false);
+		s = best(symbol, version, driver, false);
 	if (s != NULL) {
 		*pfn = s->fn;
 		st = CU_GET_PROC_ADDRESS_SUCCESS;
-	} else if (known(symbol, cfg->driver_version)) {
+	} else if (known(symbol, driver)) {
 		st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
 	}
 	if (status != NULL)

@@ -218,6 +218,12 @@ void gmtsim__pool_trim(struct CUmemPoolHandle_st *pool, uint64_t keep);
  * an unused segment go); the record stays. Lock held. */
 void gmtsim__pool_give(struct sim_alloc *a);
 
+/* --- vmm.c ---------------------------------------------------------------------- */
+
+/* The mapping holding `addr` when mappings cover [addr, addr + len) (len at
+ * least 1) end to end, else NULL. Lock held. */
+const struct sim_map *gmtsim__vmm_cover(uint64_t addr, uint64_t len);
+
 /* --- array.c --------------------------------------------------------------------- */
 
 /* Destroys the array at *link, unlinking it from gmtsim__model.arrays and giving

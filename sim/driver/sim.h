@@ -37,15 +37,35 @@
 #undef cuMemGetAddressRange
 #undef cuArrayCreate
 #undef cuArray3DCreate
+#undef cuMemcpyHtoD
+#undef cuMemcpyDtoH
+#undef cuMemcpyDtoD
+#undef cuMemcpyHtoDAsync
+#undef cuMemcpyDtoHAsync
+#undef cuMemcpyDtoDAsync
+#undef cuMemsetD8
+#undef cuMemsetD16
+#undef cuMemsetD32
+#undef cuMemHostGetDevicePointer
+#undef cuIpcOpenMemHandle
+#undef cuEventDestroy
+#undef cuEventElapsedTime
 
 #define GMTSIM_EXPORT __attribute__((visibility("default")))
 
 #define SIM_ALIGN 256u
 
-/* Every exported entry point: X(symbol, base name, version, ptsz).
- * One list, three uses: the call counters, the cuGetProcAddress table and the
- * compile-time check that each definition has the ABI of cudaTypedefs.h's
- * PFN_<base>_v<version>[_ptsz]. */
+/* The per-thread default stream variant of an entry point: none, or the
+ * `_ptsz` or `_ptds` form (cuda.h's __CUDA_API_PTSZ and __CUDA_API_PTDS). */
+#define SIM_PT_NONE 0
+#define SIM_PT_SZ 1
+#define SIM_PT_DS 2
+
+/* Every exported entry point: X(symbol, base name, version, per-thread variant).
+ * One list, four uses: the call counters, the cuGetProcAddress table, the
+ * linker's list of exports of each simulated driver release (exports.c) and
+ * the compile-time check that each definition has the ABI of cudaTypedefs.h's
+ * PFN_<base>_v<version>[_ptsz|_ptds]. */
 #define SIM_ENTRY_POINTS(X)                                                    \
 	X(cuInit, cuInit, 2000, 0)                                             \
 	X(cuDriverGetVersion, cuDriverGetVersion, 2020, 0)                     \
@@ -130,7 +150,49 @@
 	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0)  \
 	X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                            \
 	X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                        \
-	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)
+	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                             \
+	X(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0)                              \
+	X(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD, 7000, 2)                         \
+	X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0)                              \
+	X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, 2)                         \
+	X(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0)                              \
+	X(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, 2)                         \
+	X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, 0)                    \
+	X(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync, 7000, 1)               \
+	X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0)                    \
+	X(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, 1)               \
+	X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0)                    \
+	X(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, 1)               \
+	X(cuMemsetD8_v2, cuMemsetD8, 3020, 0)                                  \
+	X(cuMemsetD8_v2_ptds, cuMemsetD8, 7000, 2)                             \
+	X(cuMemsetD16_v2, cuMemsetD16, 3020, 0)                                \
+	X(cuMemsetD16_v2_ptds, cuMemsetD16, 7000, 2)                           \
+	X(cuMemsetD32_v2, cuMemsetD32, 3020, 0)                                \
+	X(cuMemsetD32_v2_ptds, cuMemsetD32, 7000, 2)                           \
+	X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0)                           \
+	X(cuMemsetD8Async_ptsz, cuMemsetD8Async, 7000, 1)                      \
+	X(cuMemsetD16Async, cuMemsetD16Async, 3020, 0)                         \
+	X(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, 1)                    \
+	X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                         \
+	X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1)                    \
+	X(cuPointerGetAttribute, cuPointerGetAttribute, 4000, 0)               \
+	X(cuMemHostGetDevicePointer_v2, cuMemHostGetDevicePointer, 3020, 0)    \
+	X(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, 0)                       \
+	X(cuIpcOpenMemHandle, cuIpcOpenMemHandle, 4010, 0)                     \
+	X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 11000, 0)                 \
+	X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0)                   \
+	X(cuEventCreate, cuEventCreate, 2000, 0)                               \
+	X(cuEventRecord, cuEventRecord, 2000, 0)                               \
+	X(cuEventRecord_ptsz, cuEventRecord, 7000, 1)                          \
+	X(cuEventQuery, cuEventQuery, 2000, 0)                                 \
+	X(cuEventSynchronize, cuEventSynchronize, 2000, 0)                     \
+	X(cuEventElapsedTime, cuEventElapsedTime, 2000, 0)                     \
+	X(cuEventElapsedTime_v2, cuEventElapsedTime, 12080, 0)                 \
+	X(cuEventDestroy_v2, cuEventDestroy, 4000, 0)                          \
+	X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, 0)                       \
+	X(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, 7000, 1)                  \
+	X(cuStreamAddCallback, cuStreamAddCallback, 5000, 0)                   \
+	X(cuStreamAddCallback_ptsz, cuStreamAddCallback, 7000, 1)
 
 enum sim_call {
 #define SIM_X_ENUM(sym, base, ver, ptsz) SIM_CALL_##sym,
@@ -164,6 +226,27 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 					      CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+					   CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+					   CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+					   CUstream hStream);
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
+CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData,
+					  unsigned int flags);
 
 /* --- lookup.c ------------------------------------------------------------- */
 
@@ -179,7 +262,19 @@ uint64_t gmtsim__calls(enum sim_call call);
 /* Zero every call counter (the child of a fork starts afresh). */
 void gmtsim__reset_calls(void);
 
+/* --- release.c ------------------------------------------------------------ */
+
+/* The driver release this library was built as (13000, 12080): what its
+ * linker exports and, unless GMTSIM_DRIVER_VERSION asks for an older one,
+ * what cuDriverGetVersion reports. */
+extern const int gmtsim__release;
+
 /* --- driver.c: devices, contexts, lifecycle (configuration: config.h) ----- */
+
+/* The simulated driver version: GMTSIM_DRIVER_VERSION, at most the release
+ * (cuInit refuses a newer one), or the release. Governs cuDriverGetVersion
+ * and which entry points cuGetProcAddress finds. */
+int gmtsim__driver_version(void);
 
 struct CUctx_st {
 	int device;

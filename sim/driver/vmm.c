@@ -395,3 +395,18 @@ GMTSIM_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocatio
 	gmtsim__unlock();
 	return r;
 }
+
+const struct sim_map *gmtsim__vmm_cover(uint64_t addr, uint64_t len)
+{
+	struct sim_map key = { .addr = addr, .size = 1 };
+	const struct sim_map *first = gmtsim__find(&gmtsim__model.maps, &key, cmp_map);
+	const struct sim_map *m = first;
+
+	/* Mappings may sit end to end (a growing segment maps its pages one
+	 * handle after another): walk them until the range is covered. */
+	while (m != NULL && addr + len > m->addr + m->size) {
+		key.addr = m->addr + m->size;
+		m = gmtsim__find(&gmtsim__model.maps, &key, cmp_map);
+	}
+	return m != NULL ? first : NULL;
+}

@@ -63,6 +63,9 @@ gmt__probe() {
 			>/dev/null 2>&1 ;;
 	patchelf)       gmt__have patchelf ;;
 	clang)          gmt__have clang ;;
+	# numba.cuda, the real client of tests/frameworks/test_numba.py: Debian's,
+	# for Debian's interpreter.
+	python3-numba)  /usr/bin/python3 -c 'import numba.cuda' >/dev/null 2>&1 ;;
 	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;

@@ -124,12 +124,18 @@ static bool is_cuda_function(const char *name)
 	return name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z';
 }
 
+/* The tracer's own Python code that stands between a framework and the
+ * driver (it watches numba's allocations), wherever the package lies: the
+ * source tree, an installation's share/gpumemtrace/python, a wheel's
+ * site-packages. */
+#define GMT_OWN_PYTHON "*/gpumemtrace/frameworks.py"
+
 static bool is_cuda_frame(const struct gmt__site_frame *f)
 {
 	const char *mod = f->module != NULL ? gmt__base_name(f->module) : NULL;
 
 	if (f->python)
-		return false;
+		return f->file != NULL && fnmatch(GMT_OWN_PYTHON, f->file, 0) == 0;
 	if (mod != NULL && (strncmp(mod, "libcuda.so", 10) == 0 || strncmp(mod, "libcudart", 9) == 0 ||
 			    strncmp(mod, "libgpumemtrace", 14) == 0))
 		return true;

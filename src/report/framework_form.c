@@ -34,6 +34,14 @@ static const struct key top_keys[] = {
 	{ "devices", FORM_ARRAY, true },
 	{ "segments", FORM_ARRAY, true },
 	{ "truncated", FORM_BOOLEAN, false },
+	{ "pending_frees", FORM_OBJECT_OR_NULL, false },
+};
+
+static const struct key pending_keys[] = {
+	{ "count", FORM_COUNT, true },
+	{ "bytes", FORM_COUNT, true },
+	{ "flushed_count", FORM_COUNT, true },
+	{ "flushed_bytes", FORM_COUNT, true },
 };
 
 static const struct key oom_keys[] = {
@@ -117,10 +125,12 @@ static bool keys_ok(const json_t *obj, const struct key *keys, size_t n)
 
 int gmt__framework_form_check(const json_t *doc)
 {
-	const json_t *oom = json_object_get(doc, "oom"), *devices, *segments, *seg, *block;
+	const json_t *oom = json_object_get(doc, "oom"), *pending = json_object_get(doc, "pending_frees");
+	const json_t *devices, *segments, *seg, *block;
 	size_t i, j;
 
-	if (!keys_ok(doc, KEYS(top_keys)) || (json_is_object(oom) && !keys_ok(oom, KEYS(oom_keys))))
+	if (!keys_ok(doc, KEYS(top_keys)) || (json_is_object(oom) && !keys_ok(oom, KEYS(oom_keys))) ||
+	    (json_is_object(pending) && !keys_ok(pending, KEYS(pending_keys))))
 		return -EINVAL;
 	devices = json_object_get(doc, "devices");
 	for (i = 0; i < json_array_size(devices); i++) {

@@ -19,7 +19,7 @@
  * marked, the sites' growth over steps; 7, stats.log_lines_dropped; 8, the
  * unload of a module unloaded since (frames[].unloaded, modules[].unloaded),
  * modules[].build_id from the module's image. */
-#define GMT_SNAPSHOT_MINOR "8"
+#define GMT_SNAPSHOT_MINOR "9"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

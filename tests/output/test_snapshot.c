@@ -694,7 +694,7 @@ static void test_episode(void)
 	CHECK(doc != NULL);
 	if (doc == NULL)
 		return;
-	CHECK_INT(jint(doc, "minor"), 8);
+	CHECK_INT(jint(doc, "minor"), 9);
 	e = json_object_get(doc, "episode");
 	CHECK_INT(jint(e, "id"), 2);
 	CHECK_INT(jint(e, "failures"), 3);

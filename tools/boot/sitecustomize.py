@@ -4,12 +4,14 @@ put this directory first on PYTHONPATH, so Python's `site` runs it at start-up
 
 It does two things and imports nothing of gpumemtrace's until needed:
 
-- it watches for `import torch`, `import cupy` and `import jax`: once the
-  package has run, it calls gpumemtrace.frameworks.on_import_torch()
-  (PyTorch's allocator history and out-of-memory observer, its snapshot
-  beside the tracer's), on_import_cupy() (its pool's state at its
-  out-of-memory) or on_import_jax() (its allocator's memory_stats() at its
-  out-of-memory). A program that imports none gets nothing but this watcher;
+- it watches for `import torch`, `import cupy`, `import jax` and numba's CUDA
+  driver module (`numba.cuda.cudadrv.driver`): once the module has run, it
+  calls gpumemtrace.frameworks.on_import_torch() (PyTorch's allocator
+  history and out-of-memory observer, its snapshot beside the tracer's),
+  on_import_cupy() (its pool's state at its out-of-memory), on_import_jax()
+  (its allocator's memory_stats() at its out-of-memory) or on_import_numba()
+  (its memory manager's pending frees at its out-of-memory). A program that
+  imports none gets nothing but this watcher;
 - it then runs the `sitecustomize` the program would have run without it
   (the next one on sys.path after this directory), as `sitecustomize`, so
   that a program's or an environment's own start-up code still runs; an
@@ -35,7 +37,8 @@ def _gpumemtrace_boot() -> None:
     import importlib.machinery
     import importlib.util
 
-    hooks = {"torch": "on_import_torch", "cupy": "on_import_cupy", "jax": "on_import_jax"}
+    hooks = {"torch": "on_import_torch", "cupy": "on_import_cupy", "jax": "on_import_jax",
+             "numba.cuda.cudadrv.driver": "on_import_numba"}
     done = set()
     start_path = list(_sys.path)
 

@@ -305,6 +305,8 @@ def _framework_html(doc: Doc) -> str:
                      _b(d.get("largest_free_block_bytes"), "not said"), _b(d.get("limit_bytes"), "none")])
     out.append(_table(["device", "allocated", "reserved", "reserved but unallocated", "largest free block", "limit"],
                       rows, "static framework", num=(1, 2, 3, 4, 5)))
+    if f["pending"]:
+        out.append(f"<p>{esc(f['pending'][0].upper() + f['pending'][1:])}.</p>")
     # The segments, one click away: the tensors are what the program holds.
     segs = []
     for s in f["by_free"][:50]:

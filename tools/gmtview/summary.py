@@ -214,7 +214,25 @@ def framework_facts(fw: Dict[str, Any]) -> Dict[str, Any]:
     segs.sort(key=lambda x: (-x["free_bytes"], -x["size"], x["address"]))
     return {"name": fw["name"], "version": fw.get("version") or "", "file": fw.get("file"),
             "devices": [dict(x) for x in fw["devices"]], "segments": len(fw["segments"]),
-            "joined": fw["segments_joined"], "truncated": bool(fw.get("truncated")), "by_free": segs}
+            "joined": fw["segments_joined"], "truncated": bool(fw.get("truncated")), "by_free": segs,
+            "pending": pending_frees_text(fw.get("pending_frees"), fw.get("reason") == "oom")}
+
+
+def pending_frees_text(p: Any, at_oom: bool) -> Optional[str]:
+    """The frees a framework deferred (numba's pending deallocations), in
+    the views' words; None where it said nothing of them."""
+    if not isinstance(p, dict):
+        return None
+    held = f"{plural(p['count'], 'pending free')} ({fmt_bytes(p['bytes'])})"
+    if not at_oom:
+        return f"{held} not yet given back to the driver"
+    if p["count"] == 0:
+        return "no pending free to flush when the allocation failed"
+    flushed = (f"it flushed {'all' if p['flushed_count'] == p['count'] else p['flushed_count']} "
+               f"({fmt_bytes(p['flushed_bytes'])}) before its retry, which failed")
+    if p["flushed_count"] == 0:
+        flushed = "it flushed none before its retry (cleanup deferred), which failed"
+    return f"{held} held when the allocation failed; {flushed}"
 
 
 def block_state(state: str) -> str:
@@ -367,6 +385,8 @@ def _framework(t: Text, fw: Dict[str, Any], top: int) -> None:
         if d.get("peak_allocated_bytes") is not None:
             words.append(f"(peak allocated {fmt_bytes(d['peak_allocated_bytes'])})")
         t.flow(f"  {device_name(d['device'])}: ", words, hang=4, sep=" ")
+    if fw["pending"]:
+        t.wrap(fw["pending"], indent=2, hang=4)
     segs = fw["by_free"]
     shown = segs[:min(top, SEGMENTS_SHOWN)]
     if shown:

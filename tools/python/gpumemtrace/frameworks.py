@@ -36,6 +36,13 @@ requests inside the memory it reserved at start, with no driver failure:
 the tracer then makes the hand-over a failure of its own (docs/guide.md,
 "JAX's allocator").
 
+numba.cuda has neither an observer nor an error of its own (CudaAPIError
+carries the driver's code): on_import_numba() wraps its memory manager's
+_attempt_allocation, which flushes the frees numba deferred and retries
+once at an out-of-memory; an out-of-memory that leaves it reached the
+program, and the manager's state is handed over then — its live device
+memory, and its pending frees at the first failure with what it flushed.
+
 GPUMEMTRACE_FRAMEWORKS=0 turns all of it off.
 
 Programs started without the launcher, with libgpumemtrace.so preloaded:
@@ -631,3 +638,138 @@ def jax_state(jax: Any, reason: str, oom: Optional[Dict[str, Optional[int]]]) ->
 
 def _hand_over_jax(jax: Any, reason: str, oom: Optional[Dict[str, Optional[int]]]) -> None:
     _hand_over_state("JAX's allocator state", reason, lambda: jax_state(jax, reason, oom))
+
+
+# numba.cuda (Debian's python3-numba 0.56): no out-of-memory observer and no
+# error of its own — CudaAPIError carries the driver's code. Its memory
+# manager allocates through _attempt_allocation(allocator): at
+# CUDA_ERROR_OUT_OF_MEMORY it flushes its pending deallocations (frees it
+# deferred, _PendingDeallocs.clear) and calls the allocator once more, inside
+# its handler of that first error; a second failure reaches the program.
+_NUMBA_OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
+# The memory manager that flushed last, for the exit hand-over.
+_numba_manager: Any = None
+# Per thread: the latest first failure — id() of its error (exceptions take
+# no weak reference; the error lives while numba handles it), the pending
+# frees then, and what the flush in its handler gave back.
+_numba_failure = threading.local()
+
+
+def on_import_numba(driver: Any) -> None:
+    """Called by the bootstrap once `numba.cuda.cudadrv.driver` is imported.
+    Nothing of the tracer's stands in the allocation's path (its frames
+    would show in the program's tracebacks): it wraps the constructor of
+    CudaAPIError and the flush of the pending deallocations. An
+    out-of-memory error made while numba handles an earlier one of its own
+    thread is its retry's failure, which reaches the program: the memory
+    manager's state is handed over then, before any handler of the program
+    runs. A failure it recovered from (the flushed retry succeeded) hands
+    nothing over: the tracer tells it as recovered, in one line."""
+    if not enabled():
+        return
+    version = str(getattr(sys.modules.get("numba"), "__version__", "?"))
+    error = getattr(driver, "CudaAPIError", None)
+    pending = getattr(driver, "_PendingDeallocs", None)
+    clear = getattr(pending, "clear", None)
+    if error is None or clear is None:
+        _warn(f"numba {version} has no CudaAPIError or _PendingDeallocs.clear: "
+              "its out-of-memory state is not recorded")
+        return
+
+    def on_error(err: Any, args: Any, kwargs: Any) -> None:
+        code = args[0] if args else kwargs.get("code")
+        if code != _NUMBA_OOM:
+            return
+        f = _numba_failure
+        handling = sys.exc_info()[1]
+        if handling is not None and id(handling) == getattr(f, "error", None) and f.manager is not None:
+            manager, at_failure, flushed = f.manager, f.pending, getattr(f, "flushed", None)
+            f.error = None
+            _hand_over_state("numba's memory manager state", "oom",
+                             lambda: numba_state(manager, "oom", at_failure, flushed))
+            return
+        # A first failure: numba's manager flushes and retries. The manager
+        # is found when it flushes; the pending frees are read now.
+        f.error, f.manager, f.flushed = id(err), None, None
+        f.pending = None
+
+    def observed_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        try:
+            on_error(self, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - never the program's failure
+            _warn(f"numba's out-of-memory could not be observed ({type(e).__name__}: {e})")
+
+    def observed_clear(self: Any) -> None:
+        global _numba_manager
+        f = _numba_failure
+        handling = sys.exc_info()[1]
+        ours = handling is not None and id(handling) == getattr(f, "error", None)
+        before = (len(self), max(0, int(getattr(self, "_size", 0)))) if ours else None
+        clear(self)
+        if before is not None:
+            after = (len(self), max(0, int(getattr(self, "_size", 0))))
+            f.pending = before
+            f.flushed = (max(0, before[0] - after[0]), max(0, before[1] - after[1]))
+            f.manager = _numba_manager = _manager_of(self)
+
+    init = error.__init__
+    try:
+        error.__init__ = observed_init
+        pending.clear = observed_clear
+    except (AttributeError, TypeError) as e:
+        error.__init__ = init
+        _warn(f"numba {version}: its memory manager cannot be observed ({type(e).__name__}: {e}): "
+              "its out-of-memory state is not recorded")
+        return
+    _watch("numba")
+    if _exit_wanted():
+        atexit.register(_numba_exit)
+
+
+def _manager_of(pending: Any) -> Any:
+    """The memory manager whose pending deallocations these are: the one
+    whose flush runs in the caller's caller (numba's _attempt_allocation)."""
+    frame = sys._getframe(2)
+    manager = frame.f_locals.get("self") if frame is not None else None
+    return manager if getattr(manager, "deallocations", None) is pending else None
+
+
+def _numba_exit() -> None:
+    manager = _numba_manager
+    if manager is not None:
+        _hand_over_state("numba's memory manager state", "exit", lambda: numba_state(manager, "exit", None, None))
+
+
+def _numba_pending(manager: Any) -> Tuple[int, int]:
+    """The manager's pending deallocations now: how many, and their bytes as
+    numba counts them (frees of unknown size count 0)."""
+    pending = manager.deallocations
+    return len(pending), max(0, int(getattr(pending, "_size", 0)))
+
+
+# numba's objects of device memory in its allocations (cuMemAlloc's); pinned,
+# mapped and managed memory are other classes.
+_NUMBA_DEVICE = ("AutoFreePointer", "MemoryPointer")
+
+
+def numba_state(manager: Any, reason: str, pending_at_failure: Optional[Tuple[int, int]],
+                flushed: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+    """The state the tracer takes (docs/snapshot-format.md, "framework") from
+    numba's memory manager: allocated = reserved = the device memory of its
+    live allocations (it keeps no pool), and at an out-of-memory its pending
+    deallocations when the allocation first failed and how many of them it
+    flushed before its retry (all, unless the program deferred cleanup)."""
+    dev = int(manager.context.device.id)
+    live = sum(int(getattr(m, "size", 0) or 0) for m in list(manager.allocations.values())
+               if type(m).__name__ in _NUMBA_DEVICE)
+    state: Dict[str, Any] = {
+        "name": "numba", "version": str(getattr(sys.modules.get("numba"), "__version__", "")), "reason": reason,
+        "file": None, "oom": {"device": dev} if reason == "oom" else None,
+        "devices": [{"device": dev, "allocated_bytes": live, "reserved_bytes": live,
+                     "reserved_unallocated_bytes": 0, "largest_free_block_bytes": None}],
+        "segments": [], "truncated": False}
+    count, nbytes = pending_at_failure if pending_at_failure is not None else _numba_pending(manager)
+    gone = flushed if flushed is not None else (0, 0)
+    state["pending_frees"] = {"count": count, "bytes": nbytes, "flushed_count": gone[0], "flushed_bytes": gone[1]}
+    return state

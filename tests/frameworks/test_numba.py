@@ -15,6 +15,9 @@ out-of-memory) — traced on the stock simulated driver as a CUDA 12.8 driver
   pending frees: its snapshot says they were pending and flushed;
 - defer_cleanup: under cuda.defer_cleanup() numba flushes nothing: the
   snapshot says one pending free, none flushed, and the viewer says so;
+- phases: a failure raised to the program, then another call's that numba
+  recovers from: the snapshot is the raised one's, at its call, the
+  recovered one a line;
 - threads: four threads allocate, then the main thread leaks until numba
   raises: the snapshot's live set is the ledger's, each thread's arrays
   named at its own line.
@@ -83,6 +86,17 @@ with cuda.defer_cleanup():
         cuda.device_array(200 * MIB, dtype=np.uint8)
     except CudaAPIError as e:
         print("RAISED", e)
+'''
+
+PHASES = PRELUDE + '''keep = [cuda.device_array(300 * MIB, dtype=np.uint8) for _ in range(3)]
+try:
+    cuda.device_array(500 * MIB, dtype=np.uint8)  # PHASE3-LINE
+except CudaAPIError:
+    print("phase 3 raised")
+tmp = [cuda.device_array(40 * MIB, dtype=np.uint8) for _ in range(2)]
+del tmp
+x = cuda.device_array(100 * MIB, dtype=np.uint8)  # PHASE4-LINE
+print("phase 4 recovered")
 '''
 
 THREADS = PRELUDE + '''held = {}
@@ -252,6 +266,30 @@ def test_defer_cleanup(launcher: str, source: str, driver12: str) -> None:
         schema_ok(source, paths, "defer_cleanup")
 
 
+def test_phases(launcher: str, source: str, driver12: str) -> None:
+    """A failure raised to the program (twice: numba's retry), then another
+    call's failure numba recovers from: the snapshot is the raised one's,
+    with its call's stack; the recovered one is a line of its own."""
+    with tempfile.TemporaryDirectory(prefix="gmt-numba-") as tmp:
+        r = run_both(launcher, driver12, tmp, PHASES, "phases.py")
+        recovered = [s for s in r.stderr.splitlines() if "out of memory, recovered" in s]
+        check(len(recovered) == 1 and "100 MiB" in recovered[0],
+              "phases: phase 4's failure is one recovered line", recovered)
+        paths, snap = one_snapshot(tmp, "phases")
+        if not snap:
+            return
+        fr = snap["failed_request"]
+        stack = next((s for s in snap.get("stacks", []) if s.get("id") == fr.get("stack")), {})
+        where = f"phases.py:{line_of(PHASES, 'PHASE3-LINE')}"
+        check(fr["size"] == 500 * MIB and snap["episode"].get("failures") == 2
+              and where in stack.get("site", {}).get("label", ""),
+              "phases: the snapshot describes phase 3's raised failure, at its own call",
+              (fr.get("size"), snap["episode"].get("failures"), stack.get("site")))
+        check(live_of(snap) == ledger_at(tmp, 2), "phases: its live set is the ledger's at that failure",
+              len(live_of(snap)))
+        schema_ok(source, paths, "phases")
+
+
 def test_threads(launcher: str, source: str, driver12: str) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-numba-") as tmp:
         r = run_both(launcher, driver12, tmp, THREADS, "threads.py")
@@ -283,6 +321,7 @@ def main(argv: List[str]) -> int:
     test_leak(launcher, source, driver12)
     test_deferred(launcher, source, driver12)
     test_defer_cleanup(launcher, source, driver12)
+    test_phases(launcher, source, driver12)
     test_threads(launcher, source, driver12)
     print(f"{'FAIL' if FAILURES else 'ok'}: {len(FAILURES)} failed")
     return 1 if FAILURES else 0

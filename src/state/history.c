@@ -279,15 +279,21 @@ static uint64_t gained(const struct gmt__site *s, int k, uint64_t bytes)
 	return bytes > base ? bytes - base : 0;
 }
 
+/* The scale whose counts are shown for a site that grows at none: rounds of
+ * changes, which the program's order alone decides, never the time scale,
+ * whose pauses a busy machine's scheduler moves. */
+#define GMT_SCALE_SHOWN 1
+
 bool gmt__site_growing(const struct gmt__history *h, const struct gmt__site *s, uint32_t *rises, uint32_t *falls,
 		       uint64_t *growth)
 {
 	int k = growing_scale(h, s, true);
-	struct scale_verdict v = judge_scale(s, k >= 0 ? k : 0, h->round[k >= 0 ? k : 0]);
+	int shown = k >= 0 ? k : GMT_SCALE_SHOWN;
+	struct scale_verdict v = judge_scale(s, shown, h->round[shown]);
 
 	*rises = v.rises;
 	*falls = v.falls;
-	*growth = gained(s, k >= 0 ? k : 0, s->live_bytes);
+	*growth = gained(s, shown, s->live_bytes);
 	return k >= 0 && *growth > 0;
 }
 
@@ -309,11 +315,12 @@ bool gmt__site_suspect(const struct gmt__history *h, const struct gmt__site *s, 
 		       uint64_t *growth)
 {
 	int k = growing_scale(h, s, false);
-	struct scale_verdict v = judge_scale(s, k >= 0 ? k : 0, h->round[k >= 0 ? k : 0]);
+	int shown = k >= 0 ? k : GMT_SCALE_SHOWN;
+	struct scale_verdict v = judge_scale(s, shown, h->round[shown]);
 
 	*rises = v.rises;
 	*falls = v.falls;
-	*growth = gained(s, k >= 0 ? k : 0, s->peak_bytes);
+	*growth = gained(s, shown, s->peak_bytes);
 	return k >= 0 && *growth > 0;
 }
 
@@ -363,12 +370,20 @@ void gmt__history_change(struct gmt__history *h, const struct gmt__entry *e, boo
 		h->cur[c] -= e->size;
 	}
 	/* A round of time ends before a change that comes GMT_PAUSE_NS or
-	 * more after the one before: the program paused (a sleep, a wait for
-	 * the device, a step's compute). A stream of changes without pause is
-	 * one round however slowly a busy machine runs it. */
+	 * more after the one before — the program paused (a sleep, a wait for
+	 * the device, a step's compute) — once a free fell in it, as the
+	 * rounds of changes do. A stream of changes without pause is one round
+	 * however slowly a busy machine runs it.
+	 * NOTE: a busy machine's scheduler stops a thread for tens of
+	 * milliseconds, which reads as a pause: a burst of allocations alone
+	 * (the device filled) must stay one round wherever those fall. */
 	if (!cause->put_back) {
-		if (h->last_change_ns != 0 && cause->time_ns >= h->last_change_ns + GMT_PAUSE_NS)
+		if (h->last_change_ns != 0 && cause->time_ns >= h->last_change_ns + GMT_PAUSE_NS &&
+		    h->round_freed[0]) {
 			h->round[0]++;
+			h->round_freed[0] = false;
+		}
+		h->round_freed[0] |= !add;
 		if (cause->time_ns > h->last_change_ns)
 			h->last_change_ns = cause->time_ns;
 	}

@@ -26,8 +26,9 @@
  * (the length of one step of its loop) is not known: by time (a round
  * ends at each pause of the program, GMT_PAUSE_NS without an allocation or
  * a free) and by the program's own sequence, in rounds of at least 4, 32
- * and 256 allocations and frees, a free among them (a burst of allocations
- * alone — weights loaded, the device filled — is one round). At each scale a site rises or falls in a round when
+ * and 256 allocations and frees; at every scale a round holds a free (a
+ * burst of allocations alone — weights loaded, the device filled — is one
+ * round, wherever a busy machine's scheduler stops the thread). At each scale a site rises or falls in a round when
  * its live bytes ended the round above or below where they began. A site
  * grew (a leak suspect) at a scale when it rose in at least
  * GMT_GROWTH_MIN_RISES rounds, fell in at most one round in four of those,

@@ -153,7 +153,9 @@ static void test_sites(void)
 	CHECK_U64(s->live_bytes, 0);
 	CHECK_U64(s->peak_bytes, 50);
 	CHECK(!gmt__site_growing(&h, s, &rises, &falls, &growth));
-	CHECK_INT(rises, 0);
+	/* Its counts are those of rounds of 4 changes, which may cut a pair:
+	 * as many rises as falls, give or take the open round. */
+	CHECK(rises <= falls + 1 && falls <= rises + 1);
 
 	/* Freeing all of site 5 at the end: one fall against six rises still
 	 * counts as growth in the counters, but nothing is left to have grown. */
@@ -320,11 +322,27 @@ static void test_busy_machine(void)
 		CHECK(!gmt__site_suspect(&h, s, &rises, &falls, &growth));
 		CHECK(rises <= 1); /* the one round it all fell in */
 		gmt__history_clear(&h);
-		/* Paced: the program's own pauses are rounds. */
+		/* A burst the scheduler stopped for 15 to 40 ms at odd places:
+		 * allocations alone, one round still, the same numbers. */
+		for (int i = 0; i < 64; i++) {
+			e.addr = 0x40000000 + ((uint64_t)i << 20);
+			t += step_ns[speed] + (i % (7 + (int)speed) == 3 ? (15 + 5 * (uint64_t)(i % 6)) * MS : 0);
+			change(&h, t, &e, true);
+		}
+		s = gmt__history_site(&h, 21);
+		CHECK(s != NULL && !gmt__site_suspect(&h, s, &rises, &falls, &growth));
+		CHECK(rises <= 1 && falls == 0);
+		gmt__history_clear(&h);
+		/* Paced, a free in each pause's round: the program's own pauses
+		 * are rounds. */
 		for (int i = 0; i < 8; i++) {
+			struct gmt__entry tmp = entry(0x80000000, 1 << 20, 22, GMT_KIND_DEVICE, 0);
+
 			e.addr = 0x40000000 + ((uint64_t)i << 20);
 			t += 25 * MS + step_ns[speed];
 			change(&h, t, &e, true);
+			change(&h, t + 1000, &tmp, true);
+			change(&h, t + 2000, &tmp, false);
 		}
 		s = gmt__history_site(&h, 21);
 		CHECK(s != NULL && gmt__site_growing(&h, s, &rises, &falls, &growth));

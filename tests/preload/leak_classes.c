@@ -81,9 +81,16 @@ __attribute__((noinline)) static void lose(size_t size, int managed, int clean)
 	scratch = NULL;
 }
 
+/* One step of the growth loop: it keeps 2 MiB and, as a step of real work
+ * does, allocates and frees a temporary (a loop of allocations alone is one
+ * burst to the growth rounds, docs/guide.md). */
 __attribute__((noinline)) static void grow_step(void **slot)
 {
+	void *tmp;
+
 	PROG_OK(cudaMalloc(slot, 2 * MIB));
+	PROG_OK(cudaMalloc(&tmp, MIB / 4));
+	PROG_OK(cudaFree(tmp));
 }
 
 static void expect(const void *p, const char *cls, size_t bytes, const char *what)

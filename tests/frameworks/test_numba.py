@@ -117,8 +117,12 @@ except CudaAPIError as e:
 '''
 
 
-def numba_importable() -> bool:
-    r = subprocess.run([PYTHON, "-c", "import numba.cuda"], capture_output=True, timeout=120)
+def numba_importable(driver12: str) -> bool:
+    """Whether numba.cuda imports, in the environment the runs have (under
+    the sanitizers: their runtime preloaded, the instrumented driver)."""
+    with tempfile.TemporaryDirectory(prefix="gmt-numba-") as tmp:
+        r = subprocess.run([PYTHON, "-c", "import numba.cuda"], env=base_env(driver12, tmp), capture_output=True,
+                           timeout=120)
     return r.returncode == 0
 
 
@@ -315,7 +319,7 @@ def main(argv: List[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     launcher, source, driver12 = os.path.abspath(argv[0]), argv[1], argv[2]
-    if not numba_importable():
+    if not numba_importable(driver12):
         print(f"skipped: {PYTHON} cannot import numba.cuda (Debian's python3-numba)")
         return 77
     test_leak(launcher, source, driver12)

@@ -218,7 +218,8 @@ static void frame_resolve(struct gmt__frame_cache *c, struct gmt__frame_info *f,
 	 * name, and /proc/self/exe has the real path. */
 	if (map != NULL && map->l_name[0] == '\0' && c->exe != NULL)
 		f->module = c->exe;
-	frame_symbolise(c, f, module_note(c, f, NULL, &spare));
+	if (!c->loader_only)
+		frame_symbolise(c, f, module_note(c, f, NULL, &spare));
 }
 
 /* The frame at ip of a module unloaded after the current stack's capture:
@@ -250,7 +251,8 @@ static const struct gmt__frame_info *gone_lookup(struct gmt__frame_cache *c, uin
 	f->module = u->path;
 	f->base = u->base;
 	f->unloaded = u->epoch;
-	frame_symbolise(c, f, module_note(c, f, &u->id, &spare_id));
+	if (!c->loader_only)
+		frame_symbolise(c, f, module_note(c, f, &u->id, &spare_id));
 	return f;
 }
 
@@ -467,7 +469,8 @@ const char *gmt__base_name(const char *path)
 	return slash != NULL ? slash + 1 : path;
 }
 
-void gmt__frames_open(struct gmt__frame_cache *cache)
+/* An empty cache that knows the main program's path. */
+static void cache_open(struct gmt__frame_cache *cache)
 {
 	ssize_t len;
 
@@ -480,7 +483,19 @@ void gmt__frames_open(struct gmt__frame_cache *cache)
 		free(cache->exe);
 		cache->exe = NULL;
 	}
+}
+
+void gmt__frames_open(struct gmt__frame_cache *cache)
+{
+	cache_open(cache);
 	cache->symbols = gmt__symbols_new();
+}
+
+void gmt__frames_open_loader(struct gmt__frame_cache *cache)
+{
+	/* NOTE: not even gmt__symbols_new: its first call loads libdw. */
+	cache_open(cache);
+	cache->loader_only = true;
 }
 
 void gmt__frames_close(struct gmt__frame_cache *cache)

@@ -63,6 +63,7 @@ struct gmt__frame_cache {
 	uint32_t epoch;
 	struct gmt__gone_frame *gone;
 	size_t ngone, capgone;
+	bool loader_only; /* gmt__frames_open_loader's: no debug information, no module map */
 };
 
 /* Open addressing over uint32 ids (0 = empty slot), grown at half full: memory
@@ -89,6 +90,12 @@ const char *gmt__base_name(const char *path);
  * be loaded), and its end. */
 void gmt__frames_open(struct gmt__frame_cache *cache);
 void gmt__frames_close(struct gmt__frame_cache *cache);
+
+/* An empty cache whose frames are the loader's alone (module, base, exported
+ * name): no debug information read and no module's build-id, so that a
+ * lookup costs one dladdr — for a stack judged while the program waits
+ * (tracer/episode.c). Closed by gmt__frames_close. */
+void gmt__frames_open_loader(struct gmt__frame_cache *cache);
 
 /* Adds id to s (0 is never added). 0, or -ENOMEM. */
 int gmt__idset_add(struct gmt__idset *s, uint32_t id);

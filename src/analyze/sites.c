@@ -288,11 +288,33 @@ struct gmt__site_pending {
 	size_t index;                      /* in ids */
 };
 
+/* Steps 1 to 3 of the rule for frames v[0..n): each frame's role into
+ * roles[0..n), and the site's frame (-1: no frames); *user whether it is the
+ * program's own. */
+static int assign_roles(const struct gmt__site_frame *v, int n, struct gmt__site_rules *rules, uint8_t *roles,
+			bool *user)
+{
+	int ncuda = 0, frame = -1;
+
+	for (int i = 0; i < n; i++) {
+		if (is_cuda_frame(&v[i]))
+			ncuda = i + 1;
+	}
+	for (int i = 0; i < n; i++) {
+		roles[i] = (uint8_t)(i < ncuda ? GMT_ROLE_CUDA : gmt__site_frame_role(rules, &v[i]));
+		if (frame < 0 && roles[i] == GMT_ROLE_USER)
+			frame = i;
+	}
+	*user = frame >= 0;
+	if (!*user && n > 0)
+		frame = ncuda < n ? ncuda : n - 1;
+	return frame;
+}
+
 static int judge_stack(struct gmt__stack_site *out, struct gmt__site_pending *p, const struct gmt__site_frame *v,
 		       int n, struct gmt__site_rules *rules)
 {
 	char buf[512];
-	int ncuda = 0;
 
 	p->hash = (struct chain_hash){ 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull };
 	out->nframes = n;
@@ -300,18 +322,7 @@ static int judge_stack(struct gmt__stack_site *out, struct gmt__site_pending *p,
 	out->roles = n > 0 ? malloc((size_t)n) : NULL;
 	if (n > 0 && out->roles == NULL)
 		return -ENOMEM;
-	for (int i = 0; i < n; i++) {
-		if (is_cuda_frame(&v[i]))
-			ncuda = i + 1;
-	}
-	for (int i = 0; i < n; i++) {
-		out->roles[i] = (uint8_t)(i < ncuda ? GMT_ROLE_CUDA : gmt__site_frame_role(rules, &v[i]));
-		if (out->frame < 0 && out->roles[i] == GMT_ROLE_USER)
-			out->frame = i;
-	}
-	out->user = out->frame >= 0;
-	if (!out->user && n > 0)
-		out->frame = ncuda < n ? ncuda : n - 1;
+	out->frame = assign_roles(v, n, rules, out->roles, &out->user);
 	out->python = out->frame >= 0 && v[out->frame].python;
 	if (out->frame < 0) {
 		p->text = strdup("(no frames)");
@@ -556,6 +567,61 @@ int gmt__sites_build(struct gmt__sites *out, struct gmt__frame_cache *cache, con
 	if (r < 0)
 		gmt__sites_free(out);
 	return r;
+}
+
+/* A frame of the program's own, by what tells one call apart from another
+ * without debug information: a native frame by its module and offset. */
+static void hash_call_frame(struct chain_hash *h, const struct gmt__site_frame *f)
+{
+	if (f->python) {
+		hash_frame(h, f);
+		return;
+	}
+	hash_bytes(h, &f->python, sizeof(f->python));
+	hash_str(h, f->module != NULL ? gmt__base_name(f->module) : NULL);
+	hash_bytes(h, &f->offset, sizeof(f->offset));
+}
+
+uint64_t gmt__site_call_frames(const struct gmt__site_frame *v, int n, struct gmt__site_rules *rules)
+{
+	struct chain_hash h = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull };
+	uint8_t *roles = n > 0 ? malloc((size_t)n) : NULL;
+	uint64_t key;
+	bool user;
+	int frame;
+
+	if (n > 0 && roles == NULL)
+		return 0;
+	frame = assign_roles(v, n, rules, roles, &user);
+	hash_bytes(&h, &user, sizeof(user));
+	/* The chain step 4 compares: the site's frame and its callers in the
+	 * program's code. Without one of the program's (a library's thread)
+	 * nothing tells its calls apart: one for all. */
+	for (int i = frame; user && i < n; i++) {
+		if (roles[i] == GMT_ROLE_USER)
+			hash_call_frame(&h, &v[i]);
+	}
+	free(roles);
+	key = h.a ^ (h.b << 32 | h.b >> 32);
+	return key != 0 ? key : 1;
+}
+
+uint64_t gmt__site_call(struct gmt__frame_cache *cache, struct gmt__site_rules *rules, uint32_t id)
+{
+	struct collect c = { 0 };
+	struct gmt__frame_sink sink = { collect_native, collect_python, &c };
+	int depth = 0;
+	const uintptr_t *ips = id != 0 ? gmt__stack_get(id, &depth) : NULL;
+	uint64_t key = 0;
+
+	if (ips == NULL)
+		return 0;
+	cache->epoch = gmt__stack_epoch(id);
+	gmt__frames_sink(&sink, cache, ips, gmt__stack_frames(ips, depth));
+	if (!c.failed)
+		key = gmt__site_call_frames(c.v, c.n, rules);
+	free(c.v);
+	return key;
 }
 
 void gmt__sites_free(struct gmt__sites *s)

@@ -121,6 +121,22 @@ int gmt__sites_finish(struct gmt__sites *s);
 
 void gmt__sites_free(struct gmt__sites *s);
 
+/* The call a failure came from (tracer/episode.c: whether two failures are
+ * one call of the program asking again): a number for stack `id`'s chain of
+ * the program's own frames by this rule, from the site's frame outwards —
+ * equal for two stacks with the same chain. Frames are named through `cache`
+ * (gmt__frames_open_loader's: the loader alone), so a native frame of the
+ * chain is told by its module and offset, a Python frame by its function,
+ * file and line. Stacks with no frame of the program's own (a library's
+ * thread) all get one number: nothing tells their calls apart. 0: not known
+ * (stack 0, an unknown id, no memory). Takes the loader's lock: never under
+ * the tracer's. */
+uint64_t gmt__site_call(struct gmt__frame_cache *cache, struct gmt__site_rules *rules, uint32_t id);
+
+/* The same for frames given, innermost first (the unit tests' way in); a
+ * native frame with its module and offset. */
+uint64_t gmt__site_call_frames(const struct gmt__site_frame *v, int n, struct gmt__site_rules *rules);
+
 /* The site of stack `id` (one of the ids given to build), or NULL. */
 const struct gmt__stack_site *gmt__sites_of(const struct gmt__sites *s, const uint32_t *ids, uint32_t id);
 

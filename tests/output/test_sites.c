@@ -2,7 +2,8 @@
  * programs have: PyTorch's libraries and Python packages above the
  * program's code, a ctypes call through libffi, a statically linked runtime,
  * a library allocating on its own, the user's patterns; and which stacks are
- * one site, and how labels tell sites apart. */
+ * one site, how labels tell sites apart, and which failures are one call of
+ * the program (the episode rule's call sites). */
 #define _GNU_SOURCE
 #include "check.h"
 
@@ -269,6 +270,79 @@ static void test_frame_text(void)
 	CHECK_STR(gmt__frame_role_name(GMT_ROLE_USER), "user");
 }
 
+/* Frames as the loader alone names them (tracer/episode.c's cache). */
+#define NO(m, fn, off) { .module = (m), .function = (fn), .offset = (off) }
+#define NUMBA "/usr/lib/python3/dist-packages/numba/cuda/cudadrv/driver.py"
+#define PROG "/home/me/proj/phases.py"
+
+/* The call a failure came from (gmt__site_call_frames): the chain of the
+ * program's own frames, native ones by offset. */
+static void test_call_sites(void)
+{
+	/* numba's release and retry: its _attempt_allocation asks again from
+	 * another line, inside one call of the program's phase three. */
+	const struct gmt__site_frame first[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO("/lib/x86_64-linux-gnu/libffi.so.8", NULL, 0x6f7a),
+		PY("Context._attempt_allocation", NUMBA, 1442), PY("Context.memalloc", NUMBA, 1454),
+		PY("phase_three", PROG, 30), PY("<module>", PROG, 52),
+	};
+	const struct gmt__site_frame retry[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO("/lib/x86_64-linux-gnu/libffi.so.8", NULL, 0x6f7a),
+		PY("Context._attempt_allocation", NUMBA, 1450), PY("Context.memalloc", NUMBA, 1454),
+		PY("phase_three", PROG, 30), PY("<module>", PROG, 52),
+	};
+	/* Phase four, after the program caught phase three's error. */
+	const struct gmt__site_frame other[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO("/lib/x86_64-linux-gnu/libffi.so.8", NULL, 0x6f7a),
+		PY("Context._attempt_allocation", NUMBA, 1442), PY("Context.memalloc", NUMBA, 1454),
+		PY("phase_four", PROG, 40), PY("<module>", PROG, 53),
+	};
+	/* C: one function of the program, two calls (no line without debug
+	 * information; the offsets differ), and a static runtime whose own
+	 * frames differ under one call. */
+	const struct gmt__site_frame c_first[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO("/app/run", "cudaMalloc", 0x5100),
+		NO("/app/run", NULL, 0x2040), NO("/app/run", NULL, 0x2300),
+	};
+	const struct gmt__site_frame c_again[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO("/app/run", "cudaMalloc", 0x5180),
+		NO("/app/run", NULL, 0x2040), NO("/app/run", NULL, 0x2300),
+	};
+	const struct gmt__site_frame c_other[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO("/app/run", "cudaMalloc", 0x5100),
+		NO("/app/run", NULL, 0x2088), NO("/app/run", NULL, 0x2300),
+	};
+	/* A library allocating on a thread of its own: its calls look alike. */
+	const struct gmt__site_frame lib_a[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO(TORCH "libc10_cuda.so", NULL, 0x9a10),
+		NO(TORCH "libtorch_cpu.so", NULL, 0x40),
+	};
+	const struct gmt__site_frame lib_b[] = {
+		NO(LIBCUDA, "cuMemAlloc_v2", 0x1200), NO(TORCH "libc10_cuda.so", NULL, 0x9b20),
+		NO(TORCH "libtorch_cpu.so", NULL, 0x40),
+	};
+	struct gmt__site_rules rules, mine;
+	uint64_t a;
+
+#define KEY(v, r) gmt__site_call_frames((v), (int)(sizeof(v) / sizeof((v)[0])), (r))
+	CHECK_INT(gmt__site_rules_init(&rules, NULL), 0);
+	a = KEY(first, &rules);
+	CHECK(a != 0);
+	CHECK_U64(KEY(retry, &rules), a);
+	CHECK(KEY(other, &rules) != a);
+	CHECK_U64(KEY(c_again, &rules), KEY(c_first, &rules));
+	CHECK(KEY(c_other, &rules) != KEY(c_first, &rules));
+	CHECK_U64(KEY(lib_a, &rules), KEY(lib_b, &rules));
+	CHECK(KEY(lib_a, &rules) != KEY(c_first, &rules));
+	CHECK(gmt__site_call_frames(NULL, 0, &rules) != 0);
+	/* numba named the program's own: its two lines are two calls. */
+	CHECK_INT(gmt__site_rules_init(&mine, "!*/numba/*"), 0);
+	CHECK(KEY(retry, &mine) != KEY(first, &mine));
+#undef KEY
+	gmt__site_rules_free(&mine);
+	gmt__site_rules_free(&rules);
+}
+
 int main(void)
 {
 	test_shapes();
@@ -276,6 +350,7 @@ int main(void)
 	test_labels();
 	test_many_paths();
 	test_frame_text();
+	test_call_sites();
 	if (check_failed == 0)
 		printf("sites: ok\n");
 	return check_failed != 0;

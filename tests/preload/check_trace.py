@@ -518,6 +518,72 @@ def python_stack_problems(snaps: list[dict[str, Any]], want: str, output: str, p
     return problems
 
 
+def printed_label(label: str, output: str) -> tuple[str, str | None]:
+    """A site label with each upper-case WORD in it replaced by the line the
+    program printed for it, or what is missing."""
+    for word in set(re.findall(r"\b[A-Z][A-Z_]+\b", label)):
+        line = word_line(word, output)
+        if line is None:
+            return label, f"the program printed no line {word!r}"
+        label = re.sub(r"\b" + word + r"\b", str(line), label)
+    return label, None
+
+
+def episodes_problems(paths: list[str], spec: str, output: str, viewer: str | None) -> list[str]:
+    """--episodes: the main process's oom snapshots, in the order written,
+    are of these episodes (';' between them), each FAILURES[=LABEL]: it lists
+    exactly the failures FAILURES (a comma list, in order) and was taken at
+    the last of them (failed_request.failure, episode.described), whose
+    stack's site is labelled LABEL (upper-case words as for --site). With
+    --viewer, the viewer's summary of each names that failure and, for an
+    episode of several, says it is the last of them, the one the program was
+    told of; for an episode of one, no such line."""
+    wanted = [part.partition("=") for part in spec.split(";")]
+    problems = []
+    if len(paths) != len(wanted):
+        problems.append(f"--episodes {spec}: {len(paths)} oom snapshots, {len(wanted)} expected")
+    for path, (failures, _, label) in zip(paths, wanted):
+        name, snap = os.path.basename(path), load(path)
+        want = [int(x) for x in failures.split(",")]
+        ep, req = snap.get("episode") or {}, snap.get("failed_request") or {}
+        got = [f["failure"] for f in ep.get("listed", [])]
+        if got != want or ep.get("failures") != len(want):
+            problems.append(f"{name}: its episode lists failures {got} of {ep.get('failures')}, {want} expected")
+        if req.get("failure") != want[-1] or ep.get("described") != len(want):
+            problems.append(f"{name}: it describes failure {req.get('failure')} (episode.described "
+                            f"{ep.get('described')}), failure {want[-1]} expected")
+        if label:
+            label, problem = printed_label(label, output)
+            stacks = {st["id"]: st for st in snap["stacks"]}
+            site = (stacks.get(req.get("stack")) or {}).get("site") or {}
+            if problem or site.get("label") != label:
+                problems.append(f"{name}: the failed request's site is {site.get('label')!r}, "
+                                f"{label!r} expected{f' ({problem})' if problem else ''}")
+        if viewer:
+            problems += viewer_episode_problems(viewer, path, want)
+    return problems
+
+
+def viewer_episode_problems(viewer: str, path: str, failures: list[int]) -> list[str]:
+    """What the viewer's summary of an oom snapshot says of its episode:
+    the failure it describes, and which of the episode's failures that is."""
+    proc = subprocess.run([sys.executable, viewer, "--color", "never", "--width", "1000", path],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    name, lines = os.path.basename(path), [ln.strip() for ln in proc.stdout.splitlines()]
+    if proc.returncode != 0:
+        return [f"{name}: the viewer exited with {proc.returncode}: {proc.stderr.strip()}"]
+    problems = []
+    requests = [ln for ln in lines if ln.startswith("request:")]
+    if len(requests) != 1 or not requests[0].endswith(f"failure #{failures[-1]})"):
+        problems.append(f"{name}: the viewer's request line is {requests}, of failure #{failures[-1]} expected")
+    said = [ln for ln in lines if ln.startswith("this snapshot is of failure")]
+    n = len(failures)
+    want = [f"this snapshot is of failure {n} of {n}, the last the program was told of"] if n > 1 else []
+    if said != want:
+        problems.append(f"{name}: the viewer says {said}, {want} expected")
+    return problems
+
+
 def site_problems(snaps: list[dict[str, Any]], want: str, output: str) -> list[str]:
     """--site SIZE=LABEL: the site the tracer named for the one live
     allocation of SIZE bytes is the program's own code, its frame is marked
@@ -527,11 +593,9 @@ def site_problems(snaps: list[dict[str, Any]], want: str, output: str) -> list[s
     stack, problem = stack_of_size(snaps, int(size))
     if problem:
         return [f"--site {want}: {problem}"]
-    for word in set(re.findall(r"\b[A-Z][A-Z_]+\b", label)):
-        line = word_line(word, output)
-        if line is None:
-            return [f"--site {want}: the program printed no line {word!r}"]
-        label = re.sub(r"\b" + word + r"\b", str(line), label)
+    label, problem = printed_label(label, output)
+    if problem:
+        return [f"--site {want}: {problem}"]
     site, frames = stack.get("site"), stack.get("frames", [])
     if not isinstance(site, dict):
         return [f"--site {want}: the stack has no site"]
@@ -625,6 +689,12 @@ def main() -> int:
                     help="the allocation of SIZE bytes carries exactly these tags")
     ap.add_argument("--live", action="append", default=[], metavar="REASON=SIZES;...",
                     help="the snapshots of REASON hold exactly these sizes")
+    ap.add_argument("--episodes", metavar="FAILURES[=LABEL][;...]",
+                    help="the oom snapshots, in order, list exactly these failures (comma list) and "
+                         "describe the last, whose site is LABEL")
+    ap.add_argument("--viewer", metavar="GPUMEMTRACE_VIEW",
+                    help="with --episodes: the viewer's summary of each oom snapshot names its failure "
+                         "and says which of the episode's it is")
     ap.add_argument("--verdict", metavar="NAME[,NAME...][;...]",
                     help="every oom snapshot's verdicts, the primary first, are exactly these; "
                          "with ';', one list per episode in order")
@@ -753,6 +823,8 @@ def main() -> int:
         got_live = [sorted(a["size"] for a in load(p)["allocations"]) for p in snapshots_of(workdir, pid, reason)]
         if got_live != want_live:
             problems.append(f"--live {item}: the {reason} snapshots hold {got_live}")
+    if args.episodes:
+        problems += episodes_problems(snapshots_of(workdir, pid, "oom"), args.episodes, output, args.viewer)
     ooms = [load(p) for p in snapshots_of(workdir, pid, "oom")]
     if (args.verdict or args.others_known) and not ooms:
         problems.append("no oom snapshot to read a verdict from")

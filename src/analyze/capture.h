@@ -49,9 +49,10 @@ struct gmt__snapshot_request {
  * first failure, its release of cache, its retries — from the first to the
  * one the program was told of. Failures belong to one episode while no
  * allocation of device memory succeeded on that device since the last of
- * them and each comes within GMT_EPISODE_GAP_NS (5 s) of the one before
- * or of the end of the snapshot written at it
- * (tracer/episode.c). */
+ * them, each comes within GMT_EPISODE_GAP_NS (5 s) of the one before
+ * or of the end of the snapshot written at it, and each comes from the same
+ * call site as the one before or asks for the same after memory was freed
+ * (tracer/episode.c has the whole rule). */
 #define GMT_EPISODE_LISTED 32  /* failures listed: the first 31 and the latest */
 #define GMT_EPISODE_SITES 64   /* sites of freed memory kept; the rest add to "other" */
 
@@ -61,6 +62,7 @@ struct gmt__snapshot_request {
 	X(SUCCESS, "success") /* an allocation of device memory succeeded there */    \
 	X(GAP, "gap")         /* no further failure within GMT_EPISODE_GAP_NS */      \
 	X(OTHER_DEVICE, "other_device") /* a failure on another device began one */   \
+	X(OTHER_SITE, "other_site") /* one from another call site (no release and retry) began one */ \
 	X(REPORTED, "reported") /* its framework told the program; another failure came */ \
 	X(EXIT, "exit")       /* the process exited */
 

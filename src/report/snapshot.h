@@ -18,7 +18,8 @@
  * 6, the tensors section (the framework's level), the memory of its segments
  * marked, the sites' growth over steps; 7, stats.log_lines_dropped; 8, the
  * unload of a module unloaded since (frames[].unloaded, modules[].unloaded),
- * modules[].build_id from the module's image. */
+ * modules[].build_id from the module's image; 9, numba's framework section
+ * and its pending_frees, the episode end other_site. */
 #define GMT_SNAPSHOT_MINOR "9"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */

@@ -6,12 +6,19 @@
  * describes the failure the program saw, with the live set and the device of
  * that moment — and lists the failures and what was freed between them.
  *
- * A failure continues the episode while no allocation of device memory
- * (device, async, array) succeeded on its device since the one before, and
- * it comes within GMT_EPISODE_GAP_NS of it (or of the end of the snapshot
- * written at it), on the same device; anything
- * else starts a new episode. The episode's report goes to stderr when it
- * ends: at the allocation that ended it (the background thread), once the
+ * A failure continues the episode while it asks again what the one before
+ * asked: on the same device, with no allocation of device memory (device,
+ * async, array) succeeded there since, within GMT_EPISODE_GAP_NS of it (or of
+ * the end of the snapshot written at it), no framework having reported that
+ * one to the program, and from the same call of the program — the same chain
+ * of the program's own frames (the site rule's, analyze/sites.h: a library's
+ * release and retry inside one call of the program), or the same request
+ * (size and kind) after memory was freed on the device since (the program's
+ * own release and retry). Anything else starts a new episode: a failure
+ * from another call site, with nothing released, comes after the program
+ * was told of the one before and went on (issue 36: a failure the program
+ * caught must keep its snapshot). The episode's report goes to stderr when
+ * it ends: at the allocation that ended it (the background thread), once the
  * gap has passed, at the next failure, or at exit.
  *
  * A storm of episodes (a server refusing request after request) is bounded:
@@ -27,6 +34,8 @@
 #define _GNU_SOURCE
 #include "tracer/tracer.h"
 
+#include "analyze/frames.h"
+#include "analyze/sites.h"
 #include "util/log.h"
 #include "util/parse.h"
 
@@ -39,6 +48,21 @@
  * must not rename their documents over each other out of order. Taken
  * before the core's lock, never after. */
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* What tells one call site of a failure from another (call_site), under
+ * write_lock: the frames the loader named, and the site rule's patterns,
+ * both kept from failure to failure while no module is unloaded (the
+ * names they hold are the loader's). */
+static struct {
+	bool open;
+	uint32_t epoch; /* modules.h's, when opened */
+	struct gmt__frame_cache cache;
+	struct gmt__site_rules rules;
+} sites;
+
+/* Frames the site cache keeps before it starts again (a program failing
+ * from ever new stacks). */
+#define SITES_CACHED_FRAMES 65536
 
 /* The episodes left out of a storm, under the core's lock and write_lock. */
 static struct {
@@ -90,6 +114,42 @@ void gmt__episode_freed(const struct gmt__entry *e)
 	d->sites[i].count++;
 }
 
+/* The call site of a failure of stack `stack` (gmt__site_call), or 0 when
+ * not known. write_lock held, not the core's lock: naming frames takes the
+ * loader's lock. */
+static uint64_t call_site(uint32_t stack)
+{
+	uint32_t epoch = gmt__modules_epoch();
+
+	if (stack == 0)
+		return 0;
+	/* NOTE: a module unloaded since frees the names the cache and the
+	 * patterns' memo point to. */
+	if (sites.open && (sites.cache.n > SITES_CACHED_FRAMES || sites.epoch != epoch)) {
+		gmt__frames_close(&sites.cache);
+		gmt__site_rules_free(&sites.rules);
+		sites.open = false;
+	}
+	if (!sites.open) {
+		gmt__frames_open_loader(&sites.cache);
+		(void)gmt__site_rules_init(&sites.rules, gmt__core.opt->site_libraries);
+		sites.epoch = epoch;
+		sites.open = true;
+	}
+	return gmt__site_call(&sites.cache, &sites.rules, stack);
+}
+
+/* Whether failure req, from call site `site`, asks again what the episode's
+ * latest failure asked: from the same call of the program, or the same
+ * request after memory was freed on the device since. A site not known (0)
+ * is taken for the same: the rule before call sites were told apart. */
+static bool asks_again(const struct gmt__oom_episode *ep, const struct gmt__snapshot_request *req, uint64_t site)
+{
+	if (site == 0 || ep->site == 0 || site == ep->site)
+		return true;
+	return req->size == ep->last.size && req->kind == ep->last.kind && ep->doc.freed_count != ep->mark_count;
+}
+
 /* Since when the episode has had no failure: its latest, or the end of the
  * snapshot written after it (a write of a large process can take seconds,
  * which are not the program's). */
@@ -115,7 +175,7 @@ static void open_episode(struct gmt__oom_episode *ep, int device)
 }
 
 static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_request *req, uint16_t api,
-			const struct gmt__device_state *state, uint64_t now)
+			const struct gmt__device_state *state, uint64_t site, uint64_t now)
 {
 	struct gmt__episode *d = &ep->doc;
 	struct gmt__episode_failure f = {
@@ -138,6 +198,7 @@ static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_
 	ep->mark_bytes = d->freed_bytes;
 	ep->mark_count = d->freed_count;
 	ep->last = *req;
+	ep->site = site;
 	ep->awaiting = true;
 	ep->last_mono = now;
 	ep->have_state = state != NULL;
@@ -270,13 +331,14 @@ void gmt__episode_watch(const char *name)
 	gmt__core_unlock();
 }
 
-/* A failure the program saw or may see (req, in call or framework `api`):
- * its number, the history, and its episode — continued, or a new one — whose
- * snapshot is written now or deferred. `framework`: the state of the
- * framework that reported it itself (taken over), or NULL for a driver
- * failure. Lock held, and write_lock when oom snapshots are on. */
+/* A failure the program saw or may see (req, in call or framework `api`,
+ * from call site `site`): its number, the history, and its episode —
+ * continued, or a new one — whose snapshot is written now or deferred.
+ * `framework`: the state of the framework that reported it itself (taken
+ * over), or NULL for a driver failure. Lock held, and write_lock when oom
+ * snapshots are on. */
 static void fail(struct gmt__snapshot_request *req, const struct gmt__device_state *state, uint16_t api,
-		 uint32_t tid, char *framework)
+		 uint32_t tid, char *framework, uint64_t site)
 {
 	struct gmt__oom_episode *ep = &gmt__core.episode;
 	uint64_t now;
@@ -304,12 +366,14 @@ static void fail(struct gmt__snapshot_request *req, const struct gmt__device_sta
 			end_episode(ep, GMT_EPISODE_OTHER_DEVICE);
 		else if (ep->reported)
 			end_episode(ep, GMT_EPISODE_REPORTED);
+		else if (!asks_again(ep, req, site))
+			end_episode(ep, GMT_EPISODE_OTHER_SITE);
 		else if (now - quiet_since(ep) > GMT_EPISODE_GAP_NS)
 			end_episode(ep, GMT_EPISODE_GAP);
 	}
 	if (!ep->open)
 		open_episode(ep, req->device);
-	add_failure(ep, req, api, state, now);
+	add_failure(ep, req, api, state, site, now);
 	if (framework != NULL) {
 		/* The framework's own refusal, reported as the program is told. */
 		free(ep->framework);
@@ -338,11 +402,14 @@ void gmt__snapshot_oom(struct gmt__snapshot_request *req, const struct gmt__devi
 		       uint32_t tid)
 {
 	bool on = gmt__core.opt->snapshot_on & GMT_TRIGGER_OOM;
+	uint64_t site = 0;
 
-	if (on)
+	if (on) {
 		pthread_mutex_lock(&write_lock);
+		site = call_site(req->stack);
+	}
 	gmt__core_lock();
-	fail(req, state, api, tid, NULL);
+	fail(req, state, api, tid, NULL, site);
 	gmt__core_unlock();
 	if (on)
 		pthread_mutex_unlock(&write_lock);
@@ -404,8 +471,11 @@ void gmt__episode_reported(char *json, struct gmt__snapshot_request *req, const 
 			   uint16_t label, uint32_t tid)
 {
 	struct gmt__oom_episode *ep = &gmt__core.episode;
+	uint64_t site;
 
 	pthread_mutex_lock(&write_lock);
+	/* Its stack: none when a driver failure awaits the report. */
+	site = call_site(req->stack);
 	gmt__core_lock();
 	if (ep->open && ep->awaiting) {
 		/* The episode's latest failure (the framework's observer runs
@@ -424,7 +494,7 @@ void gmt__episode_reported(char *json, struct gmt__snapshot_request *req, const 
 	} else {
 		/* No driver failure since its last report: its allocator
 		 * refused on its own. */
-		fail(req, state, label, tid, json);
+		fail(req, state, label, tid, json, site);
 	}
 	gmt__core_unlock();
 	pthread_mutex_unlock(&write_lock);

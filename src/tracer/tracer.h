@@ -147,6 +147,7 @@ struct gmt__oom_episode {
 	uint64_t last_mono, written_mono;  /* the latest failure, the latest write (CLOCK_MONOTONIC) */
 	uint64_t mark_bytes, mark_count;   /* doc.freed_* at the latest failure */
 	struct gmt__snapshot_request last; /* the latest failure, for a snapshot at the end */
+	uint64_t site;                     /* its call site (tracer/episode.c), 0: not known */
 	struct gmt__device_state last_state;
 	bool have_state;
 	/* A framework's allocator state handed over during the episode

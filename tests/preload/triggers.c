@@ -8,11 +8,11 @@
  *   peak    64 MiB (the first high: a peak snapshot of exactly it), freed;
  *           after the rate limit 32 MiB (no new high) then 64 MiB (96 MiB,
  *           past the step): a second peak snapshot of exactly those two.
- *   storm   out of memory, then 50 retries that fail with nothing allocated
- *           in between: one episode, one oom snapshot (rewritten at its first
- *           8 failures and once more at its end); a success ends it, and an
- *           immediate failure starts a second episode; after a success and
- *           1.2 s, a failure starts a third.
+ *   storm   out of memory 51 times from one line (a retry loop), nothing
+ *           allocated in between: one episode, one oom snapshot (rewritten
+ *           at its first 8 failures and once more at its end); a success
+ *           ends it, and an immediate failure starts a second episode; after
+ *           a success and 1.2 s, a failure starts a third.
  *   episodes N  N episodes of one failure each (a server refusing requests
  *           too big for it): 128 MiB live, then N times a failing 200 MiB
  *           request followed by a 1 MiB allocation that succeeds and is
@@ -115,8 +115,9 @@ int main(int argc, char **argv)
 		prog_report_live(PROG_ADDR(p[2]), 64 * MIB, "device", 0);
 	} else if (strcmp(what, "storm") == 0) {
 		PROG_OK(cuMemAlloc(&p[0], 128 * MIB));
-		PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
-		for (int i = 0; i < 50; i++)
+		/* One call site: a first failure on a line of its own would be
+		 * another call of the program, an episode of its own. */
+		for (int i = 0; i < 51; i++)
 			PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
 		PROG_OK(cuMemAlloc(&p[1], 1 * MIB));
 		PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);

@@ -22,4 +22,4 @@ VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes"
 REMEDIES = ("split_request", "expandable_segments", "smaller_batch", "checkpointing", "free_growing_site",
             "shrink_largest_site", "trim_pools", "large_blocks_first", "other_device", "raise_framework_limit")
 # How an out-of-memory episode had ended (GMT_EPISODE_ENDS in src/analyze/capture.h).
-EPISODE_ENDS = ("open", "success", "gap", "other_device", "reported", "exit")
+EPISODE_ENDS = ("open", "success", "gap", "other_device", "other_site", "reported", "exit")

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -299,11 +300,63 @@ static int ranges_add(struct ranges *r, uint64_t lo, uint64_t hi)
 	return 0;
 }
 
-static int by_lo(const void *x, const void *y)
-{
-	const struct gmt__range *a = x, *b = y;
+/* The sorts below order elements by their first 8 bytes. */
+_Static_assert(offsetof(struct gmt__range, lo) == 0, "a range's key is its first member");
+_Static_assert(offsetof(struct gmt__leak_target, lo) == 0, "a target's key is its first member");
 
-	return a->lo < b->lo ? -1 : a->lo > b->lo;
+static uint64_t key_at(const unsigned char *v, size_t i, size_t size)
+{
+	uint64_t k;
+
+	memcpy(&k, v + i * size, sizeof(k));
+	return k;
+}
+
+/* Swaps elements i and j of `size` bytes, a multiple of 8. */
+static void swap_at(unsigned char *v, size_t i, size_t j, size_t size)
+{
+	for (size_t b = 0; b < size; b += sizeof(uint64_t)) {
+		uint64_t x, y;
+
+		memcpy(&x, v + i * size + b, sizeof(x));
+		memcpy(&y, v + j * size + b, sizeof(y));
+		memcpy(v + i * size + b, &y, sizeof(y));
+		memcpy(v + j * size + b, &x, sizeof(x));
+	}
+}
+
+static void sift_down(unsigned char *v, size_t root, size_t n, size_t size)
+{
+	for (size_t child; (child = 2 * root + 1) < n; root = child) {
+		if (child + 1 < n && key_at(v, child, size) < key_at(v, child + 1, size))
+			child++;
+		if (key_at(v, root, size) >= key_at(v, child, size))
+			return;
+		swap_at(v, root, child, size);
+	}
+}
+
+/* Sorts v[0..n), elements of `size` bytes (a multiple of 8), in place by
+ * their first 8 bytes, lo (a heapsort).
+ * NOTE: not qsort: glibc's (2.36 here) sorts through a malloc'd buffer once
+ * the array passes 1 KiB, and a heap that grows after /proc/self/maps was
+ * read no longer matches it: heap_free_chunks gives up, and stale copies in
+ * free chunks (that buffer's among them) are read as references. */
+static void sort_by_lo(void *v, size_t n, size_t size)
+{
+	unsigned char *b = v;
+	size_t k = 1;
+
+	while (k < n && key_at(b, k - 1, size) <= key_at(b, k, size))
+		k++;
+	if (k >= n)
+		return; /* in order already (the targets come in address order) */
+	for (size_t i = n / 2; i-- > 0;)
+		sift_down(b, i, n, size);
+	for (size_t end = n; end-- > 1;) {
+		swap_at(b, 0, end, size);
+		sift_down(b, 0, end, size);
+	}
 }
 
 /* Sorts and merges overlapping or touching ranges. */
@@ -313,7 +366,7 @@ static void ranges_normalise(struct ranges *r)
 
 	if (r->n == 0)
 		return;
-	qsort(r->v, r->n, sizeof(*r->v), by_lo);
+	sort_by_lo(r->v, r->n, sizeof(*r->v));
 	for (size_t i = 1; i < r->n; i++) {
 		if (r->v[i].lo <= r->v[k].hi) {
 			if (r->v[i].hi > r->v[k].hi)
@@ -555,13 +608,6 @@ static int heap_free_chunks(struct reader *rd, const struct mapping *m, struct r
 
 /* ---- the scan -------------------------------------------------------------------- */
 
-static int by_target_lo(const void *x, const void *y)
-{
-	const struct gmt__leak_target *a = x, *b = y;
-
-	return a->lo < b->lo ? -1 : a->lo > b->lo;
-}
-
 struct scan {
 	const struct asan *asan;
 	const struct gmt__leak_target *t;
@@ -776,7 +822,7 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 	}
 	ranges_normalise(&ex);
 
-	qsort(t, n, sizeof(*t), by_target_lo);
+	sort_by_lo(t, n, sizeof(*t));
 	for (size_t i = 0; i < n; i++) {
 		if (t[i].lo < s.min)
 			s.min = t[i].lo;

@@ -383,7 +383,22 @@ static void ranges_normalise(struct ranges *r)
 struct module_data {
 	struct ranges *bookkeeping; /* of the CUDA driver and runtime, and ours */
 	struct ranges *globals;     /* of every module */
+	struct gmt__scan_stats *st; /* the bookkeeping's modules named */
 };
+
+static void module_named(struct gmt__scan_stats *st, const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base != NULL ? base + 1 : path;
+	if (st->nmodules < GMT_SCAN_MODULES) {
+		char *to = st->modules[st->nmodules];
+
+		strncpy(to, base, GMT_SCAN_MODULE_NAME - 1);
+		to[GMT_SCAN_MODULE_NAME - 1] = '\0';
+	}
+	st->nmodules++;
+}
 
 static bool is_bookkeeping_module(const char *path)
 {
@@ -400,6 +415,8 @@ static int module_data_one(struct dl_phdr_info *info, size_t size, void *arg)
 	const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
 
 	(void)size;
+	if (is_bookkeeping_module(name))
+		module_named(md->st, name);
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		uint64_t lo, hi;
@@ -757,7 +774,7 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 	struct reader rd;
 	struct maps maps = { 0 };
 	struct ranges ex = { 0 }, found = { 0 }, globals = { 0 }, bookkeeping = { 0 };
-	struct module_data md = { &bookkeeping, &globals };
+	struct module_data md = { &bookkeeping, &globals, st };
 	struct follow f = { 0 };
 	struct asan asan;
 	struct scan s = { .asan = &asan, .t = t, .n = n, .ref = ref, .globals = &globals, .min = UINT64_MAX };
@@ -812,6 +829,8 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 		ranges_add(&f.work, bookkeeping.v[i].lo, bookkeeping.v[i].hi);
 	}
 	follow_all(&f);
+	st->walked = f.bytes;
+	ranges_normalise(&found);
 	for (size_t i = 0; i < found.n; i++)
 		st->excluded += found.v[i].hi - found.v[i].lo;
 	for (size_t i = 0; i < found.n; i++)

@@ -49,12 +49,20 @@ struct gmt__leak_ref {
 	enum gmt__ref_region region;
 };
 
+#define GMT_SCAN_MODULES 4    /* driver modules named in the statistics */
+#define GMT_SCAN_MODULE_NAME 64 /* bytes of each name kept, the NUL included */
+
 struct gmt__scan_stats {
 	bool done;
 	const char *why;   /* why not done (static text) */
 	uint64_t mappings; /* mappings read */
 	uint64_t bytes;    /* bytes read */
-	uint64_t excluded; /* bytes of driver bookkeeping left out */
+	uint64_t excluded; /* bytes of driver bookkeeping left out (no byte counted twice) */
+	uint64_t walked;   /* bytes read to find it */
+	/* The driver's modules the walk started from: how many, and the file
+	 * names of the first GMT_SCAN_MODULES. */
+	unsigned nmodules;
+	char modules[GMT_SCAN_MODULES][GMT_SCAN_MODULE_NAME];
 	double seconds;
 };
 

@@ -708,6 +708,17 @@ static void out_leaks(struct gmt__json *o, struct gmt__frame_cache *cache, const
 	p = gmt__put_u64(p, lw->scan.bytes);
 	p = gmt__put_lit(p, ", \"excluded_bytes\": ");
 	p = gmt__put_u64(p, lw->scan.excluded);
+	p = gmt__put_lit(p, ", \"walked_bytes\": ");
+	p = gmt__put_u64(p, lw->scan.walked);
+	p = gmt__put_lit(p, ", \"bookkeeping_modules\": [");
+	gmt__json_commit(o, p);
+	for (unsigned i = 0; i < lw->scan.nmodules && i < GMT_SCAN_MODULES; i++) {
+		if (i > 0)
+			gmt__json_str(o, ", ");
+		gmt__json_string(o, lw->scan.modules[i]);
+	}
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, "]");
 	snprintf(sec, sizeof(sec), "%.6f", lw->scan.seconds);
 	p = gmt__put_lit(p, ", \"seconds\": ");
 	p = gmt__put_lit(p, sec);

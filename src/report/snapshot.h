@@ -19,7 +19,8 @@
  * marked, the sites' growth over steps; 7, stats.log_lines_dropped; 8, the
  * unload of a module unloaded since (frames[].unloaded, modules[].unloaded),
  * modules[].build_id from the module's image; 9, numba's framework section
- * and its pending_frees, the episode end other_site. */
+ * and its pending_frees, the episode end other_site,
+ * leaks.scan.walked_bytes and bookkeeping_modules. */
 #define GMT_SNAPSHOT_MINOR "9"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */

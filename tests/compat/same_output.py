@@ -75,7 +75,7 @@ TRACER_ENV = {"GPUMEMTRACE_SNAPSHOT_ON": "oom,exit", "GPUMEMTRACE_LEAK_SCAN": "0
 # compared: times, the series and a site's windows (buckets of time), the
 # counters of the tracer's own waits, what the leak scan read.
 TIMING = re.compile(r"(^|\.)(time_ns|[a-z_]*_ns|series|elapsed[a-z_]*|seconds|[a-z_]*windows)($|[.\[])|"
-                    r"^leaks\.scan\.(mappings|bytes|excluded_bytes)$|referenced_from\.(region|what)$|"
+                    r"^leaks\.scan\.(mappings|bytes|excluded_bytes|walked_bytes)$|referenced_from\.(region|what)$|"
                     r"^stats\.(ring_full|producer_drains|consumer_events|consumer_wakeups|"
                     r"gap_waits|gaps_skipped|late_events)$")
 REFERENCE_RUNS = 3

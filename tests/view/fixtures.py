@@ -240,7 +240,8 @@ def synthetic(n: int = 1000, sites: int = 20, devices: int = 1, seed: int = 1, d
         tot["counted"] = {"count": tot["leaked"]["count"] + tot["referenced"]["count"],
                           "bytes": tot["leaked"]["bytes"] + tot["referenced"]["bytes"]}
         doc["leaks"] = {"scan": {"done": True, "why": None, "mappings": 10, "bytes": 1 << 20,
-                                 "excluded_bytes": 0, "seconds": 0.01},
+                                 "excluded_bytes": 0, "walked_bytes": 0, "bookkeeping_modules": ["libcuda.so.1"],
+                                 "seconds": 0.01},
                         "classes": ["leaked", "referenced"], "exit_status": 0, "suppressions_error": None,
                         "totals": tot, "sites": lsites,
                         "suspects": [{"stack": 1, "live_bytes": site_rows[0]["live_bytes"],

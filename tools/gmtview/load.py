@@ -872,8 +872,10 @@ def _leaks(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int])
     lk["scan"] = scan
     scan["done"] = bool(c.opt(scan, "done", f"{p}/scan", c.bool_))
     c.opt(scan, "why", f"{p}/scan", c.str_)
-    for k in ("mappings", "bytes", "excluded_bytes"):
+    for k in ("mappings", "bytes", "excluded_bytes", "walked_bytes"):
         c.opt(scan, k, f"{p}/scan", c.int_)
+    modules = c.opt(scan, "bookkeeping_modules", f"{p}/scan", c.arr) or []
+    scan["bookkeeping_modules"] = [c.str_(x, f"{p}/scan/bookkeeping_modules/{i}") for i, x in enumerate(modules)]
     c.opt(scan, "seconds", f"{p}/scan", c.num)
     classes = c.opt(lk, "classes", p, c.arr) or []
     lk["classes"] = [c.str_(x, f"{p}/classes/{i}") for i, x in enumerate(classes)]

@@ -22,6 +22,7 @@
 #define PAGE_BYTES 4096u
 #define PAGE_SLOTS 256           /* pages cached while following pointers */
 #define FOLLOW_LIMIT (1ull << 30) /* bytes of bookkeeping followed at most */
+#define FOLLOW_PAGED (64u << 10)  /* smaller ranges are followed through the page cache */
 #define RESIDENT_WINDOW (1ull << 30) /* bytes whose residency one mincore() asks */
 /* A writable mapping this large is a reservation, not data: a sanitizer's
  * shadow memory (terabytes), an allocator's address space. */
@@ -265,8 +266,9 @@ static int maps_read(struct maps *m)
 	return r;
 }
 
-/* The mapping holding addr, or NULL (the kernel lists them in address order). */
-static const struct mapping *maps_find(const struct maps *m, uint64_t addr)
+/* The index of the first mapping that ends past addr, or m->n (the kernel
+ * lists them in address order). */
+static size_t maps_from(const struct maps *m, uint64_t addr)
 {
 	size_t lo = 0, hi = m->n;
 
@@ -275,12 +277,18 @@ static const struct mapping *maps_find(const struct maps *m, uint64_t addr)
 
 		if (m->v[mid].hi <= addr)
 			lo = mid + 1;
-		else if (m->v[mid].lo > addr)
-			hi = mid;
 		else
-			return &m->v[mid];
+			hi = mid;
 	}
-	return NULL;
+	return lo;
+}
+
+/* The mapping holding addr, or NULL. */
+static const struct mapping *maps_find(const struct maps *m, uint64_t addr)
+{
+	size_t i = maps_from(m, addr);
+
+	return i < m->n && m->v[i].lo <= addr ? &m->v[i] : NULL;
 }
 
 /* ---- range lists ----------------------------------------------------------------- */
@@ -380,10 +388,29 @@ static void ranges_normalise(struct ranges *r)
 
 /* ---- the modules' writable data ------------------------------------------------ */
 
+/* What a module's writable data is to the scan: the program's globals, the
+ * CUDA driver's or runtime's (where their bookkeeping is found from), or the
+ * tracer's own (left out, and never walked from: what the tracer keeps that
+ * holds the program's addresses, its caller names in `skip`). */
+enum module_role { MOD_PROGRAM, MOD_DRIVER, MOD_OWN };
+
+static enum module_role module_role_of(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base != NULL ? base + 1 : path;
+	if (strncmp(base, "libcuda", 7) == 0 || strncmp(base, "libnvidia-", 10) == 0)
+		return MOD_DRIVER;
+	if (strncmp(base, "libgpumemtrace", 14) == 0)
+		return MOD_OWN;
+	return MOD_PROGRAM;
+}
+
 struct module_data {
-	struct ranges *bookkeeping; /* of the CUDA driver and runtime, and ours */
+	struct ranges *driver;      /* the driver's: where the walk starts */
+	struct ranges *own;         /* the tracer's: never read */
 	struct ranges *globals;     /* of every module */
-	struct gmt__scan_stats *st; /* the bookkeeping's modules named */
+	struct gmt__scan_stats *st; /* the driver's modules named */
 };
 
 static void module_named(struct gmt__scan_stats *st, const char *path)
@@ -400,22 +427,14 @@ static void module_named(struct gmt__scan_stats *st, const char *path)
 	st->nmodules++;
 }
 
-static bool is_bookkeeping_module(const char *path)
-{
-	const char *base = strrchr(path, '/');
-
-	base = base != NULL ? base + 1 : path;
-	return strncmp(base, "libcuda", 7) == 0 || strncmp(base, "libnvidia-", 10) == 0 ||
-	       strncmp(base, "libgpumemtrace", 14) == 0;
-}
-
 static int module_data_one(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct module_data *md = arg;
 	const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
+	enum module_role role = module_role_of(name);
 
 	(void)size;
-	if (is_bookkeeping_module(name))
+	if (role == MOD_DRIVER)
 		module_named(md->st, name);
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -427,13 +446,98 @@ static int module_data_one(struct dl_phdr_info *info, size_t size, void *arg)
 		hi = lo + ph->p_memsz;
 		lo &= ~(uint64_t)7;
 		if (ranges_add(md->globals, lo, hi) < 0 ||
-		    (is_bookkeeping_module(name) && ranges_add(md->bookkeeping, lo, hi) < 0))
+		    (role == MOD_DRIVER && ranges_add(md->driver, lo, hi) < 0) ||
+		    (role == MOD_OWN && ranges_add(md->own, lo, hi) < 0))
 			return -1;
 	}
 	return 0;
 }
 
-/* ---- following the bookkeeping's pointers ------------------------------------- */
+/* ---- reading ranges of memory ------------------------------------------------- */
+
+/* What is done with the words read: the scan looks for its targets in them,
+ * the walk of the bookkeeping follows them. */
+struct visit {
+	void (*words)(void *ctx, const struct mapping *m, const uint64_t *w, size_t nw, uint64_t at);
+	void *ctx;
+	uint64_t bytes; /* read so far */
+};
+
+/* Reads [lo, hi) of mapping m, leaving out the sorted ranges ex. */
+static void read_piece(struct reader *rd, const struct mapping *m, uint64_t lo, uint64_t hi,
+		       const struct ranges *ex, uint64_t *buf, struct visit *v)
+{
+	size_t k = 0;
+
+	lo = (lo + 7) & ~(uint64_t)7;
+	while (k < ex->n && ex->v[k].hi <= lo)
+		k++;
+	while (lo < hi) {
+		uint64_t end = hi;
+		ssize_t got;
+
+		if (k < ex->n && ex->v[k].lo <= lo) {
+			lo = (ex->v[k++].hi + 7) & ~(uint64_t)7;
+			continue;
+		}
+		if (k < ex->n && ex->v[k].lo < end)
+			end = ex->v[k].lo & ~(uint64_t)7;
+		if (end - lo > READ_BLOCK)
+			end = lo + READ_BLOCK;
+		if (end <= lo) {
+			lo += 8;
+			continue;
+		}
+		got = peek(rd, lo, buf, (size_t)(end - lo));
+		if (got <= 0)
+			return; /* gone, or not readable after all */
+		v->words(v->ctx, m, buf, (size_t)got / 8, lo);
+		v->bytes += (uint64_t)got & ~(uint64_t)7;
+		if ((uint64_t)got < end - lo)
+			return; /* the rest went away while we read */
+		lo = end;
+	}
+}
+
+/* Reads the resident pages of [lo, hi), inside mapping m: a page never
+ * touched holds zeros, and a huge reservation (a sanitizer's shadow, a
+ * runtime's arena) would take hours to read whole. NOTE: pages swapped out
+ * are not read either. */
+static void read_range(struct reader *rd, const struct mapping *m, uint64_t lo, uint64_t hi,
+		       const struct ranges *ex, uint64_t *buf, unsigned char *vec, struct visit *v)
+{
+	uint64_t page = PAGE_BYTES, at = lo & ~(page - 1);
+
+	while (at < hi) {
+		uint64_t end = hi - at > RESIDENT_WINDOW ? at + RESIDENT_WINDOW : hi;
+		size_t npages = (size_t)((end - at + page - 1) / page), i = 0;
+
+		if (mincore((void *)(uintptr_t)at, (size_t)(end - at), vec) != 0) {
+			/* not answered: read what is small enough to read */
+			if (end - at <= RESIDENT_WINDOW / 16)
+				read_piece(rd, m, at > lo ? at : lo, end, ex, buf, v);
+			at = end;
+			continue;
+		}
+		while (i < npages) {
+			size_t j;
+
+			while (i < npages && !(vec[i] & 1))
+				i++;
+			for (j = i; j < npages && (vec[j] & 1); j++)
+				;
+			if (j > i) {
+				uint64_t a = at + i * page, b = at + j * page;
+
+				read_piece(rd, m, a > lo ? a : lo, b < hi ? b : hi, ex, buf, v);
+			}
+			i = j;
+		}
+		at = end;
+	}
+}
+
+/* ---- following the driver's pointers ------------------------------------------ */
 
 /* An open-addressing set of addresses, in scratch memory. */
 struct addrset {
@@ -478,10 +582,12 @@ struct follow {
 	const struct maps *maps;
 	const struct ranges *skip;
 	const struct ranges *globals; /* the modules' data: roots, never reached */
-	struct ranges *found;  /* bookkeeping found: excluded from the scan */
-	struct ranges work;    /* still to read */
-	struct addrset seen;
-	uint64_t bytes;
+	struct ranges work;    /* found, still to read */
+	struct addrset seen;   /* addresses tried as the start of a block */
+	/* The words found so far, one bit per 8-byte word of each mapping the
+	 * walk went into (maps->v[i]'s: cover[i], made on first use), so that
+	 * no word is found, and read, twice. */
+	uint64_t **cover;
 };
 
 static bool in_ranges(const struct ranges *r, uint64_t a)
@@ -499,6 +605,44 @@ static bool in_ranges(const struct ranges *r, uint64_t a)
 			return true;
 	}
 	return false;
+}
+
+static size_t cover_bytes(const struct mapping *m)
+{
+	return (size_t)(((m->hi - m->lo) / 8 + 63) / 64 * sizeof(uint64_t));
+}
+
+static bool covered(const struct follow *f, const struct mapping *m, uint64_t p)
+{
+	const uint64_t *bits = f->cover[m - f->maps->v];
+	uint64_t i = (p - m->lo) / 8;
+
+	return bits != NULL && (bits[i / 64] >> (i % 64) & 1);
+}
+
+/* [lo, hi) of mapping m is bookkeeping: what of it was not found before
+ * is marked found and joins the work. */
+static void claim(struct follow *f, const struct mapping *m, uint64_t lo, uint64_t hi)
+{
+	uint64_t **bits = &f->cover[m - f->maps->v];
+	uint64_t i, end;
+
+	if (*bits == NULL && (*bits = gmt__map(cover_bytes(m))) == NULL)
+		return; /* not found: read by the scan, as the program's */
+	hi = hi < m->hi ? (hi + 7) & ~(uint64_t)7 : m->hi;
+	i = (lo - m->lo) / 8;
+	end = (hi - m->lo) / 8;
+	while (i < end) {
+		uint64_t j;
+
+		while (i < end && ((*bits)[i / 64] >> (i % 64) & 1))
+			i++;
+		for (j = i; j < end && !((*bits)[j / 64] >> (j % 64) & 1); j++)
+			(*bits)[j / 64] |= 1ull << (j % 64);
+		if (j > i && ranges_add(&f->work, m->lo + 8 * i, m->lo + 8 * j) < 0)
+			return;
+		i = j;
+	}
 }
 
 /* If p is the start of a block malloc handed out, inside mapping m: its end.
@@ -539,14 +683,20 @@ static void follow_word(struct follow *f, uint64_t w)
 
 	if (p < 4096 || (m = maps_find(f->maps, p)) == NULL || !m->readable || !m->writable)
 		return;
-	if (m->type != MT_HEAP && m->type != MT_ANON)
+	/* NOTE: a mapping the scan does not read (over 64 GiB) holds no
+	 * reference to hide, and its bitmap would not be small. */
+	if ((m->type != MT_HEAP && m->type != MT_ANON) || m->hi - m->lo > HUGE_MAPPING)
 		return;
 	/* NOTE: a module's data (its .bss is an anonymous mapping) is where the
-	 * program's roots live, never bookkeeping reached from the driver or the
-	 * tracer: a number that equals the start of its mapping (libdwfl keeps
-	 * the end of each module's file mapping, which is where .bss starts) must
-	 * not take the program's globals out of the scan. */
+	 * program's roots live, never bookkeeping reached from the driver: a
+	 * number that equals the start of its mapping (the end of a module's
+	 * file mapping, which is where .bss starts) must not take the program's
+	 * globals out of the scan. */
 	if (in_ranges(f->skip, p) || in_ranges(f->globals, p))
+		return;
+	/* Inside what was found already, or tried before: nothing new starts
+	 * here (a block holds no other block). */
+	if (covered(f, m, p) || !addrset_add(&f->seen, p))
 		return;
 	if (f->asan->locate != NULL) {
 		void *start = NULL;
@@ -555,10 +705,8 @@ static void follow_word(struct follow *f, uint64_t w)
 
 		if (what != NULL && strcmp(what, "heap") == 0) {
 			/* a block of its heap, or inside one: never a whole mapping */
-			if ((uintptr_t)start != p || !addrset_add(&f->seen, p))
-				return;
-			if (ranges_add(f->found, p, p + size) == 0)
-				(void)ranges_add(&f->work, p, p + size);
+			if ((uintptr_t)start == p)
+				claim(f, m, p, p + size);
 			return;
 		}
 		end = 0;
@@ -567,26 +715,90 @@ static void follow_word(struct follow *f, uint64_t w)
 	}
 	if (end == 0 && p == m->lo && m->type == MT_ANON)
 		end = m->hi;
-	if (end == 0 || !addrset_add(&f->seen, p))
-		return;
-	if (ranges_add(f->found, p, end) < 0 || ranges_add(&f->work, p, end) < 0)
-		return;
+	if (end != 0)
+		claim(f, m, p, end);
 }
 
-static void follow_all(struct follow *f)
+static void follow_words(void *ctx, const struct mapping *m, const uint64_t *w, size_t nw, uint64_t at)
 {
-	while (f->work.n > 0 && f->bytes < FOLLOW_LIMIT) {
+	(void)m, (void)at;
+	for (size_t i = 0; i < nw; i++)
+		follow_word(ctx, w[i]);
+}
+
+/* Reads the words of [lo, hi) through the page cache, leaving out what the
+ * scan never reads and a page that cannot be read. */
+static void follow_paged(struct follow *f, uint64_t lo, uint64_t hi, struct visit *v)
+{
+	for (uint64_t a = (lo + 7) & ~(uint64_t)7; a + 8 <= hi; a += 8) {
+		uint64_t w;
+
+		if (in_ranges(f->skip, a))
+			continue;
+		if (!peek_word(f->rd, a, &w)) {
+			a = (a | (PAGE_BYTES - 1)) + 1 - 8; /* on to the next page */
+			continue;
+		}
+		follow_word(f, w);
+		v->bytes += 8;
+	}
+}
+
+/* Reads the work, and the work it finds, up to FOLLOW_LIMIT bytes: a small
+ * range (a malloc block) through the page cache, as its neighbours are
+ * likely found too; a larger one (a module's data, a mapping) in blocks,
+ * its resident pages only, through the mappings it spans (a module's data:
+ * its file's pages, then .bss). Returns the bytes read. */
+static uint64_t follow_all(struct follow *f, uint64_t *buf, unsigned char *vec)
+{
+	struct visit v = { follow_words, f, 0 };
+
+	while (f->work.n > 0 && v.bytes < FOLLOW_LIMIT) {
 		struct gmt__range r = f->work.v[--f->work.n];
 
-		for (uint64_t a = (r.lo + 7) & ~(uint64_t)7; a + 8 <= r.hi; a += 8) {
-			uint64_t w;
-
-			if (!peek_word(f->rd, a, &w))
-				break;
-			follow_word(f, w);
+		/* NOTE: a system call or two per block found (a mapping's
+		 * residency, the read) cost more than the walk itself where a
+		 * driver keeps a record of each of 10,000 allocations. */
+		if (r.hi - r.lo < FOLLOW_PAGED) {
+			follow_paged(f, r.lo, r.hi, &v);
+			continue;
 		}
-		f->bytes += r.hi - r.lo;
+		for (size_t i = maps_from(f->maps, r.lo); i < f->maps->n && f->maps->v[i].lo < r.hi; i++) {
+			const struct mapping *m = &f->maps->v[i];
+
+			if (m->readable)
+				read_range(f->rd, m, r.lo > m->lo ? r.lo : m->lo, r.hi < m->hi ? r.hi : m->hi,
+					   f->skip, buf, vec, &v);
+		}
 	}
+	return v.bytes;
+}
+
+/* Adds what was found in mapping m (the runs of its bitmap, in address
+ * order) to ex. Returns their bytes. */
+static uint64_t found_ranges(const uint64_t *bits, const struct mapping *m, struct ranges *ex)
+{
+	uint64_t words = (m->hi - m->lo) / 8, i = 0, bytes = 0;
+
+	while (i < words) {
+		uint64_t j = i;
+
+		if (i % 64 == 0 && bits[i / 64] == 0) {
+			i += 64;
+			continue;
+		}
+		while (j < words && (bits[j / 64] >> (j % 64) & 1))
+			j++;
+		if (j == i) {
+			i++;
+			continue;
+		}
+		if (ranges_add(ex, m->lo + 8 * i, m->lo + 8 * j) < 0)
+			break;
+		bytes += 8 * (j - i);
+		i = j;
+	}
+	return bytes;
 }
 
 /* ---- free memory in the heap --------------------------------------------------- */
@@ -656,9 +868,10 @@ static enum gmt__ref_region region_of(const struct scan *s, const struct mapping
 	}
 }
 
-static void scan_words(const struct scan *s, const struct mapping *m, const uint64_t *w, size_t nw,
-		       uint64_t at)
+static void scan_words(void *ctx, const struct mapping *m, const uint64_t *w, size_t nw, uint64_t at)
 {
+	const struct scan *s = ctx;
+
 	for (size_t i = 0; i < nw; i++) {
 		uint64_t v = w[i];
 		size_t lo = 0, hi = s->n;
@@ -685,80 +898,6 @@ static void scan_words(const struct scan *s, const struct mapping *m, const uint
 	}
 }
 
-/* Reads [lo, hi) of mapping m, leaving out the sorted ranges ex. */
-static void scan_piece(const struct scan *s, struct reader *rd, const struct mapping *m, uint64_t lo,
-		       uint64_t hi, const struct ranges *ex, uint64_t *buf, struct gmt__scan_stats *st)
-{
-	size_t k = 0;
-
-	lo = (lo + 7) & ~(uint64_t)7;
-	while (k < ex->n && ex->v[k].hi <= lo)
-		k++;
-	while (lo < hi) {
-		uint64_t end = hi;
-		ssize_t got;
-
-		if (k < ex->n && ex->v[k].lo <= lo) {
-			lo = (ex->v[k++].hi + 7) & ~(uint64_t)7;
-			continue;
-		}
-		if (k < ex->n && ex->v[k].lo < end)
-			end = ex->v[k].lo & ~(uint64_t)7;
-		if (end - lo > READ_BLOCK)
-			end = lo + READ_BLOCK;
-		if (end <= lo) {
-			lo += 8;
-			continue;
-		}
-		got = peek(rd, lo, buf, (size_t)(end - lo));
-		if (got <= 0)
-			return; /* gone, or not readable after all */
-		scan_words(s, m, buf, (size_t)got / 8, lo);
-		st->bytes += (uint64_t)got & ~(uint64_t)7;
-		if ((uint64_t)got < end - lo)
-			return; /* the rest went away while we read */
-		lo = end;
-	}
-}
-
-/* Reads the resident pages of [lo, hi): a page never touched holds zeros,
- * and a huge reservation (a sanitizer's shadow, a runtime's arena) would
- * take hours to read whole. NOTE: pages swapped out are not read either. */
-static void scan_range(const struct scan *s, struct reader *rd, const struct mapping *m, uint64_t lo,
-		       uint64_t hi, const struct ranges *ex, uint64_t *buf, unsigned char *vec,
-		       struct gmt__scan_stats *st)
-{
-	uint64_t page = PAGE_BYTES, at = lo & ~(page - 1);
-
-	while (at < hi) {
-		uint64_t end = hi - at > RESIDENT_WINDOW ? at + RESIDENT_WINDOW : hi;
-		size_t npages = (size_t)((end - at + page - 1) / page), i = 0;
-
-		if (mincore((void *)(uintptr_t)at, (size_t)(end - at), vec) != 0) {
-			/* not answered: read what is small enough to read */
-			if (end - at <= RESIDENT_WINDOW / 16)
-				scan_piece(s, rd, m, at > lo ? at : lo, end, ex, buf, st);
-			at = end;
-			continue;
-		}
-		while (i < npages) {
-			size_t j;
-
-			while (i < npages && !(vec[i] & 1))
-				i++;
-			for (j = i; j < npages && (vec[j] & 1); j++)
-				;
-			if (j > i) {
-				uint64_t a = at + i * page, b = at + j * page;
-
-				scan_piece(s, rd, m, a > lo ? a : lo, b < hi ? b : hi, ex, buf, st);
-			}
-			i = j;
-		}
-		at = end;
-	}
-}
-
 static double seconds_since(const struct timespec *t0)
 {
 	struct timespec t1;
@@ -773,11 +912,12 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 {
 	struct reader rd;
 	struct maps maps = { 0 };
-	struct ranges ex = { 0 }, found = { 0 }, globals = { 0 }, bookkeeping = { 0 };
-	struct module_data md = { &bookkeeping, &globals, st };
+	struct ranges ex = { 0 }, globals = { 0 }, driver = { 0 }, own = { 0 };
+	struct module_data md = { &driver, &own, &globals, st };
 	struct follow f = { 0 };
 	struct asan asan;
 	struct scan s = { .asan = &asan, .t = t, .n = n, .ref = ref, .globals = &globals, .min = UINT64_MAX };
+	struct visit v = { scan_words, &s, 0 };
 	struct timespec t0;
 	uint64_t *buf = NULL;
 	unsigned char *vec = NULL;
@@ -803,14 +943,18 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 	}
 	buf = gmt__map(READ_BLOCK);
 	vec = gmt__map(RESIDENT_WINDOW / PAGE_BYTES);
-	if (buf == NULL || vec == NULL || dl_iterate_phdr(module_data_one, &md) != 0) {
+	f.cover = gmt__map(maps.n * sizeof(*f.cover));
+	if (buf == NULL || vec == NULL || f.cover == NULL || dl_iterate_phdr(module_data_one, &md) != 0) {
 		r = -ENOMEM;
 		st->why = "out of memory";
 		goto out;
 	}
-	/* What is never read: the caller's ranges, the targets themselves. */
+	/* What is never read: the caller's ranges, the targets themselves, the
+	 * tracer's own data. */
 	for (size_t i = 0; i < nskip; i++)
 		r |= ranges_add(&ex, skip[i].lo, skip[i].hi);
+	for (size_t i = 0; i < own.n; i++)
+		r |= ranges_add(&ex, own.v[i].lo, own.v[i].hi);
 	r |= ranges_add(&ex, (uintptr_t)t, (uintptr_t)(t + n));
 	/* and the scan's copies of what it reads */
 	r |= ranges_add(&ex, (uintptr_t)buf, (uintptr_t)buf + READ_BLOCK);
@@ -823,18 +967,23 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 	ranges_normalise(&globals);
 
 	/* The driver's and runtime's bookkeeping, followed from their globals. */
-	f = (struct follow){ .rd = &rd, .asan = &asan, .maps = &maps, .skip = &ex, .globals = &globals, .found = &found };
-	for (size_t i = 0; i < bookkeeping.n; i++) {
-		ranges_add(&found, bookkeeping.v[i].lo, bookkeeping.v[i].hi);
-		ranges_add(&f.work, bookkeeping.v[i].lo, bookkeeping.v[i].hi);
+	f = (struct follow){ .rd = &rd, .asan = &asan, .maps = &maps, .skip = &ex, .globals = &globals,
+			     .cover = f.cover };
+	for (size_t i = 0; i < driver.n; i++) {
+		if (ranges_add(&f.work, driver.v[i].lo, driver.v[i].hi) < 0)
+			break;
 	}
-	follow_all(&f);
-	st->walked = f.bytes;
-	ranges_normalise(&found);
-	for (size_t i = 0; i < found.n; i++)
-		st->excluded += found.v[i].hi - found.v[i].lo;
-	for (size_t i = 0; i < found.n; i++)
-		ranges_add(&ex, found.v[i].lo, found.v[i].hi);
+	st->walked = follow_all(&f, buf, vec);
+	/* What was found, left out of the scan: the driver's data (no block
+	 * found lies inside a module's data) and each word found, once. */
+	for (size_t i = 0; i < driver.n; i++) {
+		st->excluded += driver.v[i].hi - driver.v[i].lo;
+		(void)ranges_add(&ex, driver.v[i].lo, driver.v[i].hi);
+	}
+	for (size_t i = 0; i < maps.n; i++) {
+		if (f.cover[i] != NULL)
+			st->excluded += found_ranges(f.cover[i], &maps.v[i], &ex);
+	}
 	for (size_t i = 0; i < maps.n; i++) {
 		if (maps.v[i].type == MT_HEAP && maps.v[i].readable)
 			(void)heap_free_chunks(&rd, &maps.v[i], &ex);
@@ -859,19 +1008,25 @@ int gmt__leak_scan(struct gmt__leak_target *t, size_t n, struct gmt__leak_ref *r
 		if (stack_from >= m->lo && stack_from < m->hi)
 			lo = stack_from & ~(uint64_t)7;
 		st->mappings++;
-		scan_range(&s, &rd, m, lo, m->hi, &ex, buf, vec, st);
+		read_range(&rd, m, lo, m->hi, &ex, buf, vec, &v);
 	}
+	st->bytes = v.bytes;
 	st->done = true;
 	r = 0;
 out:
 	st->seconds = seconds_since(&t0);
 	scratch_free(buf, buf != NULL ? READ_BLOCK : 0, 1);
 	scratch_free(vec, vec != NULL ? RESIDENT_WINDOW / PAGE_BYTES : 0, 1);
+	if (f.cover != NULL) {
+		for (size_t i = 0; i < maps.n; i++)
+			scratch_free(f.cover[i], f.cover[i] != NULL ? cover_bytes(&maps.v[i]) : 0, 1);
+		scratch_free(f.cover, maps.n, sizeof(*f.cover));
+	}
 	scratch_free(maps.v, maps.cap, sizeof(*maps.v));
 	scratch_free(ex.v, ex.cap, sizeof(*ex.v));
-	scratch_free(found.v, found.cap, sizeof(*found.v));
 	scratch_free(globals.v, globals.cap, sizeof(*globals.v));
-	scratch_free(bookkeeping.v, bookkeeping.cap, sizeof(*bookkeeping.v));
+	scratch_free(driver.v, driver.cap, sizeof(*driver.v));
+	scratch_free(own.v, own.cap, sizeof(*own.v));
 	scratch_free(f.work.v, f.work.cap, sizeof(*f.work.v));
 	scratch_free(f.seen.v, f.seen.cap, sizeof(uint64_t));
 	if (rd.page_addr != NULL || rd.pages != NULL || rd.mem_fd >= 0)

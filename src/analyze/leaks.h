@@ -7,9 +7,13 @@
  *  - the ranges the caller names (the tracer's own tables and buffers), and
  *    managed allocations (reading them would migrate their pages);
  *  - the bookkeeping of the CUDA driver and runtime: the writable segments of
- *    modules named libcuda*, libnvidia-* and libgpumemtrace*, and every
- *    malloc block or mapping reachable from them through pointers (a
- *    driver's record of an allocation holds its address too);
+ *    modules named libcuda* and libnvidia-*, and every malloc block or
+ *    mapping reachable from them through pointers (a driver's record of an
+ *    allocation holds its address too), found by a walk that reads each
+ *    byte of it at most once;
+ *  - the tracer's own writable segments (modules named libgpumemtrace*),
+ *    never read and never walked from: what the tracer keeps elsewhere that
+ *    holds the program's addresses, the caller names in `skip`;
  *  - the calling thread's stack below `stack_from` (the scan's own frames and
  *    dead frames of returned functions);
  *  - device files' mappings, what is not both readable and writable, pages
@@ -58,9 +62,9 @@ struct gmt__scan_stats {
 	uint64_t mappings; /* mappings read */
 	uint64_t bytes;    /* bytes read */
 	uint64_t excluded; /* bytes of driver bookkeeping left out (no byte counted twice) */
-	uint64_t walked;   /* bytes read to find it */
-	/* The driver's modules the walk started from: how many, and the file
-	 * names of the first GMT_SCAN_MODULES. */
+	uint64_t walked;   /* bytes of it read to find the rest: at most `excluded` */
+	/* The driver's and runtime's modules the walk started from: how many,
+	 * and the file names of the first GMT_SCAN_MODULES. */
 	unsigned nmodules;
 	char modules[GMT_SCAN_MODULES][GMT_SCAN_MODULE_NAME];
 	double seconds;

@@ -10,7 +10,10 @@ simulator's exit ledger (the live set). Modes:
   caching allocator's segment by the built-in rule, the workspace suppressed
   by the file's rule at its line); totals and counted bytes add up; the growth
   loop is a suspect; the stderr report says each, with 'global 'kept'' and
-  the SUMMARY numbers;
+  the SUMMARY numbers; in every mode that scans, the walk of the driver's
+  bookkeeping starts from the driver's and runtime's data alone (libcuda*,
+  never the tracer's) and reads no byte twice (walked_bytes <=
+  excluded_bytes);
 - exitcode: GPUMEMTRACE_LEAK_EXITCODE=42 → 42;
 - status-kept: the program exits with 3 → 3, and the report says it is kept;
 - snapshot-only: no GPUMEMTRACE_LEAK_CHECK: status 0, no report, the exit
@@ -260,6 +263,16 @@ def main() -> int:
         check("scan done", leaks["scan"]["done"] == scanned, json.dumps(leaks["scan"]))
         if not scanned:
             check("scan says why", "GPUMEMTRACE_LEAK_SCAN=0" in (leaks["scan"]["why"] or ""))
+        else:
+            # The driver's bookkeeping is found from the driver's data alone,
+            # reading each byte of it once; never from the tracer's.
+            sc = leaks["scan"]
+            check("bookkeeping walked from the driver alone",
+                  "libcuda.so.1" in sc["bookkeeping_modules"]
+                  and all(m.startswith(("libcuda", "libnvidia-")) for m in sc["bookkeeping_modules"]),
+                  json.dumps(sc))
+            check("no byte of the bookkeeping read twice", 0 < sc["walked_bytes"] <= sc["excluded_bytes"],
+                  json.dumps(sc))
 
         counted_bytes = counted_count = 0
         for addr, (cls, size, what) in expect.items():

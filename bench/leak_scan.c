@@ -4,13 +4,18 @@
  * MiB of heap with data the scan must read (a pseudo-random pattern, no
  * pointers), then exits. Traced with GPUMEMTRACE_LEAK_CHECK by bench/run.py,
  * which reads the scan's time and bytes from the exit snapshot's "leaks".
+ * With LIBs (copies of bench/scan_lib.c), it loads each and makes the
+ * allocations through them in turn, as a program that maps a framework's
+ * many large libraries does.
  *
- * Usage: leak_scan LIVE HOST_MIB */
+ * Usage: leak_scan LIVE HOST_MIB [LIB...] */
 #define _GNU_SOURCE
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CHECK(x)                                                               \
 	do {                                                                   \
@@ -21,10 +26,29 @@
 		}                                                              \
 	} while (0)
 
+typedef int call_fn(int (*fn)(void *), void *arg);
+
+static int alloc_one(void *arg)
+{
+	CHECK(cuMemAlloc(arg, 4096));
+	return 0;
+}
+
+/* Allocates *p through the library call (NULL: directly). */
+static void alloc_through(call_fn *call, CUdeviceptr *p)
+{
+	if (call != NULL)
+		(void)call(alloc_one, p);
+	else
+		(void)alloc_one(p);
+}
+
 int main(int argc, char **argv)
 {
 	long live = argc > 1 ? atol(argv[1]) : 10000;
 	long host_mib = argc > 2 ? atol(argv[2]) : 64;
+	int nlibs = argc > 3 ? argc - 3 : 0;
+	call_fn **calls = calloc((size_t)nlibs + 1, sizeof(*calls));
 	CUdeviceptr *kept, lost;
 	CUcontext ctx;
 	CUdevice dev;
@@ -32,8 +56,18 @@ int main(int argc, char **argv)
 	size_t words;
 
 	if (live < 2 || host_mib < 0) {
-		fprintf(stderr, "usage: leak_scan LIVE HOST_MIB (LIVE >= 2)\n");
+		fprintf(stderr, "usage: leak_scan LIVE HOST_MIB [LIB...] (LIVE >= 2)\n");
 		return 2;
+	}
+	for (int i = 0; i < nlibs && calls != NULL; i++) {
+		void *h = dlopen(argv[3 + i], RTLD_NOW | RTLD_LOCAL), *sym;
+
+		sym = h != NULL ? dlsym(h, "scan_lib_call") : NULL;
+		if (sym == NULL) {
+			fprintf(stderr, "leak_scan: %s: %s\n", argv[3 + i], dlerror());
+			return 1;
+		}
+		memcpy(&calls[i], &sym, sizeof(sym));
 	}
 	CHECK(cuInit(0));
 	CHECK(cuDeviceGet(&dev, 0));
@@ -55,12 +89,11 @@ int main(int argc, char **argv)
 		fill[i] = x;
 	}
 	for (long i = 0; i < live; i++) {
-		if (i % 2 == 0)
-			CHECK(cuMemAlloc(&kept[i / 2], 4096));
-		else
-			CHECK(cuMemAlloc(&lost, 4096));
+		call_fn *call = nlibs > 0 && calls != NULL ? calls[i % nlibs] : NULL;
+
+		alloc_through(call, i % 2 == 0 ? &kept[i / 2] : &lost);
 	}
 	lost = 0;
-	printf("live %ld host_mib %ld\n", live, host_mib);
+	printf("live %ld host_mib %ld libs %d\n", live, host_mib, nlibs);
 	return 0;
 }

@@ -18,7 +18,9 @@ driver, each figure paired with its baseline measured in this same invocation.
   writing the same JSON;
 - one stack capture beside an untraced pair; Python frames; the PyTorch
   bootstrap on the PyTorch double (its step hook, the hand-over of its state
-  and a dump with the tensor level); the exit leak scan;
+  and a dump with the tensor level); the exit leak scan (of filled heaps, of
+  a Python process that imported numba, of one that maps 1 GiB of generated
+  libraries);
 - heaptrack on the same workload, where bench/heaptrack.py and heaptrack are
   present.
 
@@ -53,6 +55,10 @@ DEPTHS = (0, 16, 64)
 BAR_PAIR_NS = {0: 150.0, 64: 1000.0}
 BAR_BYTES_PER_LIVE = 96.0
 BAR_SNAPSHOT_1M_S = 2.0
+# The exit leak scan of a process that imported numba, and of one that maps
+# 1 GiB of libraries.
+BAR_SCAN_NUMBA_S = 0.5
+BAR_SCAN_LIBS_S = 1.0
 STATS = ("ring_full", "producer_drains", "consumer_wakeups", "gap_waits", "gaps_skipped")
 # Untimed pairs before each thread's timed ones (bench/alloc_free's WARMUP):
 # the timings are of the steady state, after the tracer's consumer has learnt
@@ -333,47 +339,122 @@ def torch_cost(build: str, steps: int, entries: int, blocks: int, repeat: int) -
             "dump_off_s": round(off["dump_s"], 4), "dump_on_s": round(on["dump_s"], 4)}
 
 
+def scan_runs(build: str, cmd: list[str], repeat: int) -> dict[str, Any]:
+    """cmd run untraced and traced with the exit leak check, alternating,
+    repeat times each: the scan's own time, the bytes it read, the driver's
+    bookkeeping it left out and what of that it read to find it (from the exit
+    snapshot's "leaks"), medians, beside the whole untraced run. (The traced
+    run's wall time is given too, but it ends in the leak verdict's _exit and
+    skips the program's teardown: not a fair ratio.)"""
+    scans, untraced, traced = [], [], []
+    for _ in range(repeat):
+        for leak_check in (False, True):
+            with tempfile.TemporaryDirectory(prefix="gmt-bench-scan-") as d:
+                env = bench_env(build, leak_check, GMTSIM_MEMORY="64G")
+                if leak_check:
+                    env.update({"GPUMEMTRACE_DIR": d, "GPUMEMTRACE_SNAPSHOT_ON": "exit",
+                                "GPUMEMTRACE_LEAK_CHECK": "1", "GPUMEMTRACE_LEAK_EXITCODE": "23"})
+                t0 = time.monotonic()
+                r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, timeout=1800)
+                wall = time.monotonic() - t0
+                name = " ".join(os.path.basename(c) for c in cmd[:2])
+                if not leak_check:
+                    if r.returncode != 0:
+                        raise RuntimeError(f"{name} failed: {r.stderr[-2000:]}")
+                    untraced.append(wall)
+                    continue
+                if r.returncode != 23:
+                    raise RuntimeError(f"{name} traced ended with {r.returncode}, not 23: {r.stderr[-2000:]}")
+                traced.append(wall)
+                scans.append(check_trace.load(glob.glob(os.path.join(d, "gpumemtrace.*.exit.*.json"))[0])["leaks"])
+    secs = statistics.median(s["scan"]["seconds"] for s in scans)
+    read = statistics.median(s["scan"]["bytes"] for s in scans)
+    last = scans[-1]
+    return {"scan_seconds": round(secs, 4), "scan_bytes": int(read),
+            "scan_gb_per_s": round(read / max(secs, 1e-9) / 1e9, 2),
+            "excluded_bytes": int(statistics.median(s["scan"]["excluded_bytes"] for s in scans)),
+            "walked_bytes": int(statistics.median(s["scan"]["walked_bytes"] for s in scans)),
+            "bookkeeping_modules": last["scan"]["bookkeeping_modules"],
+            "leaked": last["totals"]["leaked"]["count"], "referenced": last["totals"]["referenced"]["count"],
+            "untraced_seconds": round(statistics.median(untraced), 3),
+            "traced_seconds": round(statistics.median(traced), 3),
+            "scan_ratio_to_run": round(secs / max(statistics.median(untraced), 1e-9), 2)}
+
+
 def leak_scan_cost(build: str, sizes: list[tuple[int, int]], repeat: int) -> list[dict[str, Any]]:
     """bench/leak_scan: the exit leak check of a process with N live
-    allocations and H MiB of filled heap: the scan's own time and bytes read
-    (from the exit snapshot's "leaks") beside the whole untraced run of the
-    same program; medians. (The traced run's wall time is given too, but it
-    ends in the leak verdict's _exit and skips the program's teardown: not a
-    fair ratio.)"""
-    rows = []
-    for live, host_mib in sizes:
-        scans, untraced, traced = [], [], []
-        for _ in range(repeat):
-            for leak_check in (False, True):
-                with tempfile.TemporaryDirectory(prefix="gmt-bench-scan-") as d:
-                    env = bench_env(build, leak_check, GMTSIM_MEMORY="64G")
-                    if leak_check:
-                        env.update({"GPUMEMTRACE_DIR": d, "GPUMEMTRACE_SNAPSHOT_ON": "exit",
-                                    "GPUMEMTRACE_LEAK_CHECK": "1", "GPUMEMTRACE_LEAK_EXITCODE": "23"})
-                    t0 = time.monotonic()
-                    r = subprocess.run([os.path.join(build, "bench", "leak_scan"), str(live), str(host_mib)],
-                                       env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, timeout=1800)
-                    wall = time.monotonic() - t0
-                    if not leak_check:
-                        if r.returncode != 0:
-                            raise RuntimeError(f"leak_scan failed: {r.stderr}")
-                        untraced.append(wall)
-                        continue
-                    if r.returncode != 23:
-                        raise RuntimeError(f"leak_scan traced ended with {r.returncode}, not 23: {r.stderr[-2000:]}")
-                    traced.append(wall)
-                    scans.append(check_trace.load(glob.glob(os.path.join(d, "gpumemtrace.*.exit.*.json"))[0])["leaks"])
-        secs = statistics.median(s["scan"]["seconds"] for s in scans)
-        read = statistics.median(s["scan"]["bytes"] for s in scans)
-        last = scans[-1]["totals"]
-        rows.append({"live": live, "host_mib": host_mib, "scan_seconds": round(secs, 4),
-                     "scan_bytes": int(read), "scan_gb_per_s": round(read / max(secs, 1e-9) / 1e9, 2),
-                     "leaked": last["leaked"]["count"], "referenced": last["referenced"]["count"],
-                     "untraced_seconds": round(statistics.median(untraced), 3),
-                     "traced_seconds": round(statistics.median(traced), 3),
-                     "scan_ratio_to_run": round(secs / max(statistics.median(untraced), 1e-9), 2)})
-    return rows
+    allocations and H MiB of filled heap (scan_runs)."""
+    return [{"live": live, "host_mib": host_mib,
+             **scan_runs(build, [os.path.join(build, "bench", "leak_scan"), str(live), str(host_mib)], repeat)}
+            for live, host_mib in sizes]
+
+
+def numba_python() -> str | None:
+    """An interpreter that imports numba (Debian's python3-numba is for
+    /usr/bin/python3), or None."""
+    for exe in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        if os.path.exists(exe) and subprocess.run([exe, "-c", "import numba, numba.cuda"], stdout=subprocess.DEVNULL,
+                                                  stderr=subprocess.DEVNULL, timeout=300).returncode == 0:
+            return exe
+    return None
+
+
+def leak_scan_numba_cost(build: str, live: int, repeat: int) -> dict[str, Any]:
+    """bench/leak_scan_numba.py: the exit leak check of a Python process that
+    imported numba and numba.cuda, with `live` allocations (scan_runs); or
+    why it was skipped."""
+    exe = numba_python()
+    if exe is None:
+        return {"skipped": "no interpreter here imports numba (Debian: apt-get install python3-numba)"}
+    return {"live": live, "python": exe,
+            **scan_runs(build, [exe, os.path.join(HERE, "leak_scan_numba.py"), str(live)], repeat)}
+
+
+def c_compiler(build: str) -> list[str]:
+    """The C compiler the build used for bench/leak_scan (meson-info), or $CC."""
+    try:
+        with open(os.path.join(build, "meson-info", "intro-targets.json"), encoding="utf-8") as f:
+            for t in json.load(f):
+                if t["name"] == "leak_scan":
+                    return list(t["target_sources"][0]["compiler"])
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    return [os.environ.get("CC", "cc")]
+
+
+def sparse_copy(src: str, dst: str, block: int = 1 << 20) -> None:
+    """Copies src to dst, leaving runs of zeros as holes: many copies of a
+    large library cost the disk one."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        while True:
+            b = fi.read(block)
+            if not b:
+                break
+            if b.count(0) == len(b):
+                fo.seek(len(b), os.SEEK_CUR)
+            else:
+                fo.write(b)
+        fo.truncate()
+    shutil.copymode(src, dst)
+
+
+def leak_scan_libs_cost(build: str, live: int, libs: int, lib_mib: int, repeat: int) -> dict[str, Any]:
+    """bench/leak_scan with `libs` copies of bench/scan_lib.c (each a
+    lib_mib MiB read-only blob, 64 KiB of data; the allocations made through
+    them in turn): the exit leak check of a process that maps a framework's
+    worth of libraries (scan_runs)."""
+    with tempfile.TemporaryDirectory(prefix="gmt-bench-libs-") as d:
+        one = os.path.join(d, "libscan.so")
+        subprocess.run(c_compiler(build) + ["-shared", "-fPIC", "-O2", f"-DSCAN_LIB_MIB={lib_mib}", "-o", one,
+                                            os.path.join(HERE, "scan_lib.c")], check=True, timeout=600)
+        paths = []
+        for i in range(libs):
+            paths.append(os.path.join(d, f"libscan_{i}.so"))
+            sparse_copy(one, paths[-1])
+        mapped = libs * os.path.getsize(one)
+        return {"live": live, "libs": libs, "lib_mib": lib_mib, "mapped_bytes": mapped,
+                **scan_runs(build, [os.path.join(build, "bench", "leak_scan"), str(live), "16"] + paths, repeat)}
 
 
 def heaptrack_comparison(build: str, quick: bool, repeat: int) -> tuple[dict[str, Any] | None, list[Any], str]:
@@ -510,7 +591,25 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         w["scan_seconds"], w["scan_ratio_to_run"],
                         note=f"baseline: the whole untraced run; ratio: scan / run; "
                              f"{w['scan_gb_per_s']:g} GB/s; {w['leaked']} leaked, {w['referenced']} referenced"))
+    w = result["leak_scan_numba"]
+    if "skipped" in w:
+        rows.append(row(sec, "numba imported", "s", None, "skipped", note=w["skipped"]))
+    else:
+        rows.append(row(sec, f"numba imported, {w['live']:,} live", "s", w["untraced_seconds"], None,
+                        w["scan_seconds"], w["scan_ratio_to_run"],
+                        note=f"{scan_note(w)}; " + bar(w["scan_seconds"], BAR_SCAN_NUMBA_S, "s")))
+    w = result["leak_scan_libs"]
+    rows.append(row(sec, f"{w['libs']} libraries, {w['mapped_bytes'] / 2**30:.2f} GiB mapped, {w['live']:,} live",
+                    "s", w["untraced_seconds"], None, w["scan_seconds"], w["scan_ratio_to_run"],
+                    note=f"{scan_note(w)}; " + bar(w["scan_seconds"], BAR_SCAN_LIBS_S, "s")))
     return rows
+
+
+def scan_note(w: dict[str, Any]) -> str:
+    """What a leak scan read, and of the driver's bookkeeping."""
+    return (f"baseline: the whole untraced run; ratio: scan / run; read {w['scan_bytes'] / 2**20:.1f} MiB; "
+            f"bookkeeping {w['excluded_bytes'] / 2**20:.2f} MiB, walked {w['walked_bytes'] / 2**20:.2f} MiB; "
+            f"{w['leaked']} leaked, {w['referenced']} referenced")
 
 
 def _cell(v: Any, unit: str) -> str:
@@ -609,6 +708,11 @@ def run_all(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[s
     progress("leak scan")
     result["leak_scan"] = leak_scan_cost(build, [(1000, 16)] if quick else [(1000, 16), (10000, 256), (100000, 2048)],
                                          repeat)
+    progress("leak scan, numba imported")
+    result["leak_scan_numba"] = leak_scan_numba_cost(build, 100 if quick else 1000, repeat)
+    progress("leak scan, 1 GiB of libraries")
+    result["leak_scan_libs"] = leak_scan_libs_cost(build, 1000 if quick else 10000, 2 if quick else 32,
+                                                   1 if quick else 32, repeat)
     rows = table_rows(result)
     if args.no_heaptrack:
         result["heaptrack_skipped"] = "--no-heaptrack"

@@ -599,7 +599,9 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         w["scan_seconds"], w["scan_ratio_to_run"],
                         note=f"{scan_note(w)}; " + bar(w["scan_seconds"], BAR_SCAN_NUMBA_S, "s")))
     w = result["leak_scan_libs"]
-    rows.append(row(sec, f"{w['libs']} libraries, {w['mapped_bytes'] / 2**30:.2f} GiB mapped, {w['live']:,} live",
+    mapped = w["mapped_bytes"]
+    mapped_text = f"{mapped / 2**30:.2f} GiB" if mapped >= 2**30 else f"{mapped / 2**20:.1f} MiB"
+    rows.append(row(sec, f"{w['libs']} libraries, {mapped_text} mapped, {w['live']:,} live",
                     "s", w["untraced_seconds"], None, w["scan_seconds"], w["scan_ratio_to_run"],
                     note=f"{scan_note(w)}; " + bar(w["scan_seconds"], BAR_SCAN_LIBS_S, "s")))
     return rows

@@ -3,8 +3,8 @@
 
 Builds a snapshot document of N allocations over SITES sites with the viewer
 tests' generator (tests/view/fixtures.py, synthetic()) and, in this process,
-times what `gpumemtrace view --html` does with it: gmtview.load.parse (read
-and check) and gmtview.html.report. The baseline, in the same process: only
+times what `gpumemtrace view --html` does with it: gpumemtrace.view.load.parse (read
+and check) and gpumemtrace.view.html.report. The baseline, in the same process: only
 reading and writing the same document (json.loads + json.dumps), the least
 any tool that reads the snapshot and writes a page of it must do. Prints
 "name value" lines for bench/run.py.
@@ -20,10 +20,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "tools", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "view"))
 import fixtures  # noqa: E402
-from gmtview import html, load  # noqa: E402
+from gpumemtrace.view import html, load  # noqa: E402
 
 
 def measure(n: int, sites: int) -> dict[str, float]:

@@ -50,7 +50,9 @@ DRIVER = {"libcuda.so", "libcuda.so.1", "libnvidia-ml.so", "libnvidia-ml.so.1"}
 # What the bundle itself provides.
 OURS = {"libgpumemtrace.so"}
 
-SONAME_RE = re.compile(rb"\blib[A-Za-z0-9_+.-]*?\.so(?:\.[0-9]+)*\b")
+# NOTE: a name, not a pattern ("libffi.so*", which the leak scan matches
+# modules with).
+SONAME_RE = re.compile(rb"\blib[A-Za-z0-9_+.-]*?\.so(?:\.[0-9]+)*\b(?![*?\[])")
 GLIBC_RE = re.compile(r"\bGLIBC_([0-9]+)\.([0-9]+)(?:\.([0-9]+))?\b")
 
 

@@ -66,6 +66,12 @@ gmt__probe() {
 	# numba.cuda, the real client of tests/frameworks/test_numba.py: Debian's,
 	# for Debian's interpreter.
 	python3-numba)  /usr/bin/python3 -c 'import numba.cuda' >/dev/null 2>&1 ;;
+	# The wheel (pyproject.toml, tests/wheel): python3 -m build with
+	# meson-python, for Debian's interpreter; python3-venv for its test's
+	# environment.
+	python3-build)  /usr/bin/python3 -c 'import build' >/dev/null 2>&1 ;;
+	python3-mesonpy) /usr/bin/python3 -c 'import mesonpy' >/dev/null 2>&1 ;;
+	python3-venv)   /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ;;
 	python3-pytest) python3 -c 'import pytest' >/dev/null 2>&1 ||
 			/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 ;;
 	chromium)       [ -x /usr/bin/chromium ] || gmt__have chromium ;;

@@ -605,7 +605,7 @@ static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct 
 		return r;
 	if (version != 1)
 		return fail(rd, "snapshot version %lld; this gpumemtrace (%s) reads version 1",
-			    (long long)version, GMT_VERSION_STRING);
+			    (long long)version, GMT_BUILD_VERSION);
 	r = get_str(rd, doc, "", "reason", false, &reason);
 	if (r == 0 && (flags & GMT_READ_EXIT) && strcmp(reason, "exit") != 0)
 		r = fail(rd, "reason '%.20s', expected an exit snapshot", reason);
@@ -628,7 +628,7 @@ static int read_document(struct reader *rd, json_t *doc, unsigned flags, struct 
 	if (leaks == NULL && (flags & GMT_READ_EXIT))
 		return fail(rd, "no \"leaks\" section: written by a libgpumemtrace.so older than this "
 				"gpumemtrace (%s); use the library of the same build",
-			    GMT_VERSION_STRING);
+			    GMT_BUILD_VERSION);
 	if (leaks != NULL && (flags & GMT_READ_EXIT)) {
 		r = read_leaks(rd, leaks, out);
 		if (r < 0)

@@ -20,19 +20,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Absolute fallbacks: the configured libdir, this source tree's viewer and the
- * installed viewer. A relocatable build (meson -Drelocatable=true, what
- * scripts/gpu-bundle makes) has none: it finds everything relative to itself
- * and never reaches into the machine it was built on. */
+/* Absolute fallbacks: the configured libdir, and where the Python package
+ * (the viewer, the module, the bootstrap) is: this source tree's, the
+ * installed one. A relocatable build (meson -Drelocatable=true, what
+ * scripts/gpu-bundle and the wheel make) has none: it finds everything
+ * relative to itself and never reaches into the machine it was built on. */
 #ifdef GMT_RELOCATABLE
 #undef GMT_LIBDIR
-#undef GMT_VIEWER_SRC
-#undef GMT_VIEWER_INSTALLED
 #undef GMT_PYTHON_SRC
 #undef GMT_PYTHON_INSTALLED
 #define GMT_LIBDIR ""
-#define GMT_VIEWER_SRC ""
-#define GMT_VIEWER_INSTALLED ""
 #define GMT_PYTHON_SRC ""
 #define GMT_PYTHON_INSTALLED ""
 #endif
@@ -45,26 +42,24 @@
 #ifndef GMT_MULTIARCH
 #define GMT_MULTIARCH ""
 #endif
-#ifndef GMT_VIEWER_SRC
-#define GMT_VIEWER_SRC "/usr/local/share/gpumemtrace/gpumemtrace-view"
-#endif
-#ifndef GMT_VIEWER_INSTALLED
-#define GMT_VIEWER_INSTALLED "/usr/local/share/gpumemtrace/gpumemtrace-view"
-#endif
 #ifndef GMT_PYTHON_SRC
 #define GMT_PYTHON_SRC "/usr/local/share/gpumemtrace/python"
 #endif
 #ifndef GMT_PYTHON_INSTALLED
 #define GMT_PYTHON_INSTALLED "/usr/local/share/gpumemtrace/python"
 #endif
-#ifndef GMT_BOOT_SRC
-#define GMT_BOOT_SRC "/usr/local/share/gpumemtrace/boot"
-#endif
-#ifndef GMT_BOOT_INSTALLED
-#define GMT_BOOT_INSTALLED "/usr/local/share/gpumemtrace/boot"
-#endif
 #ifndef GMT_DATADIR_REL
 #define GMT_DATADIR_REL "share"
+#endif
+
+/* Where the Python package is relative to this program's directory: in a
+ * wheel (GMT_WHEEL), the launcher is <site-packages>/gpumemtrace/_native/bin,
+ * the package's parent three levels up; in an installed tree,
+ * <datadir>/gpumemtrace/python. */
+#ifdef GMT_WHEEL
+#define GMT_PYTHON_REL "../../.."
+#else
+#define GMT_PYTHON_REL "../" GMT_DATADIR_REL "/gpumemtrace/python"
 #endif
 
 #define LIBNAME GMT_LIBNAME
@@ -85,7 +80,7 @@ void cli_help(void)
 
 	gmt__options_defaults(&defaults);
 	printf("gpumemtrace %s: GPU memory tracing for unmodified CUDA programs.\n\n",
-	       GMT_VERSION_STRING);
+	       GMT_BUILD_VERSION);
 	usage(stdout);
 	printf("\n"
 	       "gpumemtrace run runs the command with " LIBNAME " preloaded: every\n"
@@ -530,44 +525,60 @@ static int run(int argc, char **argv)
 	cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
 }
 
-/* A file of the installed data (NAME under <datadir>/gpumemtrace beside this
- * program), else of the source tree it was built from (src), else of the
- * configured datadir (installed); into path, "" when none is there. */
-static void find_data(const char *name, const char *src, const char *installed, char *path, size_t len,
-		      char *exe, size_t exelen, bool dir)
+/* The directory that holds the Python package gpumemtrace (its
+ * __init__.py, the viewer gpumemtrace/view, the bootstrap gpumemtrace/_boot):
+ * relative to this program (GMT_PYTHON_REL), else the source tree it was built
+ * from, else the configured datadir; into root, "" when none has it. The
+ * places looked at go into tried (for a message). */
+static void find_python(char root[PATH_MAX], char *tried, size_t triedlen)
 {
-	const char *at[] = { NULL, src, installed };
-	ssize_t n = readlink("/proc/self/exe", exe, exelen - 1);
-	struct stat st;
+	const char *at[] = { NULL, GMT_PYTHON_SRC, GMT_PYTHON_INSTALLED };
+	char exe[PATH_MAX], dir[PATH_MAX + 64], init[PATH_MAX + 96];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	size_t i;
 
 	exe[n > 0 ? n : 0] = '\0';
 	if (strrchr(exe, '/') != NULL)
 		*strrchr(exe, '/') = '\0';
-	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+	tried[0] = '\0';
+	for (i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
 		if (i == 0)
-			snprintf(path, len, "%s/../" GMT_DATADIR_REL "/gpumemtrace/%s", exe, name);
+			snprintf(dir, sizeof(dir), "%s/" GMT_PYTHON_REL, exe);
 		else if (at[i][0] != '\0')
-			snprintf(path, len, "%s", at[i]);
+			snprintf(dir, sizeof(dir), "%s", at[i]);
 		else
 			continue;
-		if (dir ? stat(path, &st) == 0 && S_ISDIR(st.st_mode) : is_file(path))
+		snprintf(init, sizeof(init), "%s/gpumemtrace/__init__.py", dir);
+		if (is_file(init) && realpath(dir, root) != NULL)
 			return;
+		if (strlen(tried) + strlen(dir) + 3 < triedlen) {
+			strcat(tried, tried[0] ? ", " : "");
+			strcat(tried, dir);
+		}
 	}
-	path[0] = '\0';
+	root[0] = '\0';
 }
 
 /* PYTHONPATH: the bootstrap (sitecustomize.py, which chains to the
- * program's own) first, then the module, then what the program had. */
+ * program's own) first, then the package's directory, then what the program
+ * had. From a wheel, the package's directory is the site-packages of the
+ * Python it was installed into: that Python has it already, and another
+ * Python must not see that environment's packages (the bootstrap finds its
+ * own package without it). */
 void cli_set_pythonpath(void)
 {
-	char exe[PATH_MAX], dir[PATH_MAX + 64], boot[PATH_MAX + 64], *value;
+	char root[PATH_MAX], tried[4096], *value;
 	const char *old = getenv("PYTHONPATH");
+#ifdef GMT_WHEEL
+	const bool with_root = false;
+#else
+	const bool with_root = true;
+#endif
 
-	find_data("python", GMT_PYTHON_SRC, GMT_PYTHON_INSTALLED, dir, sizeof(dir), exe, sizeof(exe), true);
-	find_data("boot", GMT_BOOT_SRC, GMT_BOOT_INSTALLED, boot, sizeof(boot), exe, sizeof(exe), true);
-	if (dir[0] == '\0')
+	find_python(root, tried, sizeof(tried));
+	if (root[0] == '\0')
 		return;
-	if (asprintf(&value, "%s%s%s%s%s", boot, boot[0] != '\0' ? ":" : "", dir,
+	if (asprintf(&value, "%s/gpumemtrace/_boot%s%s%s%s", root, with_root ? ":" : "", with_root ? root : "",
 		     old != NULL && old[0] != '\0' ? ":" : "", old != NULL ? old : "") < 0)
 		cli_die(GMT_EXIT_USAGE, "out of memory");
 	if (setenv("PYTHONPATH", value, 1) != 0)
@@ -575,31 +586,29 @@ void cli_set_pythonpath(void)
 	free(value);
 }
 
-/* `gpumemtrace view ARGS`: the viewer is Python (tools/gpumemtrace-view);
- * run it with the python3 on PATH, the installed copy first, then the source
- * tree this launcher was built from. */
+/* `gpumemtrace view ARGS`: the viewer is Python (the package's view), run
+ * by path with the python3 on PATH, isolated (-I: neither the working
+ * directory nor PYTHON* variables change what it imports). */
 static int view(int argc, char **argv)
 {
-	char exe[PATH_MAX], path[PATH_MAX + 64];
+	char root[PATH_MAX], tried[4096], path[PATH_MAX + 64];
 	char **args;
 	size_t i;
 
 	cli_set_context("view: ");
-	find_data("gpumemtrace-view", GMT_VIEWER_SRC, GMT_VIEWER_INSTALLED, path, sizeof(path), exe, sizeof(exe),
-		  false);
-	if (path[0] == '\0')
-		cli_die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (looked for %s/%s%s%s%s%s)",
-			exe, "../" GMT_DATADIR_REL "/gpumemtrace/gpumemtrace-view", GMT_VIEWER_SRC[0] != '\0' ? ", " : "",
-			GMT_VIEWER_SRC,
-			GMT_VIEWER_INSTALLED[0] != '\0' ? " and " : "", GMT_VIEWER_INSTALLED);
+	find_python(root, tried, sizeof(tried));
+	if (root[0] == '\0')
+		cli_die(GMT_EXIT_NO_LIBRARY, "cannot find the viewer (gpumemtrace/view in %s)", tried);
+	snprintf(path, sizeof(path), "%s/gpumemtrace/view/__main__.py", root);
 
-	args = calloc((size_t)argc + 2, sizeof(*args));
+	args = calloc((size_t)argc + 3, sizeof(*args));
 	if (args == NULL)
 		cli_die(GMT_EXIT_NO_COMMAND, "out of memory");
 	args[0] = "python3";
-	args[1] = path;
+	args[1] = "-I";
+	args[2] = path;
 	for (i = 2; i < (size_t)argc; i++)
-		args[i] = argv[i];
+		args[i + 1] = argv[i];
 	execvp(args[0], args);
 	free(args);
 	cli_die(GMT_EXIT_NO_COMMAND, "cannot run python3 (the viewer needs Python 3.9 or newer): %s",
@@ -619,7 +628,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "--version") == 0) {
-		printf("gpumemtrace %s\n", GMT_VERSION_STRING);
+		printf("gpumemtrace %s\n", GMT_BUILD_VERSION);
 		return 0;
 	}
 	if (strcmp(cmd, "run") == 0)

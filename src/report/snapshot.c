@@ -516,7 +516,7 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 	int i;
 
 	p = gmt__put_lit(p, "{\n \"format\": \"gpumemtrace-snapshot\",\n \"version\": 1,\n \"minor\": " GMT_SNAPSHOT_MINOR
-			 ",\n \"reason\": \"");
+			 ",\n \"producer\": \"gpumemtrace " GMT_BUILD_VERSION "\",\n \"reason\": \"");
 	p = gmt__put_lit(p, gmt__reason_name(s->reason));
 	p = gmt__put_lit(p, "\",\n \"seq\": ");
 	p = gmt__put_u64(p, s->seq);

@@ -20,8 +20,9 @@
  * unload of a module unloaded since (frames[].unloaded, modules[].unloaded),
  * modules[].build_id from the module's image; 9, numba's framework section
  * and its pending_frees, the episode end other_site,
- * leaks.scan.walked_bytes and bookkeeping_modules. */
-#define GMT_SNAPSHOT_MINOR "9"
+ * leaks.scan.walked_bytes and bookkeeping_modules; 10, producer (the
+ * tracer's name and version). */
+#define GMT_SNAPSHOT_MINOR "10"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

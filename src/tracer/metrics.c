@@ -405,7 +405,7 @@ static void write_metrics(bool running)
 	gmt__core_unlock();
 	c.m.running = running;
 	c.m.interval_s = (uint64_t)opt->metrics_interval;
-	c.m.version = GMT_VERSION_STRING;
+	c.m.version = GMT_BUILD_VERSION;
 	if (gethostname(host, sizeof(host)) == 0)
 		host[sizeof(host) - 1] = '\0';
 	{

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python bootstrap (tools/boot/sitecustomize.py) where a program's
+"""The Python bootstrap (tools/python/gpumemtrace/_boot/sitecustomize.py) where a program's
 start-up is not the usual one, on the simulated GPU with the PyTorch double
 (fake_torch/), under `gpumemtrace run`:
 
@@ -76,16 +76,16 @@ def untraced_finders(env: Dict[str, str], tmp: str) -> int:
 
 def installed_copy(launcher: str, library: str, source: str, at: str) -> str:
     """Another installation of gpumemtrace under `at` (bin/, lib/,
-    share/gpumemtrace/ with its own copy of the bootstrap): its launcher."""
+    share/gpumemtrace/python/ with its own copy of the package and its
+    bootstrap): its launcher."""
     os.makedirs(os.path.join(at, "bin"))
     os.makedirs(os.path.join(at, "lib"))
     share = os.path.join(at, "share", "gpumemtrace")
     os.makedirs(share)
     shutil.copy2(launcher, os.path.join(at, "bin"))
     os.symlink(library, os.path.join(at, "lib", os.path.basename(library)))
-    shutil.copytree(os.path.join(source, "tools", "boot"), os.path.join(share, "boot"),
+    shutil.copytree(os.path.join(source, "tools", "python"), os.path.join(share, "python"),
                     ignore=shutil.ignore_patterns("__pycache__"))
-    os.symlink(os.path.join(source, "tools", "python"), os.path.join(share, "python"))
     return os.path.join(at, "bin", os.path.basename(launcher))
 
 
@@ -117,7 +117,7 @@ def twice(env: Dict[str, str], tmp: str, what: str, outer: List[str], pythonpath
 def test_twice(launcher: str, library: str, source: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
         link = os.path.join(tmp, "boot-link")
-        os.symlink(os.path.join(source, "tools", "boot"), link)
+        os.symlink(os.path.join(source, "tools", "python", "gpumemtrace", "_boot"), link)
         twice(env, tmp, "symlinked copy", [launcher, "run"], link + os.pathsep + env["PYTHONPATH"])
     with tempfile.TemporaryDirectory(prefix="gmt-boot-") as tmp:
         other = installed_copy(launcher, library, source, os.path.join(tmp, "inst"))

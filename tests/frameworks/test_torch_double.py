@@ -227,8 +227,8 @@ def view_counters(launcher: str, env: Dict[str, str], source: str, path: str, al
                   unallocated: int) -> Tuple[subprocess.CompletedProcess, str, bool]:
     """The viewer's summary of a snapshot, its words on one line, and
     whether it shows the framework's counters on device 0 as given."""
-    sys.path.insert(0, os.path.join(source, "tools"))
-    from gmtview.model import fmt_bytes
+    sys.path.insert(0, os.path.join(source, "tools", "python"))
+    from gpumemtrace.view.model import fmt_bytes
     v = subprocess.run([launcher, "view", path], env=env, capture_output=True, text=True, timeout=60)
     flat = " ".join(v.stdout.split())
     line = (f"GPU 0: allocated {fmt_bytes(allocated)}, reserved {fmt_bytes(reserved)}, "

@@ -290,19 +290,22 @@ def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
 
 
 def test_view(c: Checker, launcher: str, tmp: str) -> None:
-    """`gpumemtrace view` runs the viewer with python3: the installed copy
-    (../share/gpumemtrace/ beside the launcher) first, else the source tree's;
-    its arguments, output and status pass through."""
+    """`gpumemtrace view` runs the viewer (the package's view/__main__.py)
+    with python3 -I: the installed package (../share/gpumemtrace/python
+    beside the launcher) first, else the source tree's; its arguments,
+    output and status pass through."""
     prefix = os.path.join(tmp, "viewprefix")
+    pkg = os.path.join(prefix, "share", "gpumemtrace", "python", "gpumemtrace")
     os.makedirs(os.path.join(prefix, "bin"))
-    os.makedirs(os.path.join(prefix, "share", "gpumemtrace"))
+    os.makedirs(os.path.join(pkg, "view"))
     exe = os.path.join(prefix, "bin", "gpumemtrace")
     shutil.copy(launcher, exe)
-    fake = os.path.join(prefix, "share", "gpumemtrace", "gpumemtrace-view")
-    with open(fake, "w", encoding="utf-8") as f:
-        f.write("import sys\nprint('installed viewer', *sys.argv[1:])\nsys.exit(3)\n")
+    open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8").close()
+    with open(os.path.join(pkg, "view", "__main__.py"), "w", encoding="utf-8") as f:
+        f.write("import sys\nprint('installed viewer', *sys.argv[1:], 'isolated' if sys.flags.isolated else '')\n"
+                "sys.exit(3)\n")
     r = run(exe, ["view", "a.json", "--top", "5"])
-    c.eq("installed viewer: output", r.out, "installed viewer a.json --top 5\n")
+    c.eq("installed viewer: output", r.out, "installed viewer a.json --top 5 isolated\n")
     c.eq("installed viewer: status passes through", r.rc, 3)
 
     # The build tree's launcher finds the source tree's viewer.

@@ -2,7 +2,8 @@
 """The Python module (tools/python/gpumemtrace) on the simulated GPU:
 traced (under `gpumemtrace run`, which puts it on PYTHONPATH) its answers are
 the program's own numbers and its tag and snapshot land in the snapshot;
-untraced every call returns None with exactly one warning; and the pytest
+untraced every call does nothing, silently, and the numbers stay numbers
+(0; dump() None, available() False); and the pytest
 plugin (with Debian's pytest) fails exactly the tests over their limits, with
 where they allocated. Skipped parts: none, but the plugin's without a python3
 that has pytest (exit 77 when nothing could run).
@@ -276,10 +277,11 @@ def test_untraced(source: str, env: Dict[str, str], tmp: str) -> None:
     check(r.returncode == 0 and m is not None, "untraced: the script ran", r.stdout + r.stderr)
     if m is not None:
         out = json.loads(m.group(1))
-        check(out["available"] is False and all(out[k] is None for k in ("live0", "peak", "live", "since", "dump")),
-              "untraced: every call None", out)
-    warned = [ln for ln in r.stderr.splitlines() if "RuntimeWarning" in ln and "gpumemtrace" in ln]
-    check(len(warned) == 1, "untraced: exactly one warning", r.stderr)
+        check(out["available"] is False and out["dump"] is None
+              and all(out[k] == 0 and type(out[k]) is int for k in ("live0", "peak", "live"))
+              and out["since"] == [0, 0], "untraced: numbers are 0, dump() None", out)
+    warned = [ln for ln in r.stderr.splitlines() if "Warning" in ln]
+    check(not warned, "untraced: no warning", r.stderr)
 
 
 def python_with_pytest() -> str:

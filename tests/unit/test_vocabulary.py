@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One definition per vocabulary: the words the tracer writes into snapshots
 are listed once in C (X-macro lists), and the viewer's copies
-(tools/gmtview/vocab.py), its tables keyed by those words and the enums of
+(tools/python/gpumemtrace/view/vocab.py), its tables keyed by those words and the enums of
 docs/snapshot.schema.json must equal them; the viewer's byte formatter must
 write what the tracer's writes; the viewer reads a snapshot within the gate's
 size cap.
@@ -67,8 +67,8 @@ def schema_enum(*path: object) -> Tuple[str, ...]:
 
 class Vocabulary(unittest.TestCase):
     def setUp(self) -> None:
-        sys.path.insert(0, os.path.join(ROOT, "tools"))
-        from gmtview import summary, vocab
+        sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
+        from gpumemtrace.view import summary, vocab
         self.vocab = vocab
         self.summary = summary
 
@@ -114,7 +114,7 @@ class Vocabulary(unittest.TestCase):
         self.assertEqual(schema_enum("$defs", "episode", "properties", "end"), words("GMT_EPISODE_ENDS"))
 
     def test_duration_formatter(self) -> None:
-        from gmtview.text import fmt_duration
+        from gpumemtrace.view.text import fmt_duration
         values = [0, 1, 999, 1000, 123456, 999_499, 999_999_999, 1_000_000_000, 9_999_000_000,
                   10_000_000_000, 59_990_000_000, 60_000_000_000, 3_599_000_000_000, 3_600_000_000_000,
                   47 * 3600 * 10**9, 48 * 3600 * 10**9, 1000 * 3600 * 10**9]
@@ -131,7 +131,7 @@ class Vocabulary(unittest.TestCase):
 
     def test_input_cap(self) -> None:
         # The gate and the viewer read a snapshot by one rule: the same cap.
-        from gmtview import load
+        from gpumemtrace.view import load
         with open(os.path.join(ROOT, "src", "util", "input.h"), encoding="utf-8") as f:
             m = re.search(r"#define GMT_SNAPSHOT_MAX_BYTES \(\(uint64_t\)(\d+) << (\d+)\)", f.read())
         self.assertIsNotNone(m)
@@ -139,7 +139,7 @@ class Vocabulary(unittest.TestCase):
         self.assertEqual(load.MAX_BYTES, int(m.group(1)) << int(m.group(2)))
 
     def test_byte_formatter(self) -> None:
-        from gmtview.model import fmt_bytes
+        from gpumemtrace.view.model import fmt_bytes
         values = [0, 1, 1023, 1024, 1025, 1536, 10 * 1024 - 1, 10 * 1024, 10 * 1024 + 512,
                   100 * 1024 - 1, 100 * 1024, 1023 * 1024, 1024 * 1024 - 1, 1024 * 1024,
                   640 << 20, (1 << 30) - 1, 3 << 30, 80 << 30, 5 << 40, 7 << 50, 1 << 60,

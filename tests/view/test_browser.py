@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Browser test of the HTML report (tools/gmtview/html.py): headless Chromium,
+"""Browser test of the HTML report (tools/python/gpumemtrace/view/html.py): headless Chromium,
 driven over the DevTools protocol on a pipe (standard library only), loads the
 reports of a simulator out-of-memory snapshot, a PyTorch one (the tensor
 level first, the segments one click away), a hostile snapshot and a
@@ -30,11 +30,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
 sys.path.insert(0, HERE)
 
 import fixtures  # noqa: E402
-from gmtview import html, load, model  # noqa: E402
+from gpumemtrace.view import html, load, model  # noqa: E402
 
 SKIP = 77
 RENDER_LIMIT_MS = 3000.0

@@ -27,10 +27,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TOOL = os.path.join(ROOT, "tools", "gpumemtrace-view")
-sys.path[:0] = [os.path.join(ROOT, "tools"), HERE]
+sys.path[:0] = [os.path.join(ROOT, "tools", "python"), HERE]
 
 import fixtures  # noqa: E402
-from gmtview import cli  # noqa: E402
+from gpumemtrace.view import cli  # noqa: E402
 
 PREFIX = "gpumemtrace view: "
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -310,7 +310,7 @@ def many_ranks_read_in_parallel() -> None:
     """A merge of enough ranks to be read by worker processes prints what
     the merge of the fully read documents prints, with host memory; a bad
     file among them is its one line, and nothing else."""
-    from gmtview import load, merge_view
+    from gpumemtrace.view import load, merge_view
     paths = []
     for r in range(load.PARALLEL_FROM + 3):
         doc = fixtures.synthetic(rank=r, pid=700 + r, seed=40 + r, n=120, oom=r == 5)[0]
@@ -377,7 +377,7 @@ def broken_pipe_and_narrow_encodings() -> None:
 # Output files
 
 def _have(module: str) -> bool:
-    return importlib.util.find_spec(f"gmtview.{module}") is not None
+    return importlib.util.find_spec(f"gpumemtrace.view.{module}") is not None
 
 
 @test
@@ -387,11 +387,11 @@ def unwritable_outputs() -> None:
     if _have("html"):
         flags.append("--html")
     else:
-        print("  (gmtview.html is not there yet: --html not tested)")
+        print("  (gpumemtrace.view.html is not there yet: --html not tested)")
     if _have("export"):
         flags += ["--perfetto", "--speedscope", "--pytorch"]
     else:
-        print("  (gmtview.export is not there yet: --perfetto, --speedscope, --pytorch not tested)")
+        print("  (gpumemtrace.view.export is not there yet: --perfetto, --speedscope, --pytorch not tested)")
     failures = []
     for flag in flags:
         good = path(f"out{flag.replace('-', '_')}")
@@ -419,7 +419,7 @@ def special_outputs() -> None:
     import stat
     import threading
     if not _have("html"):
-        print("  (gmtview.html is not there yet: not tested)")
+        print("  (gpumemtrace.view.html is not there yet: not tested)")
         return
     p = fixtures.write(fixtures.synthetic(n=50)[0], path("s.json"))
     failures = []

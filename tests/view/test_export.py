@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of the viewer's exports (tools/gmtview/export.py): Chrome trace JSON,
+"""Tests of the viewer's exports (tools/python/gpumemtrace/view/export.py): Chrome trace JSON,
 speedscope JSON and the PyTorch memory snapshot, on synthetic snapshots whose
 contents are known, on hostile names, and — with a build directory — on the
 snapshots the demo writes on the simulated GPU under the real tracer.
@@ -25,11 +25,11 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "python"))
 sys.path.insert(0, HERE)
 
 import fixtures  # noqa: E402
-from gmtview import cli, export, load, model  # noqa: E402
+from gpumemtrace.view import cli, export, load, model  # noqa: E402
 
 MiB = 1 << 20
 HOST_KINDS = ("host", "registered")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Unit test of the HTML report (tools/gmtview/html.py) without a browser: the
+"""Unit test of the HTML report (tools/python/gpumemtrace/view/html.py) without a browser: the
 pages of one snapshot, a diff and a merge hold the fixtures' known contents in
 their embedded data; nothing is fetched from the network or another file; a
 hostile snapshot's names never appear as markup and cannot end the data block;
@@ -19,11 +19,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
 sys.path.insert(0, HERE)
 
 import fixtures  # noqa: E402
-from gmtview import html, load, model  # noqa: E402
+from gpumemtrace.view import html, load, model  # noqa: E402
 
 MiB = 1 << 20
 DATA_RE = re.compile(r'<script type="application/json" id="gmt-data">(.*?)</script>', re.S)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The viewer runs on Python 3.9 and newer (docs/viewer.md): every module of
-tools/gmtview and tools/gpumemtrace-view must parse as Python 3.9 (no `match`,
+"""The Python package runs on Python 3.9 and newer (docs/viewer.md; the
+wheel's requires-python): every module of tools/python/gpumemtrace (the
+viewer, the API, the bootstrap, the pytest plugin) and tools/gpumemtrace-view
+must parse as Python 3.9 (no `match`,
 no parenthesised context managers…), import only the standard library, and
 defer its annotations (`from __future__ import annotations`), so that
 `X | None` in a hint is never evaluated. CI machines have one Python (3.11
@@ -21,11 +23,16 @@ STDLIB = set(getattr(sys, "stdlib_module_names", ())) or None
 
 def sources(tools: str) -> list:
     out = [os.path.join(tools, "gpumemtrace-view")]
-    pkg = os.path.join(tools, "gmtview")
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py"):
-            out.append(os.path.join(pkg, name))
+    pkg = os.path.join(tools, "python", "gpumemtrace")
+    for dirpath, dirnames, names in os.walk(pkg):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        out += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".py")]
     return out
+
+
+# What a module may import beyond the standard library: the package itself,
+# and pytest in the pytest plugin.
+ALLOWED = {"pytest_plugin.py": {"pytest"}}
 
 
 def problems(path: str) -> list:
@@ -51,7 +58,7 @@ def problems(path: str) -> list:
             names = [n.module]
         for name in names:
             top = name.split(".")[0]
-            if top in ("gmtview", "__future__"):
+            if top in ("gpumemtrace", "__future__") or top in ALLOWED.get(os.path.basename(path), ()):
                 continue
             if STDLIB is not None and top not in STDLIB:
                 out.append(f"{path}:{n.lineno}: imports {name}, not in the standard library")
@@ -65,7 +72,7 @@ def main() -> int:
         found += problems(path)
     for p in found:
         print("FAIL", p, file=sys.stderr)
-    print(f"{len(files)} viewer sources checked for Python 3.9: {len(found)} problems")
+    print(f"{len(files)} sources of the package checked for Python 3.9: {len(found)} problems")
     return 1 if found else 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of the viewer's terminal views (tools/gmtview/summary.py,
+"""Tests of the viewer's terminal views (tools/python/gpumemtrace/view/summary.py,
 diff_view.py and merge_view.py, over text.py): the numbers printed are
 those the synthetic snapshots were built with, no line is wider
 than asked, colour only when asked, names from a hostile snapshot cannot
@@ -24,12 +24,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [os.path.join(ROOT, "tools"), HERE]
+sys.path[:0] = [os.path.join(ROOT, "tools", "python"), HERE]
 
 import fixtures  # noqa: E402
-from gmtview import diff_view, load, merge_view, model, summary  # noqa: E402
-from gmtview.model import fmt_bytes, fmt_delta  # noqa: E402
-from gmtview.text import clean, site_title, text_width  # noqa: E402
+from gpumemtrace.view import diff_view, load, merge_view, model, summary  # noqa: E402
+from gpumemtrace.view.model import fmt_bytes, fmt_delta  # noqa: E402
+from gpumemtrace.view.text import clean, site_title, text_width  # noqa: E402
 
 Doc = Dict[str, Any]
 SGR = re.compile(r"\x1b\[[0-9;]*m")

@@ -7,11 +7,15 @@
         ...
     gpumemtrace.live_bytes(0)                 # live bytes on device 0
 
-Without the tracer (the program not run under `gpumemtrace run`/`check` or
-with libgpumemtrace.so preloaded) every call does nothing and returns None,
-and the first one warns once. `gpumemtrace run` and `gpumemtrace check` put
-this module on PYTHONPATH; elsewhere add <prefix>/share/gpumemtrace/python.
-The pytest plugin is gpumemtrace.pytest_plugin.
+Safe to import anywhere: without the tracer (the program not run under
+`gpumemtrace run`/`check`, or libgpumemtrace.so not preloaded) every call
+does nothing, silently: the numbers are 0 (live_bytes(), peak_bytes(),
+mark(); live_since() is (0, 0)), dump() returns None and framework() False.
+available() says whether the tracer is there. Installed from the wheel it is
+on the environment's path; `gpumemtrace run` and `gpumemtrace check` of an
+installed tree put it on PYTHONPATH. The pytest plugin is
+gpumemtrace.pytest_plugin (registered through the pytest11 entry point where
+the wheel is installed), the viewer gpumemtrace.view.
 """
 
 from __future__ import annotations
@@ -27,8 +31,25 @@ import time
 import warnings
 from typing import Iterator, Optional, Tuple
 
-__all__ = ["HOST", "ALL_DEVICES", "available", "dump", "tag", "live_bytes", "peak_bytes", "peak_reset",
+__all__ = ["__version__", "HOST", "ALL_DEVICES", "available", "dump", "tag", "live_bytes", "peak_bytes", "peak_reset",
            "mark", "live_since", "step", "framework", "parse_bytes"]
+
+def _source_version() -> str:
+    """The version in the source tree, where no _version.py was installed:
+    meson.build's project(), the one place it is written."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        with open(os.path.join(here, os.pardir, os.pardir, os.pardir, "meson.build"), encoding="utf-8") as f:
+            m = re.search(r"project\(\s*'gpumemtrace'.*?version:\s*'([^']+)'", f.read(), re.S)
+    except OSError:
+        m = None
+    return m.group(1) if m else "unknown"
+
+
+try:
+    from ._version import version as __version__
+except ImportError:
+    __version__ = _source_version()
 
 HOST = -1         # pinned and registered host memory
 ALL_DEVICES = -2  # everything the process holds
@@ -72,18 +93,20 @@ def _table() -> Optional[_ApiV1]:
 
 
 def _has(field: str) -> Optional[_ApiV1]:
-    """The table when the library has `field`, else None (warning once)."""
+    """The table when the library has `field`, else None: silently without
+    the tracer (the calls are meant to stay in a program run untraced), with
+    one warning when the library loaded predates `field`."""
     global _warned
     api = _table()
-    if api is not None:
-        desc = getattr(_ApiV1, field)
-        if api.size >= desc.offset + desc.size:
-            return api
+    if api is None:
+        return None
+    desc = getattr(_ApiV1, field)
+    if api.size >= desc.offset + desc.size:
+        return api
     if not _warned:
         _warned = True
-        why = ("libgpumemtrace.so is not loaded (run under `gpumemtrace run` or `gpumemtrace check`)"
-               if api is None else f"the loaded libgpumemtrace.so predates gpumemtrace.{field}()")
-        warnings.warn(f"gpumemtrace: {why}: gpumemtrace calls do nothing", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"gpumemtrace: the loaded libgpumemtrace.so predates gpumemtrace.{field}(): "
+                      "gpumemtrace calls do nothing", RuntimeWarning, stacklevel=3)
     return None
 
 
@@ -103,7 +126,8 @@ def available() -> bool:
 
 
 def dump() -> Optional[str]:
-    """Writes an "api" snapshot now; its path, or None without the tracer.
+    """Writes an "api" snapshot now; its path, or None without the tracer
+    (or with tracing off in this process).
     A framework the bootstrap watches (PyTorch) hands over its state for it
     first: its tensors are in the snapshot too (docs/guide.md, "Two levels
     of memory")."""
@@ -141,21 +165,23 @@ def tag(name: str) -> Iterator[None]:
             api.tag_pop()
 
 
-def _bytes_of(field: str, device: int) -> Optional[int]:
+def _bytes_of(field: str, device: int) -> int:
     api = _has(field)
     if api is None:
-        return None
+        return 0
     out = _ull(0)
-    return out.value if _check(getattr(api, field)(device, ctypes.byref(out)), field) else None
+    return out.value if _check(getattr(api, field)(device, ctypes.byref(out)), field) else 0
 
 
-def live_bytes(device: int = ALL_DEVICES) -> Optional[int]:
-    """Live bytes on a device (an ordinal, HOST or ALL_DEVICES)."""
+def live_bytes(device: int = ALL_DEVICES) -> int:
+    """Live bytes on a device (an ordinal, HOST or ALL_DEVICES); 0 without
+    the tracer."""
     return _bytes_of("live_bytes", device)
 
 
-def peak_bytes(device: int = ALL_DEVICES) -> Optional[int]:
-    """The highest live bytes of a device since the start or peak_reset()."""
+def peak_bytes(device: int = ALL_DEVICES) -> int:
+    """The highest live bytes of a device since the start or peak_reset();
+    0 without the tracer."""
     return _bytes_of("peak_bytes", device)
 
 
@@ -166,23 +192,25 @@ def peak_reset() -> None:
         _check(api.peak_reset(), "peak_reset")
 
 
-def mark() -> Optional[int]:
-    """A mark in the process's sequence of allocations and frees."""
+def mark() -> int:
+    """A mark in the process's sequence of allocations and frees; 0
+    without the tracer."""
     api = _has("mark")
     if api is None:
-        return None
+        return 0
     out = _ull(0)
-    return out.value if _check(api.mark(ctypes.byref(out)), "mark") else None
+    return out.value if _check(api.mark(ctypes.byref(out)), "mark") else 0
 
 
-def live_since(since: int, device: int = ALL_DEVICES) -> Optional[Tuple[int, int]]:
-    """(bytes, allocations) live now of those made after mark `since`."""
+def live_since(since: int, device: int = ALL_DEVICES) -> Tuple[int, int]:
+    """(bytes, allocations) live now of those made after mark `since`;
+    (0, 0) without the tracer."""
     api = _has("live_since")
     if api is None:
-        return None
+        return 0, 0
     b, n = _ull(0), _ull(0)
     if not _check(api.live_since(since, device, ctypes.byref(b), ctypes.byref(n)), "live_since"):
-        return None
+        return 0, 0
     return b.value, n.value
 
 

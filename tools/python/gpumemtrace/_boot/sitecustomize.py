@@ -1,6 +1,6 @@
 """gpumemtrace's Python bootstrap: `gpumemtrace run` and `gpumemtrace check`
-put this directory first on PYTHONPATH, so Python's `site` runs it at start-up
-(docs/guide.md, "PyTorch's own view").
+put this directory (the package's _boot) first on PYTHONPATH, so Python's
+`site` runs it at start-up (docs/guide.md, "PyTorch's own view").
 
 It does two things and imports nothing of gpumemtrace's until needed:
 
@@ -22,11 +22,14 @@ symlinked directory, `gpumemtrace run` inside the `gpumemtrace run` of
 another installation) is the next `sitecustomize` of the first; it finds the
 watcher there and only chains on, so the program's own runs once.
 
-gpumemtrace's package is the one on sys.path at start-up, before the
-program's directory is put first: a module of the program's named
-`gpumemtrace` is never imported by the bootstrap. Where the name is the
-program's, the package is loaded under the name `_gpumemtrace` instead.
+gpumemtrace's package is the one this directory is part of, whether or not
+it is on sys.path (a Python that is not the one gpumemtrace was installed
+into): a module of the program's named `gpumemtrace` is never imported by
+the bootstrap. Where the name is the program's, or another copy's, the
+package is loaded under the name `_gpumemtrace` instead.
 """
+
+from __future__ import annotations
 
 import os as _os
 import sys as _sys
@@ -40,16 +43,16 @@ def _gpumemtrace_boot() -> None:
     hooks = {"torch": "on_import_torch", "cupy": "on_import_cupy", "jax": "on_import_jax",
              "numba.cuda.cudadrv.driver": "on_import_numba"}
     done = set()
-    start_path = list(_sys.path)
 
     def package():
-        """gpumemtrace's package: the one the program's `import gpumemtrace`
-        gets where that is the package on sys.path at start-up; else the
-        same package loaded under a name of its own."""
-        spec = importlib.machinery.PathFinder.find_spec("gpumemtrace", start_path)
-        if spec is None or spec.origin is None:
-            raise ImportError("gpumemtrace's Python module is not on PYTHONPATH")
-        ours = _os.path.realpath(spec.origin)
+        """gpumemtrace's package: the one this bootstrap is part of
+        (<package>/_boot/sitecustomize.py). The program's `import gpumemtrace`
+        gets the same module where that is the package it finds; else the
+        package is loaded under a name of its own."""
+        init = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.realpath(__file__))), "__init__.py")
+        if not _os.path.isfile(init):
+            raise ImportError(f"gpumemtrace's bootstrap is not inside its package (no {init})")
+        ours = _os.path.realpath(init)
         module = _sys.modules.get("gpumemtrace")
         if module is None:
             now = importlib.util.find_spec("gpumemtrace")
@@ -60,8 +63,8 @@ def _gpumemtrace_boot() -> None:
         module = _sys.modules.get("_gpumemtrace")
         if module is not None:
             return module
-        spec = importlib.util.spec_from_file_location("_gpumemtrace", spec.origin,
-                                                      submodule_search_locations=spec.submodule_search_locations)
+        spec = importlib.util.spec_from_file_location("_gpumemtrace", ours,
+                                                      submodule_search_locations=[_os.path.dirname(ours)])
         module = importlib.util.module_from_spec(spec)
         _sys.modules["_gpumemtrace"] = module
         try:

@@ -1,6 +1,6 @@
 /* gpumemtrace report: draws the interactive sections of the page (timeline,
  * flame graph, tables, address map) from the JSON block #gmt-data that
- * tools/gmtview/html.py embeds. Every name from a snapshot goes into the page
+ * tools/python/gpumemtrace/view/html.py embeds. Every name from a snapshot goes into the page
  * as text (textContent, createTextNode), never as markup. Colours come from
  * report.css (canvas colours from its custom properties). */
 (function () {

@@ -2,7 +2,8 @@
 list, and with it what the step's graph holds, until CUDA runs out of memory.
 It is the train.py of README.md's command lines, which tests/docs runs on the
 simulated GPU (2 GiB) with the PyTorch test double tests/frameworks/fake_torch,
-where a tensor of 24 MiB stands for a loss and its graph."""
+where a tensor of 24 MiB stands for a loss and its graph; README's first
+screen shows gpumemtrace's report of it, checked there."""
 import torch
 
 MIB = 1 << 20

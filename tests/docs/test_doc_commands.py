@@ -76,6 +76,8 @@ SKIPPED: List[Tuple[str, str]] = [
     # in a build made so; install-pkgconfig installs one.
     (r"^(CC=clang )?meson |^ninja |^TSAN_OPTIONS=\S+ .*meson test ",
      "building, installing and testing the tree itself"),
+    # The wheel: its own test builds it and installs it into a fresh venv.
+    (r"^python3 -m build --wheel\b|^pip install\b", "the wheel: its own test builds and installs it"),
     # Prometheus' side: tests/metrics runs node_exporter and Prometheus on
     # loopback ports and asks them the dashboard's queries.
     (r"^prometheus-node-exporter\b", "node_exporter: tests/metrics runs it"),

@@ -306,6 +306,34 @@ def modes() -> None:
 
 
 @test
+def directories() -> None:
+    """A directory stands for the newest snapshot of each process in it:
+    two of one process (seq 1 and 2) and one of another give a merge of two,
+    the newer of the first; a directory with no snapshot is one line naming
+    it; other files in it are not read."""
+    d = path("snapdir")
+    os.makedirs(d, exist_ok=True)
+    old, _ = fixtures.synthetic(seed=5, pid=4001, n=40)
+    new, _ = fixtures.synthetic(seed=6, pid=4001, n=60)
+    new["time_ns"] = old["time_ns"] + 10 ** 9
+    other, _ = fixtures.synthetic(seed=7, pid=4002, rank=1, n=50)
+    fixtures.write(old, os.path.join(d, "gpumemtrace.4001.oom.1.json"))
+    fixtures.write(new, os.path.join(d, "gpumemtrace.4001.exit.2.json"))
+    fixtures.write(other, os.path.join(d, "gpumemtrace.4002.oom.1.rank1.json"))
+    with open(os.path.join(d, "notes.json"), "w", encoding="utf-8") as f:
+        f.write("not a snapshot")
+    rc, out, err = run([d])
+    assert rc == 0 and out.startswith("gpumemtrace merge: 2 processes"), (rc, out[:300], err)
+    rc, out2, err = run([os.path.join(d, "gpumemtrace.4001.exit.2.json"),
+                         os.path.join(d, "gpumemtrace.4002.oom.1.rank1.json")])
+    assert rc == 0 and out == out2, ("the directory is its newest snapshots", out[:300], out2[:300])
+    empty = path("emptydir")
+    os.makedirs(empty, exist_ok=True)
+    rc, _, err = run([empty])
+    one_line_error("a directory without snapshots", rc, err, empty)
+
+
+@test
 def many_ranks_read_in_parallel() -> None:
     """A merge of enough ranks to be read by worker processes prints what
     the merge of the fully read documents prints, with host memory; a bad
@@ -458,8 +486,9 @@ def special_outputs() -> None:
 @test
 def special_inputs() -> None:
     """The gate's rule for what it reads: a FIFO nobody writes to, /dev/zero
-    (as a file and as standard input) and a directory are one line each,
-    never a wait or an endless read; a pipe on standard input is read."""
+    (as a file and as standard input) and a directory without snapshots are
+    one line each, never a wait or an endless read; a pipe on standard input
+    is read."""
     import resource
     import threading
 
@@ -470,7 +499,7 @@ def special_inputs() -> None:
     os.mkfifo(fifo)
     failures = []
     for target, words in ((fifo, "not a regular file (a FIFO)"), ("/dev/zero", "not a regular file (a character device)"),
-                          (TMP, "not a regular file (a directory)")):
+                          (TMP, "no snapshot in this directory")):
         try:
             rc, _, err = run([target], timeout=30, preexec_fn=small)
             one_line_error(f"input {target}", rc, err, words)

@@ -9,6 +9,7 @@ import argparse
 import errno
 import os
 import pickle
+import re
 import stat
 import sys
 import tempfile
@@ -28,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
                     "viewer. One snapshot: its summary. Two of the same process: what grew "
                     "from the first to the second. Snapshots of several processes (ranks): "
                     "one merged report with a per-process breakdown. docs/viewer.md has more.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="snapshot (JSON); - reads standard input")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="snapshot (JSON); - reads standard input; a directory stands for the newest snapshot of "
+                        "each process in it (gpumemtrace.<pid>.<reason>.<seq>[.rank<R>].json)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--diff", action="store_true",
                       help="compare two snapshots (older first) even of different processes")
@@ -172,8 +175,41 @@ def _width(arg: Optional[int]) -> int:
     return 80
 
 
+# A snapshot's file name (docs/guide.md): the process, why, its number in
+# the process, and the rank where one was known.
+SNAPSHOT_NAME = re.compile(r"^gpumemtrace\.(\d+)\.([a-z]+)\.(\d+)(\.rank\d+)?\.json$")
+
+
+def expand(paths: Sequence[str]) -> List[str]:
+    """The files named, a directory replaced by the newest snapshot of each
+    process in it (the highest <seq> of each <pid> and rank), in order of
+    pid; a directory with none is an error naming it."""
+    out: List[str] = []
+    for p in paths:
+        if p == "-" or not os.path.isdir(p):
+            out.append(p)
+            continue
+        try:
+            names = os.listdir(p)
+        except OSError as e:
+            raise ViewError(f"{p}: cannot read the directory: {e.strerror}") from None
+        newest: Dict[tuple, tuple] = {}
+        for name in names:
+            m = SNAPSHOT_NAME.match(name)
+            if m is None:
+                continue
+            key, seq = (int(m.group(1)), m.group(4) or ""), int(m.group(3))
+            if key not in newest or seq > newest[key][0]:
+                newest[key] = (seq, os.path.join(p, name))
+        if not newest:
+            raise ViewError(f"{p}: no snapshot in this directory (gpumemtrace.<pid>.<reason>.<seq>.json)")
+        out += [newest[k][1] for k in sorted(newest)]
+    return out
+
+
 def run(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
+    args.files = expand(args.files)
     if args.files.count("-") > 1:
         raise ViewError("standard input (-) given more than once")
     # A merge printed in the terminal reads no device allocation: its

@@ -306,6 +306,41 @@ def modes() -> None:
 
 
 @test
+def separate_runs() -> None:
+    """Two runs of one command, one after the other (README's glob after a
+    second run): the newest, and the first line says so; --merge merges;
+    processes that overlapped in time, or ranks, are merged as before."""
+    def run_doc(seed: int, pid: int, start: int, taken: int, **kw: Any) -> Dict[str, Any]:
+        d, _ = fixtures.synthetic(seed=seed, pid=pid, n=40, **kw)
+        d["argv"] = ["python", "train.py"]
+        d["process"]["ppid"] = 100
+        d.setdefault("series", {})["start_ns"] = start
+        d["time_ns"] = taken
+        return d
+    t = fixtures.T0
+    first = fixtures.write(run_doc(1, 5001, t, t + 10 ** 9), path("gpumemtrace.5001.oom.1.json"))
+    second = fixtures.write(run_doc(2, 5002, t + 5 * 10 ** 9, t + 6 * 10 ** 9), path("gpumemtrace.5002.oom.1.json"))
+    rc, out, err = run([first, second])
+    lines = out.split("\n")
+    assert rc == 0 and "2 snapshots of 2 separate runs" in lines[0] and "pid 5002" in lines[0] \
+        and "--merge" in lines[0] and lines[1].startswith("gpumemtrace: OUT OF MEMORY") \
+        and "pid 5002" in lines[1], (rc, out[:400], err)
+    rc, out, err = run(["--merge", first, second])
+    assert rc == 0 and out.startswith("gpumemtrace merge: 2 processes"), (rc, out[:300], err)
+    overlap = fixtures.write(run_doc(3, 5003, t + 5 * 10 ** 8, t + 2 * 10 ** 9), path("overlap.json"))
+    rc, out, err = run([first, overlap])
+    assert rc == 0 and out.startswith("gpumemtrace merge: 2 processes"), ("overlapping processes", out[:300], err)
+    third = fixtures.write(run_doc(4, 5004, t + 8 * 10 ** 9, t + 9 * 10 ** 9), path("gpumemtrace.5004.oom.1.json"))
+    rc, out, err = run([first, second, third])
+    assert rc == 0 and "3 snapshots of 3 separate runs" in out.split("\n")[0] and "pid 5004" in out.split("\n")[1], \
+        ("three runs, read lean", out[:400], err)
+    ranks = [fixtures.write(run_doc(5 + r, 5100 + r, t + r * 5 * 10 ** 9, t + (r * 5 + 1) * 10 ** 9, rank=r),
+                            path(f"rk{r}.json")) for r in range(2)]
+    rc, out, err = run(ranks)
+    assert rc == 0 and out.startswith("gpumemtrace merge: 2 processes"), ("ranks", out[:300], err)
+
+
+@test
 def directories() -> None:
     """A directory stands for the newest snapshot of each process in it:
     two of one process (seq 1 and 2) and one of another give a merge of two,
@@ -497,9 +532,11 @@ def special_inputs() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     fifo = path("in.fifo")
     os.mkfifo(fifo)
+    empty = path("special-empty")
+    os.makedirs(empty, exist_ok=True)
     failures = []
     for target, words in ((fifo, "not a regular file (a FIFO)"), ("/dev/zero", "not a regular file (a character device)"),
-                          (TMP, "no snapshot in this directory")):
+                          (empty, "no snapshot in this directory")):
         try:
             rc, _, err = run([target], timeout=30, preexec_fn=small)
             one_line_error(f"input {target}", rc, err, words)

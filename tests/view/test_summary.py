@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [os.path.join(ROOT, "tools", "python"), HERE]
 
 import fixtures  # noqa: E402
-from gpumemtrace.view import diff_view, load, merge_view, model, summary  # noqa: E402
+from gpumemtrace.view import diff_view, load, merge_view, model, summary, text  # noqa: E402
 from gpumemtrace.view.model import fmt_bytes, fmt_delta  # noqa: E402
 from gpumemtrace.view.text import clean, site_title, text_width  # noqa: E402
 
@@ -650,6 +650,40 @@ def episode_bad_input() -> None:
 # The demo program on the simulated GPU
 
 @test
+def labels_cut_library_frames_first() -> None:
+    """A label wider than its room loses its library frames first (a run of
+    them one "…"), then the middles of functions: the program's file:line
+    is always whole, and the title fits."""
+    raw, _ = fixtures.synthetic(n=20, sites=2)
+    st = raw["stacks"][0]
+    lib = {"address": None, "module": None, "inlined": False, "python": True, "role": "library"}
+    user = {"address": None, "module": None, "inlined": False, "python": True, "role": "user"}
+    st["frames"] = ([dict(lib, function="Driver.memalloc_with_a_long_qualified_name", file="/venv/numba/driver.py",
+                          line=35),
+                     dict(lib, function="_AllocatorOfTheContextWithAnotherLongName.allocate",
+                          file="/venv/numba/allocators.py", line=148),
+                     dict(lib, function="DeviceNDArray.__init__", file="/venv/numba/devicearray.py", line=103),
+                     dict(user, function="train_one_step_of_the_model", file="/src/train.py", line=22),
+                     dict(user, function="main", file="/src/train.py", line=61)])
+    st["site"] = {"id": st["site"]["id"], "frame": 0, "user": False,
+                  "label": "Driver.memalloc_with_a_long_qualified_name (driver.py:35) \u2190 "
+                           "_AllocatorOfTheContextWithAnotherLongName.allocate (allocators.py:148) \u2190 "
+                           "DeviceNDArray.__init__ (devicearray.py:103) \u2190 "
+                           "train_one_step_of_the_model (train.py:22) \u2190 main (train.py:61)"}
+    st.pop("runtime_call", None)
+    doc = checked(raw)
+    for width in (69, 60, 50):
+        title = text.site_title(doc, st["id"], width)
+        if cols(title) > width:
+            raise AssertionError(f"at {width} columns the title is wider: {title!r}")
+        for place in ("train.py:22)", "train.py:61)"):
+            has(title, place, f"at {width} columns the program's place stays whole")
+        has(title, "\u2026", f"at {width} columns the library frames go first")
+    wide = text.site_title(doc, st["id"], 400)
+    has(wide, "allocators.py:148", "with room, every frame is shown")
+
+
+@test
 def simulator_snapshots() -> None:
     if not BUILD_DIR:
         print("  (no BUILD_DIR given: the simulator's snapshots are not tested)")
@@ -680,6 +714,12 @@ def simulator_snapshots() -> None:
         "failed request")
     if len(text.split("\n")) > 70:
         raise AssertionError(f"the demo's summary is {len(text.split(chr(10)))} lines: more than a screen")
+    # Every site shows the frames of its label (what tells it from the
+    # others), the fourth and later too: the demo's three device_alloc sites
+    # differ only in their caller in main.
+    for sid, entry in zip((x["stack"] for x in summary.facts(oom)["sites"]), site_entries(text)):
+        for piece in oom["_stack_by_id"][sid]["site"]["label"].split(" \u2190 "):
+            has(entry, piece, f"site {sid}'s entry shows its label's frame")
     etext = summary.summary(ext, width=80)
     check_width(etext, 80, "simulator exit")
     print(etext, end="")

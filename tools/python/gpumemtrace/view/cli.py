@@ -88,6 +88,28 @@ def choose_mode(docs: Sequence[Dict[str, Any]], diff: bool, merge: bool) -> str:
                     "(older first) for a diff, or add --merge")
 
 
+def separate_runs(docs: Sequence[Dict[str, Any]]) -> bool:
+    """Whether these snapshots, of different processes, are of separate runs
+    of one command rather than processes of one job: none has a rank, all are
+    of one host and one command line, none is another's parent, and each
+    process began (its first event, series.start_ns) after the one before had
+    written its snapshot. What `gpumemtrace view gpumemtrace.*.oom.1.json`
+    matches after a program was run twice in one directory."""
+    if len(docs) < 2:
+        return False
+    pids = {d["pid"] for d in docs}
+    for d in docs:
+        p = d["process"]
+        if p.get("rank") is not None or p.get("world_size") is not None or p.get("ppid") in pids:
+            return False
+        if (p.get("host"), d["argv"]) != (docs[0]["process"].get("host"), docs[0]["argv"]):
+            return False
+        if (d.get("series") or {}).get("start_ns") is None:
+            return False
+    ordered = sorted(docs, key=lambda d: d["time_ns"])
+    return all(b["series"]["start_ns"] > a["time_ns"] for a, b in zip(ordered, ordered[1:]))
+
+
 def write_file(path: str, data: bytes) -> None:
     """data into path: "-" is standard output; a FIFO or a character device
     (/dev/stdout, a terminal) is written into, never replaced; another file
@@ -218,6 +240,17 @@ def run(argv: Sequence[str]) -> int:
     lean = not exports and not args.diff and (args.merge or len(args.files) > 2)
     docs = loader.load_all(args.files, lean_docs=lean)
     mode = choose_mode(docs, args.diff, args.merge)
+    if mode == "merge" and not args.merge and separate_runs(docs):
+        # Runs of one command one after the other (a glob that matched an
+        # earlier run's file too): the newest, unless a merge is asked for.
+        newest = max(range(len(docs)), key=lambda i: docs[i]["time_ns"])
+        note = (f"{PROG}: {len(docs)} snapshots of {len(docs)} separate runs of this command "
+                f"(pids {', '.join(str(d['pid']) for d in sorted(docs, key=lambda d: d['time_ns']))}): the newest "
+                f"shown, pid {docs[newest]['pid']} ({args.files[newest]}); --merge shows them together")
+        print(_printable(note), file=sys.stderr if args.quiet else sys.stdout)
+        args.files = [args.files[newest]]
+        docs = loader.load_all(args.files) if lean else [docs[newest]]
+        mode = "single"
 
     # The modules of each output are imported only when asked for.
     outputs: List[tuple] = []

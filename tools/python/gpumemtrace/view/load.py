@@ -302,7 +302,12 @@ def check(doc: Any, name: str, lean: bool = False) -> Dict[str, Any]:
             d["tensors"]["allocations"] = []
         _sites(c, d, stack_ref)
         d["vmm"] = {"reservations": [], "mappings": []}
-        d["series"] = {"interval_ns": 0, "start_ns": None, "columns_dropped": 0, "time_ns": [], "columns": []}
+        # The series' start stays: when the process began (cli.separate_runs).
+        series = d.get("series")
+        start = series.get("start_ns") if isinstance(series, dict) else None
+        if start is not None:
+            c.int_(start, "/series/start_ns")
+        d["series"] = {"interval_ns": 0, "start_ns": start, "columns_dropped": 0, "time_ns": [], "columns": []}
         d["history"] = {"capacity": 0, "dropped": 0, "events": [], "steps": []}
         d["modules"] = []
         d.pop("leaks", None)

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import model
 from .model import fmt_bytes
 from .text import (Doc, Span, Text, clean, cut, device_name, fmt_duration, fmt_time, kinds_list, kinds_text,
-                   percent, places_by_stack, plural, site_frames, site_title, sorted_kinds, text_width)
+                   label_frames, percent, places_by_stack, plural, site_frames, site_title, sorted_kinds, text_width)
 
 _REASONS = {"oom": "out of memory", "exit": "at exit", "peak": "at a new peak",
             "signal": "on a signal", "api": "asked for by gmt_dump()"}
@@ -111,7 +111,7 @@ def facts(doc: Doc, top: int = 10, frames: int = 3, level: str = "tensors") -> D
                       "runtime_call": ", ".join(calls) or None,
                       "tags": list(st["tags"]) if st else [],
                       "growing": x["growing"], "suspect": x["suspect"], "growth_bytes": x["growth_bytes"],
-                      "frames": site_frames(doc, x["stack"], frames if rank < 3 else 1)})
+                      "frames": label_frames(doc, x["stack"], frames if rank < 3 else 1)})
     out["sites"] = sites
     out["sites_live"] = len(live_sites)
 

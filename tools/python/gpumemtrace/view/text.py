@@ -293,9 +293,30 @@ def site_frames(doc: Doc, sid: int, depth: int) -> List[str]:
     return out
 
 
+def label_frames(doc: Doc, sid: int, depth: int) -> List[str]:
+    """A site's frames as site_frames() gives them, `depth` of them at least
+    and never fewer than its label names: the frames that tell it from the
+    other sites (the label the tracer gave it) are always shown; where the
+    program's frames do not hold them all, the label's own."""
+    st = doc["_stack_by_id"].get(sid) if sid else None
+    label = st["site"]["label"].split(" \u2190 ") if st is not None and st["site"].get("label") else []
+    out = site_frames(doc, sid, max(depth, len(label)))
+    shown = {clean(line) for line in out}
+    return out if all(clean(piece) in shown for piece in label) else label
+
+
+def _piece_roles(st: Optional[Dict[str, Any]], pieces: List[str]) -> List[str]:
+    """The role of each piece of a label (its frame's: "user" for the
+    program's own code), "library" for a piece no user frame prints as."""
+    user = {clean(frame_line(f)) for f in (st or {}).get("frames") or [] if f.get("role") == "user"}
+    return ["user" if p in user else "library" for p in pieces]
+
+
 def site_title(doc: Doc, sid: int, cols: int) -> str:
-    """model.stack_title() made to fit cols: drop the runtime call, then
-    shorten each frame's function in the middle, then cut."""
+    """model.stack_title() made to fit cols: drop the runtime call, then the
+    library frames from the outermost in (each run of them one "…"), then
+    shorten each function in the middle, keeping every frame's place: the
+    program's file:line is what a reader looks for, cut last."""
     # Measured and cut escaped: an escape is wider than the character.
     title = clean(model.stack_title(doc, sid))
     if text_width(title) <= cols:
@@ -308,16 +329,45 @@ def site_title(doc: Doc, sid: int, cols: int) -> str:
     if text_width(title) <= cols:
         return title
     pieces = title.split(" \u2190 ")
-    per = max(12, (cols - 3 * (len(pieces) - 1)) // len(pieces))
-    short = []
-    for p in pieces:
-        # "function (file:line)": keep the place, shorten the function.
-        fn, sep, where = p.partition(" (")
-        if sep and text_width(p) > per:
-            room = per - text_width(sep + where)
-            p = (cut_middle(fn, room) + sep + where) if room >= 8 else cut_middle(p, per)
-        short.append(p)
-    return " \u2190 ".join(short)
+    roles = _piece_roles(st, pieces)
+
+    def joined(ps: List[str]) -> str:
+        out: List[str] = []
+        for p in ps:
+            if not (p == "\u2026" and out and out[-1] == "\u2026"):
+                out.append(p)
+        return " \u2190 ".join(out)
+
+    # Library frames out, outermost first; the site's own frame too where
+    # a frame of the program's stays.
+    keep_first = "user" not in roles
+    for i in reversed(range(len(pieces))):
+        if text_width(joined(pieces)) <= cols:
+            return joined(pieces)
+        if roles[i] != "user" and not (i == 0 and keep_first):
+            pieces[i] = "\u2026"
+    pieces = joined(pieces).split(" \u2190 ")
+    title = " \u2190 ".join(pieces)
+    if text_width(title) <= cols:
+        return title
+    # Then the functions, each keeping its place "(file:line)": the room the
+    # places and arrows leave, shared out, the narrowest function first.
+    parts = [p.partition(" (") if p != "\u2026" else ("", "", "") for p in pieces]
+    named = [i for i, (fn, sep, _) in enumerate(parts) if sep]
+    room = cols - 3 * (len(pieces) - 1) - sum(
+        text_width(p) if i not in named else text_width(" (" + parts[i][2]) for i, p in enumerate(pieces))
+    if named and room >= len(named):
+        give: Dict[int, int] = {}
+        left = len(named)
+        for i in sorted(named, key=lambda j: text_width(parts[j][0])):
+            give[i] = min(text_width(parts[i][0]), room // left)
+            room -= give[i]
+            left -= 1
+        pieces = [cut_middle(parts[i][0], give[i]) + " (" + parts[i][2] if i in give else p
+                  for i, p in enumerate(pieces)]
+        title = " \u2190 ".join(pieces)
+    # A place wider than the line itself: only then cut.
+    return title if text_width(title) <= cols else cut(title, cols)
 
 
 def site_title_lines(doc: Doc, sid: int, cols: int) -> List[str]:

@@ -560,6 +560,45 @@ def merge_of_many_ranks() -> None:
 
 
 @test
+def merge_wording() -> None:
+    """What the merge says is true: two processes are not judged for
+    outliers (their difference is given); with many, "none" names the limits
+    it used and every process is within them; no top site holds nothing;
+    every count of processes says what it counts."""
+    two, _ = _ranks(2, oom_rank=1)
+    text = merge_view.merge_text(two, width=80)
+    f = merge_view.merge_facts(two)
+    peaks = [p["peak_bytes"] for p in f["processes"]]
+    has(section(text, "Ranks"), "outliers: not judged among 2 processes; their peaks differ by "
+        + fmt_bytes(max(peaks) - min(peaks)), "two processes")
+    for n in (12, 512):
+        many, _ = _ranks(n, oom_rank=1)
+        f = merge_view.merge_facts(many)
+        text = merge_view.merge_text(many, width=80)
+        ranks = " ".join(section(text, "Ranks").split())
+        fl = f["fleet"]
+        if "outliers: none" in ranks:
+            has(ranks, f"every process within {fmt_bytes(fl['live']['limit'])} of the median live", f"{n}: limits")
+            for what in ("live", "peak"):
+                k = fl[what]
+                vals = [p[f"{what}_bytes"] for p in f["processes"]]
+                if any(abs(v - k["median"]) > k["limit"] for v in vals):
+                    raise AssertionError(f"{n} processes: 'none' but one lies beyond the limit")
+        for m in re.finditer(r"^    (\S+ \S+:) ", section(text, "Ranks"), re.M):
+            if not re.match(r"^\d+ process(es)?:$", m.group(1)):
+                raise AssertionError(f"{n}: a count without its noun: {m.group(0)!r}")
+        if re.search(r"\b0 B in 0 allocations\b|in 0 of \d+ processes", text):
+            raise AssertionError(f"{n}: a top site that holds nothing:\n{section(text, 'Top sites across processes')}")
+    # Sites of nothing live (all freed) are no top sites.
+    docs, _ = _ranks(2, oom_rank=1)
+    for d in docs:
+        for st in d["sites"]:
+            st["live_bytes"], st["live_count"] = 0, 0
+    f = merge_view.merge_facts(docs)
+    eq(f["sites"], [], "no site with nothing live")
+
+
+@test
 def episode_section() -> None:
     doc, _ = synthetic(episode=True, sites=6)
     text = summary.summary(doc, width=80)

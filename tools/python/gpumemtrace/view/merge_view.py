@@ -40,7 +40,10 @@ def merge_facts(docs: Sequence[Doc], top: int = 10, level: str = "tensors") -> D
             ooms.append({"label": p["label"], "request": p["oom"], "verdict": dg["verdict"] if dg else None,
                          "summary": dg["summary"] if dg else None})
     sites = []
-    for s in m["sites"][:top]:
+    # A site that holds nothing live in any process (a site of the other
+    # level, or one whose memory is all gone) is not a top site.
+    live_sites = [s for s in m["sites"] if s["live_bytes"] > 0]
+    for s in live_sites[:top]:
         per = s["by_process"][:len(procs)]
         having = [i for i, b in enumerate(per) if b]
         lo = min(range(len(per)), key=lambda i: (per[i], i)) if per else 0
@@ -50,7 +53,7 @@ def merge_facts(docs: Sequence[Doc], top: int = 10, level: str = "tensors") -> D
             "live_count": sum(p["live_count"] for p in procs),
             "peak_sum": sum(p["peak_bytes"] for p in procs),
             "kinds": sorted(kinds.items(), key=lambda kb: (-kb[1], kb[0])),
-            "ooms": ooms, "sites": sites, "site_count": len(m["sites"]), "fleet": model.fleet(m, ordered),
+            "ooms": ooms, "sites": sites, "site_count": len(live_sites), "fleet": model.fleet(m, ordered),
             "all_sites": m["sites"], "level": level_name}
 
 
@@ -84,6 +87,7 @@ def _ranks(t: "Text", f: Dict[str, Any], docs: Sequence[Doc], top: int) -> None:
                                f"min {fmt_bytes(k['min'])} ({_short_label(procs[k['min_index']])})"], hang=4, sep=" ")
     out = sorted(set(fl["live"]["outliers"][:top] + fl["peak"]["outliers"][:top]),
                  key=lambda i: -abs(procs[i]["peak_bytes"] - fl["peak"]["median"]))
+    n = len(procs)
     if out:
         words = []
         for i in out[:top]:
@@ -91,8 +95,14 @@ def _ranks(t: "Text", f: Dict[str, Any], docs: Sequence[Doc], top: int) -> None:
             words.append((f"{_short_label(procs[i])} (peak {fmt_bytes(procs[i]['peak_bytes'])}, "
                           f"{'+' if d >= 0 else '-'}{fmt_bytes(abs(d))} from the median)", "yellow"))
         t.flow("  outliers: ", words, hang=4, sep=", ")
+    elif n < 3:
+        # Two values have no typical spread to stand out from: the median
+        # lies between them, each as far from it as the other.
+        t.add(f"  outliers: not judged among {n} processes; their peaks differ by "
+              f"{fmt_bytes(fl['peak']['max'] - fl['peak']['min'])}")
     else:
-        t.add("  outliers: none (every rank within 5 % of the median, or three deviations)")
+        t.add(f"  outliers: none (every process within {fmt_bytes(fl['live']['limit'])} of the median live and "
+              f"{fmt_bytes(fl['peak']['limit'])} of the median peak: three median deviations, at least 5 %)")
     first = fl["first_oom"]
     if first is not None:
         p = procs[first["index"]]
@@ -105,11 +115,11 @@ def _ranks(t: "Text", f: Dict[str, Any], docs: Sequence[Doc], top: int) -> None:
             t.add("    at ", site_title(doc, first["stack"], t.width - 7))
     groups = [g for g in fl["groups"] if g["site"] >= 0]
     if groups:
-        t.add("  ranks by dominant site (the site holding most of each one's live bytes):")
+        t.add("  processes by dominant site (the site holding most of each one's live bytes):")
         for g in groups[:top]:
             site = f["all_sites"][g["site"]]
-            t.flow("    ", [(f"{len(g['processes'])}:", "bold"), _group_label(procs, g["processes"])],
-                   hang=6, sep=" ")
+            t.flow("    ", [(plural(len(g["processes"]), "process", "processes") + ":", "bold"),
+                                _group_label(procs, g["processes"])], hang=6, sep=" ")
             t.add("      ", site_title(docs[site["doc"]], site["stack"], t.width - 6))
         if len(groups) > top:
             t.add(f"    … and {len(groups) - top} more groups")

@@ -251,10 +251,11 @@ def skew(values: Sequence[int]) -> Dict[str, Any]:
     """The spread of one number over processes: max, median and min (with
     the index of the max and the min) and the outliers — the processes whose
     value lies further from the median than three median absolute
-    deviations, and than 5 % of the median — furthest first."""
+    deviations, and than 5 % of the median (the larger is "limit") —
+    furthest first."""
     n = len(values)
     if n == 0:
-        return {"max": 0, "max_index": None, "median": 0, "min": 0, "min_index": None, "outliers": []}
+        return {"max": 0, "max_index": None, "median": 0, "min": 0, "min_index": None, "outliers": [], "limit": 0}
     s = sorted(values)
     med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
     dev = sorted(abs(v - med) for v in values)
@@ -263,7 +264,8 @@ def skew(values: Sequence[int]) -> Dict[str, Any]:
     out = sorted((i for i, v in enumerate(values) if abs(v - med) > limit), key=lambda i: (-abs(values[i] - med), i))
     hi = max(range(n), key=lambda i: (values[i], -i))
     lo = min(range(n), key=lambda i: (values[i], i))
-    return {"max": values[hi], "max_index": hi, "median": med, "min": values[lo], "min_index": lo, "outliers": out}
+    return {"max": values[hi], "max_index": hi, "median": med, "min": values[lo], "min_index": lo, "outliers": out,
+            "limit": limit}
 
 
 def first_failure_ns(doc: Doc) -> int:

@@ -309,9 +309,10 @@ def run_command(cmd: Command, sec: Section, paths: Dict[str, str], watch: List[s
             launches = [json.loads(ln) for ln in f if ln.strip()]
         problems += check_launches(launches, new, "--metrics-dir" in flat)
     if re.search(r"\bgpumemtrace view\b", flat):
-        if not r.stdout.strip():
-            problems.append("the viewer printed nothing")
         html = re.search(r"--html (\S+)", flat)
+        # With --html the page is the answer (the summary only with --summary).
+        if not html and not r.stdout.strip():
+            problems.append("the viewer printed nothing")
         if html and not os.path.isfile(os.path.join(sec.cwd, html.group(1))):
             problems.append(f"no HTML report {html.group(1)}")
     if problems:

@@ -328,6 +328,16 @@ class TestModes(unittest.TestCase):
         self.assertIn("From the older to the newer snapshot", page)
         self.assertIn("Growth by site", page)
         TestSingle.assert_self_contained(self, page)
+        # The lead sentence counts in words: one site, no site, plurals.
+        grew = [r for r in rows if r["delta_bytes"] > 0]
+        fell = [r for r in rows if r["delta_bytes"] < 0]
+        lead = re.search(r'<p class="lead">(.*?)</p>', page, re.S).group(1)
+        self.assertNotRegex(lead, r"\b1 sites\b|\b0 (sites|shrank)\b|by 0 B")
+        if not fell:
+            self.assertIn("no site shrank", lead)
+        self.assertIn(f"{len(grew)} site{'s' if len(grew) != 1 else ''} grew by", lead)
+        self.assertEqual(html._site_changes(1, 4 << 20, "grew"), "1 site grew by 4.00 MiB")
+        self.assertEqual(html._site_changes(0, 0, "shrank"), "no site shrank")
 
     def test_merge(self) -> None:
         raws = [fixtures.synthetic(n=300 + 100 * r, seed=10 + r, pid=100 + r, rank=r, oom=r == 1)

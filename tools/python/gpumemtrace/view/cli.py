@@ -57,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
                         "and NO_COLOR is not set)")
     p.add_argument("--width", type=_positive, metavar="COLS",
                    help="terminal width (default: the terminal's, or 80)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary (files only)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    p.add_argument("--summary", action="store_true",
+                   help="the terminal summary also when writing files (--html and the exports write only "
+                        "their files by default)")
     return p
 
 
@@ -278,7 +281,8 @@ def run(argv: Sequence[str]) -> int:
     to_stdout = [path for path, _ in outputs if path == "-"]
     if len(to_stdout) > 1:
         raise ViewError("standard output (-) given to more than one output")
-    if not args.quiet and not to_stdout:
+    # Files asked for are the answer: the summary only on request then.
+    if not args.quiet and not to_stdout and (args.summary or not outputs):
         color, width = _color(args.color), _width(args.width)
         if mode == "single":
             from . import summary

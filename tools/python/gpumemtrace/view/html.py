@@ -88,6 +88,14 @@ def _b(n: Optional[int], unknown: str = "?") -> str:
     return esc(model.fmt_bytes(n))
 
 
+def _site_changes(n: int, total: int, verb: str) -> str:
+    """"3 sites grew by 12.0 MiB", "1 site shrank by 4.00 MiB", "no site
+    shrank"."""
+    if n == 0:
+        return f"no site {verb}"
+    return f"{_n(n)} site{'s' if n != 1 else ''} {verb} by {_b(total)}"
+
+
 def _n(n: Optional[int]) -> str:
     return "?" if n is None else f"{n:,}"
 
@@ -369,8 +377,8 @@ def _diagnosis_section(docs: Sequence[Doc], mode: str, files: Sequence[str]) -> 
         out.append(f'<p class="lead">From the older to the newer snapshot live memory changed by '
                    f'<strong>{esc(model.fmt_delta(delta))}</strong> '
                    f'({_b(old["summary"]["live_bytes"])} \u2192 {_b(new["summary"]["live_bytes"])}): '
-                   f'{_n(sum(1 for r in rows if r["delta_bytes"] > 0))} sites grew by {_b(grew)}, '
-                   f'{_n(sum(1 for r in rows if r["delta_bytes"] < 0))} shrank by {_b(-fell)}.</p>')
+                   f'{_site_changes(sum(1 for r in rows if r["delta_bytes"] > 0), grew, "grew")}, '
+                   f'{_site_changes(sum(1 for r in rows if r["delta_bytes"] < 0), -fell, "shrank")}.</p>')
         out.append('<div class="two">')
         for label, d, f in (("older", old, files[0]), ("newer", new, files[1])):
             out.append(f'<div><h3>{label}</h3>{_oom_html(d)}{_leak_totals(d)}{_overview(d, f)}'

@@ -67,10 +67,10 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: gpumemtrace run [options] -- command [argument...]\n"
-		"       gpumemtrace check [options] -- command [argument...]\n"
-		"       gpumemtrace view [options] FILE...\n"
-		"       gpumemtrace --help | --version\n");
+		"Usage: gpumemtrace run [options] -- command [argument...]\n"
+		"  or:  gpumemtrace check [options] -- command [argument...]\n"
+		"  or:  gpumemtrace view [options] FILE...\n"
+		"  or:  gpumemtrace --help | --version\n");
 }
 
 void cli_help(void)

@@ -208,7 +208,7 @@ def test_errors(c: Checker, launcher: str, tmp: str) -> None:
 
     r = run(exe, [])
     c.eq("no arguments: exit status", r.rc, 2)
-    c.true("no arguments: usage", "usage: gpumemtrace run" in r.err, r.err)
+    c.true("no arguments: usage", "Usage: gpumemtrace run" in r.err, r.err)
 
     r = run(exe, ["run", "--", os.path.join(tmp, "no-such-command")])
     one_line(c, "command not found", r, 127, "cannot run", "no-such-command")
@@ -287,6 +287,24 @@ def test_help(c: Checker, launcher: str, options_h: str, version: str) -> None:
             c.true(f"{flag}: help mentions {word!r}", word in r.out)
     r = run(launcher, ["--version"])
     c.eq("--version", (r.rc, r.out), (0, f"gpumemtrace {version}\n"))
+
+    # The man page (help2man, from --help) lists each usage on a line of
+    # its own under SYNOPSIS, not run together in a paragraph.
+    page = os.path.join(os.path.dirname(launcher), "gpumemtrace.1")
+    man = shutil.which("man")
+    if os.path.isfile(page) and man:
+        r = subprocess.run([man, "-l", page], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=dict(clean_env(), MANWIDTH="80"))
+        text = re.sub(r".\x08", "", r.stdout)
+        forms = ["gpumemtrace run [options] -- command [argument...]",
+                 "gpumemtrace check [options] -- command [argument...]",
+                 "gpumemtrace view [options] FILE...", "gpumemtrace --help | --version"]
+        lines = [ln.strip() for ln in text.split("\n")]
+        c.true("man page: a SYNOPSIS", "SYNOPSIS" in lines, text[:400])
+        for form in forms:
+            c.true(f"man page: {form!r} on a line of its own", form in lines, text[:600])
+    else:
+        print("  (no man page or no man here: the man page's layout not checked)")
 
 
 def test_view(c: Checker, launcher: str, tmp: str) -> None:

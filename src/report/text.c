@@ -320,8 +320,9 @@ static void oom_report(const struct gmt__snapshot *s, const struct gmt__model *m
 	for (int i = 0; i < rep->n && at < s->report_len; i++) {
 		uint64_t tensors = rep->tensors[i], others = rep->count[i] - tensors;
 
-		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s%s in ",
-				       i == 0 ? "\ntop sites: " : "; ",
+		/* One site a line: a line of three sites ran past any terminal. */
+		at += (size_t)snprintf(s->report + at, s->report_len - at, "%s\n  %s in ",
+				       i == 0 ? "\ntop sites:" : "",
 				       gmt__human_bytes(a, sizeof(a), rep->bytes[i]));
 		if (at < s->report_len && tensors > 0)
 			at += (size_t)snprintf(s->report + at, s->report_len - at, "%llu tensor%s%s",

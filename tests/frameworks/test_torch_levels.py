@@ -231,7 +231,7 @@ def label_of(doc: Dict[str, Any], sid: int) -> str:
 def first_site_in_views(launcher: str, env: Dict[str, str], tmp: str, path: str, label: str, what: str) -> None:
     """The terminal summary's first top site and the HTML report's first
     site (the level it shows first) are the tensor site `label`."""
-    v = subprocess.run([launcher, "view", "--width", "200", "--html", os.path.join(tmp, "r.html"), path],
+    v = subprocess.run([launcher, "view", "--width", "200", "--summary", "--html", os.path.join(tmp, "r.html"), path],
                        env=env, capture_output=True, text=True, timeout=120)
     top = v.stdout.split("Top sites by live bytes", 1)[-1]
     first = re.search(r"^\s+1\. .*\n\s+(.*)$", top, re.M)

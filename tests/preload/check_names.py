@@ -55,7 +55,9 @@ def problems_of(program: str, lib: str, snapdir: str) -> list[str]:
         words = line[len("gpumemtrace: "):].strip()
         if words.startswith("snapshot:") and not words.startswith(("snapshot: " + snapdir, "snapshot: not written")):
             problems.append(f"a forged snapshot line: {line!r}")
-    oom = [x for x in lines if x.startswith("gpumemtrace:   top sites:")]
+    # The top sites, one line each after "top sites:".
+    at = next((i for i, x in enumerate(lines) if x == "gpumemtrace:   top sites:"), len(lines))
+    oom = [x for x in lines[at + 1:] if x.startswith("gpumemtrace:     ")][:1]
     if not oom or ESCAPED not in oom[0]:
         problems.append(f"the out-of-memory report's top site is not the escaped name: {oom!r}")
     if not any(ESCAPED in x and " in " in x and "#" in x for x in lines):

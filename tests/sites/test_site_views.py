@@ -82,7 +82,7 @@ def check_views(launcher: str, work: str, doc: Dict[str, Any], labels: List[str]
     html, trace = os.path.join(work, "r.html"), os.path.join(work, "t.json")
     # The viewer is Python: no sanitizer runtime preloaded into it.
     plain = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
-    r = run([launcher, "view", "--width", "250", "--frames", "3", "--html", html, "--perfetto", trace,
+    r = run([launcher, "view", "--width", "250", "--frames", "3", "--summary", "--html", html, "--perfetto", trace,
              doc["_path"]], plain)
     check(r.returncode == 0, "view status", r.stderr)
     heads = [lab.split(" \u2190 ")[0] for lab in labels]
@@ -119,7 +119,10 @@ def test_framework(launcher: str, prog: str, tmp: str) -> None:
                   "the framework's frames are library code", [(fr["function"], fr["role"]) for fr in libs])
             check(all(fr["role"] != "user" for fr in st["frames"][:site["frame"]]),
                   "no frame of the program's before the site's")
-    top = next((ln for ln in err.splitlines() if "top sites:" in ln), "")
+    # The top sites: the line "top sites:", then one line each.
+    lines = err.splitlines()
+    at = next((i for i, ln in enumerate(lines) if ln.rstrip().endswith("top sites:")), len(lines))
+    top = "\n".join(ln for ln in lines[at + 1:at + 4] if ln.startswith("gpumemtrace:     "))
     check(f"at {want_f}" in top and f"at {want_w}" in top and top.index(want_f) < top.index(want_w),
           "the stderr report's top sites, largest first", top)
     check_views(launcher, work, docs[0], [want_f, want_w], env)

@@ -47,7 +47,9 @@ static void make_room(struct gmt__ring *r)
 	while (!gmt__ring_has_room(r)) {
 		if (gmt__core_trylock()) {
 			STAT_ADD(producer_drains, 1);
+			gmt__core.in_hook = true;
 			gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+			gmt__core.in_hook = false;
 			gmt__core_unlock();
 		} else {
 			sched_yield();

@@ -55,8 +55,7 @@ static void account(const struct gmt__entry *e, bool add)
 			gmt__core.api_peak[0] = gmt__core.live_bytes;
 		if (gmt__core.live_bytes > gmt__core.peak_bytes) {
 			gmt__core.peak_bytes = gmt__core.live_bytes;
-			if (gmt__core.peak_armed && gmt__core.live_bytes >= gmt__core.peak_next_bytes)
-				gmt__core.peak_due = true;
+			gmt__peak_high(gmt__core.cause.time_ns);
 		}
 	} else {
 		gmt__core.live_bytes -= e->size;
@@ -543,6 +542,9 @@ void gmt__apply(const struct gmt__event *ev)
 	gmt__core.cause = (struct gmt__hist_cause){
 		.seq = ev->seq, .time_ns = ev->time_ns, .tid = ev->tid, .api = ev->api,
 	};
+	/* At a top, the state is copied before an event that may lower it. */
+	if (gmt__core.peak_top)
+		gmt__peak_before(ev->op);
 	if (gmt__core.have_hist)
 		gmt__history_tick(&gmt__core.hist, ev->time_ns);
 	switch ((enum gmt__op)ev->op) {

@@ -17,7 +17,7 @@ uint64_t gmt__drain_until(uint64_t target)
 	uint64_t applied = 0, wait_start = 0;
 
 	GMT_CHECK(gmt__core_held());
-	while ((int64_t)(target - gmt__core.expected) > 0 && !(gmt__core.stop_at_peak && gmt__core.peak_due)) {
+	while ((int64_t)(target - gmt__core.expected) > 0) {
 		struct gmt__ring *best = NULL;
 		const struct gmt__event *ev;
 		uint64_t best_seq = UINT64_MAX;
@@ -37,12 +37,9 @@ uint64_t gmt__drain_until(uint64_t target)
 			gmt__apply(gmt__ring_peek(best));
 			gmt__ring_pop(best);
 			applied++;
-			/* At a due peak the consumer stops (the loop conditions)
-			 * and writes the peak snapshot with the table as it is. */
 			/* A thread's events come in runs: follow this ring while it
 			 * holds the next number. */
-			while (!(gmt__core.stop_at_peak && gmt__core.peak_due) && (ev = gmt__ring_peek(best)) != NULL &&
-			       ev->seq == gmt__core.expected) {
+			while ((ev = gmt__ring_peek(best)) != NULL && ev->seq == gmt__core.expected) {
 				gmt__apply(ev);
 				gmt__ring_pop(best);
 				gmt__core.expected++;
@@ -85,7 +82,7 @@ static uint64_t drain_visible(void)
 			if (ev != NULL && ev->seq < lowest)
 				lowest = ev->seq;
 		}
-		if (lowest == UINT64_MAX || (gmt__core.stop_at_peak && gmt__core.peak_due))
+		if (lowest == UINT64_MAX)
 			return applied;
 		/* Everything below `lowest` + 1 has its number taken: apply it. */
 		applied += gmt__drain_until(lowest + 1);
@@ -125,21 +122,13 @@ static void *consumer_main(void *arg)
 			(void)gmt__unwind_learn();
 
 		gmt__core_lock();
-		if ((gmt__core.opt->snapshot_on & GMT_TRIGGER_PEAK) && !gmt__core.peak_armed &&
-		    gmt__now_ns(CLOCK_MONOTONIC) >= gmt__core.peak_next_ns)
-			gmt__core.peak_armed = true;
-		gmt__core.stop_at_peak = true;
 		n = drain_visible();
-		gmt__core.stop_at_peak = false;
 		gmt__rings_reap();
 		/* An out-of-memory episode that an allocation or the gap ended:
 		 * its report (and a snapshot at its end after a storm). */
 		gmt__episode_settle(false);
-		if (gmt__core.peak_due) {
-			gmt__core.peak_due = gmt__core.peak_armed = false;
-			gmt__core.peak_next_bytes = gmt__core.peak_bytes + gmt__core.peak_bytes / 100 * (uint64_t)gmt__core.opt->peak_step;
-			gmt__core.peak_next_ns = gmt__now_ns(CLOCK_MONOTONIC) + GMT_PEAK_INTERVAL_NS;
-			gmt__snapshot_take(GMT_REASON_PEAK, NULL, NULL, NULL, 0); /* releases the lock */
+		if (gmt__peak_settle(false)) {
+			/* a peak snapshot written; the lock released */
 		} else if (atomic_exchange_explicit(&gmt__core.signal_pending, false, memory_order_relaxed)) {
 			/* Everything completed before the signal has its number. */
 			n += gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));

@@ -114,8 +114,8 @@ static void fork_child(void)
 	gmt__core.total_allocs = gmt__core.total_frees = gmt__core.snapshot_seq = 0;
 	gmt__episode_fork_child();
 	gmt__metrics_after_fork();
-	gmt__core.peak_armed = gmt__core.peak_due = false;
-	gmt__core.oom_failures = gmt__core.peak_next_bytes = gmt__core.peak_next_ns = 0;
+	gmt__peak_fork_child();
+	gmt__core.oom_failures = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);
 	memset(gmt__core.kind_live, 0, sizeof(gmt__core.kind_live));
 	memset(gmt__core.kind_count, 0, sizeof(gmt__core.kind_count));
@@ -453,6 +453,9 @@ __attribute__((destructor)) static void core_exit(void)
 		  (unsigned long long)(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq));
 	/* An out-of-memory episode still open ends here: its report. */
 	gmt__episode_settle(true);
+	/* The run's peak, before the exit snapshot. */
+	if (gmt__peak_settle(true))
+		gmt__core_lock();
 	/* NOTE: no CUDA call from a destructor: the driver may be gone. */
 	if (write || check) {
 		struct own_regions own = { 0 };

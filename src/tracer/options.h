@@ -83,7 +83,7 @@ extern const char *const gmt__torch_history_names[GMT_TORCH_HISTORY_COUNT];
 	  "when to write snapshots besides oom: comma list of " GMT_TRIGGERS(GMT_WORD_COMMA)          \
 	  GMT_TRIGGER_NO_OOM " (without oom), or none")                                           \
 	X(peak_step, "GPUMEMTRACE_PEAK_STEP", INT, 10,                                        \
-	  "peak snapshots: percent a new high must exceed the last one's")                    \
+	  "peak snapshots: percent a top must exceed the last one copied")                    \
 	X(stack_depth, "GPUMEMTRACE_STACK_DEPTH", INT, 64,                                    \
 	  "native frames recorded per allocation, 0 to 256 (0: no stacks)")                   \
 	X(python_stacks, "GPUMEMTRACE_PYTHON_STACKS", BOOL, true,                             \

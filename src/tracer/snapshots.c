@@ -138,8 +138,10 @@ struct gmt__capture {
  * applied; returns with the lock RELEASED (here and only here): resolving
  * frames takes the loader's lock, and a document of a million allocations
  * takes a while. `kept`: c outlives the call (its framework state copied,
- * its number claimed when it is published). */
-static void capture(const struct take *t, struct gmt__capture *c, bool kept)
+ * its number claimed when it is published). capture_held: the same, with
+ * the lock still held on return (a peak's copy, taken while the events
+ * are applied). */
+static void capture_held(const struct take *t, struct gmt__capture *c, bool kept)
 {
 	struct gmt__snapshot *s = &c->s;
 	char **argv = NULL;
@@ -241,6 +243,11 @@ static void capture(const struct take *t, struct gmt__capture *c, bool kept)
 		s->history = c->hist;
 	}
 	c->result = r;
+}
+
+static void capture(const struct take *t, struct gmt__capture *c, bool kept)
+{
+	capture_held(t, c, kept);
 	gmt__core_unlock();
 }
 
@@ -381,6 +388,24 @@ void gmt__snapshot_publish_oom(struct gmt__capture *c, uint64_t replace_seq, str
 		c->s.seq = replace_seq;
 		c->s.replace = true;
 	}
+	(void)publish(&t, c);
+	free(c);
+}
+
+struct gmt__capture *gmt__snapshot_keep_peak(void)
+{
+	struct take t = { .reason = GMT_REASON_PEAK };
+	struct gmt__capture *c = malloc(sizeof(*c));
+
+	if (c != NULL)
+		capture_held(&t, c, true);
+	return c;
+}
+
+void gmt__snapshot_publish_peak(struct gmt__capture *c)
+{
+	struct take t = { .reason = GMT_REASON_PEAK };
+
 	(void)publish(&t, c);
 	free(c);
 }

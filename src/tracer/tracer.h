@@ -40,8 +40,7 @@
  * which can take seconds (PyTorch's libraries to symbolise) — starts a new
  * episode; the first GMT_EPISODE_WRITES
  * failures of an episode each rewrite its snapshot, later ones at most once
- * per GMT_EPISODE_REWRITE_NS (a retry storm). Peak snapshots are at least
- * GMT_PEAK_INTERVAL_NS apart. */
+ * per GMT_EPISODE_REWRITE_NS (a retry storm). */
 #define GMT_EPISODE_GAP_NS (5 * 1000000000ull)
 #define GMT_EPISODE_WRITES 8
 /* A storm of episodes (a server refusing requests too big for it): a
@@ -51,7 +50,13 @@
  * many were left out (tracer/episode.c). */
 #define GMT_STORM_EPISODES 8
 #define GMT_EPISODE_REWRITE_NS 1000000000ull
+/* Peak snapshots (tracer/peak.c): a top less than GPUMEMTRACE_PEAK_STEP
+ * above the one kept replaces it only GMT_PEAK_INTERVAL_NS after it; a top
+ * kept is written once the live bytes fell GMT_PEAK_FALL_PERCENT below it, or
+ * GMT_PEAK_QUIET_NS after it with no higher one, or at exit. */
 #define GMT_PEAK_INTERVAL_NS 1000000000ull
+#define GMT_PEAK_FALL_PERCENT 25
+#define GMT_PEAK_QUIET_NS (5 * 1000000000ull)
 /* The background thread's sleep when a pass found nothing, paced by what the
  * last sleep let gather: halved when it gathered more than a quarter of a
  * ring (or the doorbell had to wake the thread), doubled when less than a
@@ -227,11 +232,15 @@ struct gmt__core {
 	 * an episode none reported, ended by a success, is one an allocator
 	 * recovered from. */
 	char watching[64];
-	/* Peak snapshots: armed (by the consumer, once the interval has passed)
-	 * means a new high-water mark past peak_next_bytes is due; the consumer
-	 * stops applying events there (stop_at_peak) and writes it. */
-	bool peak_armed, peak_due, stop_at_peak;
-	uint64_t peak_next_bytes, peak_next_ns;
+	/* Peak snapshots (tracer/peak.c): peak_top when the live bytes stand at
+	 * a high worth keeping (since peak_top_ns, event time), to be copied
+	 * before the first event that may lower them; the copy kept (unwritten,
+	 * or NULL), of peak_kept_bytes, the highest top copied so far, at
+	 * peak_kept_ns; peak_written_bytes, the top of the last file written. */
+	bool peak_top, in_hook; /* in_hook: a producer applies its full ring (no copy then) */
+	uint64_t peak_top_ns;
+	struct gmt__capture *peak_kept;
+	uint64_t peak_kept_bytes, peak_kept_ns, peak_written_bytes;
 	struct gmt__snapshot_process process; /* rank and friends from init; host and ppid per snapshot */
 	/* The leak check: the status the program passed to exit() (on_exit;
 	 * -1 until then), the suppression rules, and why the file's were refused. */
@@ -374,6 +383,25 @@ struct gmt__capture *gmt__snapshot_keep_oom(const struct gmt__snapshot_request *
 					    const struct gmt__episode *episode, const char *framework);
 void gmt__snapshot_publish_oom(struct gmt__capture *c, uint64_t replace_seq, struct gmt__oom_write *out);
 void gmt__snapshot_drop(struct gmt__capture *c);
+
+/* A peak snapshot's capture, taken now and written later (tracer/peak.c).
+ * keep: lock held on entry and on return; NULL when out of memory.
+ * publish: writes it (the lock not held) and frees it. */
+struct gmt__capture *gmt__snapshot_keep_peak(void);
+void gmt__snapshot_publish_peak(struct gmt__capture *c);
+
+/* tracer/peak.c, the peak trigger; lock held. high: the live bytes just
+ * reached a new high, at event time time_ns (a top to keep, or too close to
+ * the one kept). before: an event of operation `op` is about to be applied;
+ * at a top, one that may lower the live bytes makes a copy of the state
+ * first — unless a producer applies its full ring inside a hook, where
+ * nothing is allocated: that top goes uncopied. settle: writes the top kept once it is known to be the peak (or
+ * `exiting`: the run's last top); true when it wrote one, and then returns
+ * with the lock RELEASED. fork_child: forgets them. */
+void gmt__peak_high(uint64_t time_ns);
+void gmt__peak_before(uint8_t op);
+bool gmt__peak_settle(bool exiting);
+void gmt__peak_fork_child(void);
 
 /* Prints an out-of-memory report and where its snapshot is (or why not). */
 void gmt__oom_report(const char *report, const char *path, int r);

@@ -16,7 +16,9 @@ moments (ground truth, docs/simulator.md):
   episode.freed;
 - a ledger the program wrote with gmtsim_ledger_write (reason "api") right
   after gmt_dump (or once its signal snapshot exists) holds exactly the live
-  set of the api (or signal) snapshot;
+  set of the api (or signal) snapshot; one it wrote at its peak under the name
+  ledger.PID.peak.json holds exactly the live set of the last peak snapshot,
+  whose live_bytes and peak_bytes are that set's bytes;
 - VMM reservations and mappings match;
 - every snapshot the run wrote is valid against docs/snapshot.schema.json
   (tests/schema/schema_check.py says which interpreter checks it);
@@ -355,6 +357,18 @@ def check(workdir: str, released: set[int] = frozenset()) -> tuple[list[str], in
         api_ledger = os.path.join(workdir, "ledgers", f"ledger.{pid}.api.json")
         if os.path.exists(api_ledger):
             pairs.append((api_ledger, snapshots_of(workdir, pid, "api") or snapshots_of(workdir, pid, "signal")))
+        # The run's peak (the ledger the program wrote there, "peak"): the
+        # last peak snapshot holds its live set, and says so in its summary.
+        peak_ledger = os.path.join(workdir, "ledgers", f"ledger.{pid}.peak.json")
+        if os.path.exists(peak_ledger):
+            peaks = snapshots_of(workdir, pid, "peak")
+            pairs.append((peak_ledger, peaks[-1:]))
+            if peaks:
+                summary = load(peaks[-1])["summary"]
+                truth = sum(e["size"] for e in load(peak_ledger)["live"])
+                if (summary["live_bytes"], summary["peak_bytes"]) != (truth, truth):
+                    problems.append(f"{os.path.basename(peaks[-1])}: live_bytes {summary['live_bytes']} and "
+                                    f"peak_bytes {summary['peak_bytes']}, the peak ledger's {truth} expected")
         for failure, snap in sorted(by_failure.items()):
             ledger = os.path.join(workdir, "ledgers", f"ledger.{pid}.oom.{failure}.json")
             if ledger not in ooms:

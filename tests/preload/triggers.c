@@ -5,9 +5,20 @@
  *           handler must chain to the program's (which must run once) and the
  *           snapshot must hold the 3 blocks (compared with the "api" ledger
  *           written once it exists).
- *   peak    64 MiB (the first high: a peak snapshot of exactly it), freed;
- *           after the rate limit 32 MiB (no new high) then 64 MiB (96 MiB,
- *           past the step): a second peak snapshot of exactly those two.
+ *   peak    64 MiB (the first top), freed: its peak snapshot is written at
+ *           the fall; 32 MiB (no new high) then 64 MiB (96 MiB, past the
+ *           step), 64 MiB freed: a second peak snapshot of exactly those two,
+ *           written at that fall too (the program waits for each).
+ *   peak-short  0.1 s at most: 8, 16, 32 and 64 MiB, all but the 8 freed, 4
+ *           MiB more: one peak snapshot, of the four (the top), not of the
+ *           first 8 MiB.
+ *   peak-long   about 2 s: 8 MiB, then 16 and 32 MiB after pauses, 32 freed
+ *           (a fall of more than a quarter): the peak snapshot of the three
+ *           is written then, before the program goes on (it waits for it).
+ *   peak-exit   8, 16 and 32 MiB and exit, nothing freed: the top is written
+ *           at exit.
+ * Each peak scenario writes the simulator's ledger at its peak
+ * (ledger.PID.peak.json): the last peak snapshot must hold its live set.
  *   storm   out of memory 51 times from one line (a retry loop), nothing
  *           allocated in between: one episode, one oom snapshot (rewritten
  *           at its first 8 failures and once more at its end); a success
@@ -75,12 +86,19 @@ static void wait_snapshots(const char *reason, int count)
 	PROG_FAIL("no %s snapshot after 10 s", reason);
 }
 
-static void write_ledger(void)
+static void write_ledger(const char *what)
 {
 	char path[4096];
 
-	snprintf(path, sizeof(path), "%s/ledger.%ld.api.json", getenv("GMTSIM_LEDGER_DIR"), (long)getpid());
+	snprintf(path, sizeof(path), "%s/ledger.%ld.%s.json", getenv("GMTSIM_LEDGER_DIR"), (long)getpid(), what);
 	PROG_OK(gmtsim_ledger_write(path));
+}
+
+/* Allocates `n` blocks of sizes[i] MiB into p[]. */
+static void alloc_mib(CUdeviceptr *p, const size_t *sizes, int n)
+{
+	for (int i = 0; i < n; i++)
+		PROG_OK(cuMemAlloc(&p[i], sizes[i] * MIB));
 }
 
 int main(int argc, char **argv)
@@ -100,19 +118,48 @@ int main(int argc, char **argv)
 		raise(SIGUSR2);
 		PROG_CHECK_EQ((int)handled, 1);
 		wait_snapshots("signal", 1);
-		write_ledger();
+		write_ledger("api");
 		for (int i = 0; i < 3; i++)
 			prog_report_live(PROG_ADDR(p[i]), (size_t)(i + 1) * MIB, "device", 0);
 	} else if (strcmp(what, "peak") == 0) {
 		PROG_OK(cuMemAlloc(&p[0], 64 * MIB));
-		wait_snapshots("peak", 1);
 		PROG_OK(cuMemFree(p[0]));
-		sleep_ms(1200);
+		wait_snapshots("peak", 1);
 		PROG_OK(cuMemAlloc(&p[1], 32 * MIB));
 		PROG_OK(cuMemAlloc(&p[2], 64 * MIB));
+		write_ledger("peak");
+		PROG_OK(cuMemFree(p[2]));
 		wait_snapshots("peak", 2);
 		prog_report_live(PROG_ADDR(p[1]), 32 * MIB, "device", 0);
-		prog_report_live(PROG_ADDR(p[2]), 64 * MIB, "device", 0);
+	} else if (strcmp(what, "peak-short") == 0) {
+		static const size_t sizes[] = { 8, 16, 32, 64 };
+
+		alloc_mib(p, sizes, 4);
+		write_ledger("peak");
+		for (int i = 3; i > 0; i--)
+			PROG_OK(cuMemFree(p[i]));
+		PROG_OK(cuMemAlloc(&p[1], 4 * MIB));
+		prog_report_live(PROG_ADDR(p[0]), 8 * MIB, "device", 0);
+		prog_report_live(PROG_ADDR(p[1]), 4 * MIB, "device", 0);
+	} else if (strcmp(what, "peak-long") == 0) {
+		PROG_OK(cuMemAlloc(&p[0], 8 * MIB));
+		sleep_ms(1200);
+		PROG_OK(cuMemAlloc(&p[1], 16 * MIB));
+		sleep_ms(300);
+		PROG_OK(cuMemAlloc(&p[2], 32 * MIB));
+		write_ledger("peak");
+		sleep_ms(300);
+		PROG_OK(cuMemFree(p[2]));
+		wait_snapshots("peak", 1);
+		prog_report_live(PROG_ADDR(p[0]), 8 * MIB, "device", 0);
+		prog_report_live(PROG_ADDR(p[1]), 16 * MIB, "device", 0);
+	} else if (strcmp(what, "peak-exit") == 0) {
+		static const size_t sizes[] = { 8, 16, 32 };
+
+		alloc_mib(p, sizes, 3);
+		write_ledger("peak");
+		for (int i = 0; i < 3; i++)
+			prog_report_live(PROG_ADDR(p[i]), sizes[i] * MIB, "device", 0);
 	} else if (strcmp(what, "storm") == 0) {
 		PROG_OK(cuMemAlloc(&p[0], 128 * MIB));
 		/* One call site: a first failure on a line of its own would be
@@ -139,7 +186,7 @@ int main(int argc, char **argv)
 		printf("EPISODES %ld\n", n);
 		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
 	} else {
-		PROG_FAIL("usage: triggers signal|peak|storm|episodes N");
+		PROG_FAIL("usage: triggers signal|peak|peak-short|peak-long|peak-exit|storm|episodes N");
 	}
 	prog_report_end();
 	return 0;

@@ -124,6 +124,7 @@ struct gmt__snapshot_leaks {
 	const char *supp_error;         /* the suppressions file was refused: why; or NULL */
 	unsigned classes;               /* enum gmt__leak_class_bit: what counts */
 	bool scan;                      /* run the pointer scan (leaks.h) */
+	bool python;                    /* a Python interpreter runs in the process */
 	uintptr_t stack_from;           /* the scan reads the calling thread's stack from here up */
 	const struct gmt__range *skip;  /* the tracer's own memory, never read */
 	size_t nskip;

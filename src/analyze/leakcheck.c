@@ -214,6 +214,8 @@ void gmt__leakcheck_scan(struct gmt__leak_work *lw, const struct gmt__snapshot *
 						     (uintptr_t)(s->history->events + s->history->cap) };
 	(void)gmt__leak_scan(lw->targets, lw->ntargets, lw->refs, skip, nskip, lw->in->stack_from, &lw->scan);
 	free(skip);
+	if (lw->scan.done && lw->in->python)
+		lw->scan.unseen = GMT_SCAN_UNSEEN_PYTHON;
 	for (size_t i = 0; i < lw->n; i++) {
 		if (lw->refs[i].at != 0)
 			lw->items[i].cls = GMT_LEAK_REFERENCED;

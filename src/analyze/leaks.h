@@ -53,12 +53,17 @@ struct gmt__leak_ref {
 	enum gmt__ref_region region;
 };
 
+/* What the scan cannot see in a Python process: an int object keeps its
+ * value in 30-bit digits, never as the 64-bit word an address is. */
+#define GMT_SCAN_UNSEEN_PYTHON "Python ints are not read as addresses"
+
 #define GMT_SCAN_MODULES 4    /* driver modules named in the statistics */
 #define GMT_SCAN_MODULE_NAME 64 /* bytes of each name kept, the NUL included */
 
 struct gmt__scan_stats {
 	bool done;
 	const char *why;   /* why not done (static text) */
+	const char *unseen; /* references the scan cannot see there (static text), or NULL */
 	uint64_t mappings; /* mappings read */
 	uint64_t bytes;    /* bytes read */
 	uint64_t excluded; /* bytes of driver bookkeeping left out (no byte counted twice) */

@@ -65,6 +65,7 @@ struct cli_snapshot {
 	bool tensors; /* read at the tensor level (GMT_READ_TENSORS and a hand-over) */
 	bool scan_done;
 	char *scan_why; /* why the reference scan did not finish, or NULL */
+	char *scan_unseen; /* references the scan cannot see in the process (leaks.scan.unseen), or NULL */
 	struct cli_leak_site *leaks;
 	size_t nleaks;
 	struct cli_peak_site *peaks; /* empty when the snapshot has no sites[] */

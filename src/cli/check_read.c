@@ -378,17 +378,22 @@ static int read_leaks(struct reader *rd, json_t *leaks, struct cli_snapshot *out
 	scan = json_object_get(leaks, "scan");
 	if (scan != NULL) {
 		json_t *done = NULL;
-		const char *why = NULL;
+		const char *why = NULL, *unseen = NULL;
 
 		if (!json_is_object(scan))
 			return fail(rd, "leaks.scan: expected an object");
 		r = get_typed(rd, scan, "leaks.scan", "done", JSON_TRUE, &done);
 		if (r == 0)
 			r = get_str(rd, scan, "leaks.scan", "why", true, &why);
+		/* minor 11 */
+		if (r == 0 && json_object_get(scan, "unseen") != NULL)
+			r = get_str(rd, scan, "leaks.scan", "unseen", true, &unseen);
 		if (r < 0)
 			return r;
 		out->scan_done = json_is_true(done);
 		if (why != NULL && (out->scan_why = strdup(why)) == NULL)
+			return no_memory(rd);
+		if (unseen != NULL && (out->scan_unseen = strdup(unseen)) == NULL)
 			return no_memory(rd);
 	}
 	n = json_array_size(sites);
@@ -687,6 +692,7 @@ void cli_snapshot_free(struct cli_snapshot *s)
 	free(s->leaks);
 	free(s->peaks);
 	free(s->scan_why);
+	free(s->scan_unseen);
 	free(s->path);
 	*s = (struct cli_snapshot){ 0 };
 }

@@ -186,6 +186,16 @@ const char *cli_leak_limits_text(const struct cli_limits *l, char *out, size_t l
 	return out;
 }
 
+/* Whether a counted site of snapshot s is of class leaked. */
+static bool counts_leaked(const struct cli_snapshot *s)
+{
+	for (size_t i = 0; i < s->nleaks; i++) {
+		if (s->leaks[i].counted && s->leaks[i].cls == GMT_CLASS_LEAKED)
+			return true;
+	}
+	return false;
+}
+
 static void text_leaks(const struct cli_verdict *v)
 {
 	char h[64], label[256], lim[160];
@@ -299,6 +309,10 @@ void cli_report_text(const struct cli_verdict *v)
 				    v->snaps[i].pid,
 				    v->snaps[i].scan_why ? one_line(v->snaps[i].scan_why, lim, sizeof(lim))
 							 : "no reason given");
+			if (v->snaps[i].scan_unseen != NULL && counts_leaked(&v->snaps[i]))
+				say("pid %" PRId64 ": leaked means no host memory holds its address as a pointer; "
+				    "%s",
+				    v->snaps[i].pid, one_line(v->snaps[i].scan_unseen, lim, sizeof(lim)));
 		}
 		text_leaks(v);
 		text_peaks(v);

@@ -701,6 +701,8 @@ static void out_leaks(struct gmt__json *o, struct gmt__frame_cache *cache, const
 	p = gmt__put_lit(p, ", \"why\": ");
 	gmt__json_commit(o, p);
 	gmt__json_string_or_null(o, lw->scan.done ? NULL : lw->scan.why);
+	gmt__json_str(o, ", \"unseen\": ");
+	gmt__json_string_or_null(o, lw->scan.unseen);
 	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
 	p = gmt__put_lit(p, ", \"mappings\": ");
 	p = gmt__put_u64(p, lw->scan.mappings);

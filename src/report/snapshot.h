@@ -21,8 +21,8 @@
  * modules[].build_id from the module's image; 9, numba's framework section
  * and its pending_frees, the episode end other_site,
  * leaks.scan.walked_bytes and bookkeeping_modules; 10, producer (the
- * tracer's name and version). */
-#define GMT_SNAPSHOT_MINOR "10"
+ * tracer's name and version); 11, leaks.scan.unseen. */
+#define GMT_SNAPSHOT_MINOR "11"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

@@ -202,7 +202,9 @@ static void leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cach
 			gmt__leakcheck_where(cache, g, where, sizeof(where));
 			text_add(&t, "; %s holds 0x%llx\n", esc(&nb, where), (unsigned long long)g->ref_value);
 		} else if (g->cls == GMT_LEAK_LEAKED && lw->scan.done) {
-			text_add(&t, "; no host memory holds %s address\n", g->count == 1 ? "its" : "their");
+			text_add(&t, "; no host memory holds %s address%s%s%s\n", g->count == 1 ? "its" : "their",
+				 lw->scan.unseen != NULL ? " as a pointer (" : "",
+				 lw->scan.unseen != NULL ? lw->scan.unseen : "", lw->scan.unseen != NULL ? ")" : "");
 		} else {
 			text_add(&t, "\n");
 		}
@@ -253,7 +255,12 @@ static void leak_report(struct gmt__leak_work *lw, struct gmt__frame_cache *cach
 	text_add(&t, "SUMMARY: %s in %llu allocation%s count as leaks",
 		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[TOTAL_COUNTED]),
 		 (unsigned long long)lw->total_count[TOTAL_COUNTED], plural(lw->total_count[TOTAL_COUNTED]));
-	text_add(&t, " (leaked %s in %llu, still referenced %s in %llu)",
+	text_add(&t, " (classes");
+	for (int c = 0, n = 0; c < GMT_LEAK_CLASS_COUNT; c++) {
+		if (in->classes & (1u << c))
+			text_add(&t, "%s%s", n++ > 0 ? "," : " ", gmt__leak_class_names[c]);
+	}
+	text_add(&t, "%s); leaked %s in %llu, still referenced %s in %llu", (in->classes & ((1u << GMT_LEAK_CLASS_COUNT) - 1)) ? "" : " none",
 		 gmt__human_bytes(a, sizeof(a), lw->total_bytes[GMT_LEAK_LEAKED]), (unsigned long long)lw->total_count[GMT_LEAK_LEAKED],
 		 gmt__human_bytes(b, sizeof(b), lw->total_bytes[GMT_LEAK_REFERENCED]),
 		 (unsigned long long)lw->total_count[GMT_LEAK_REFERENCED]);

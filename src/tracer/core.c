@@ -464,6 +464,8 @@ __attribute__((destructor)) static void core_exit(void)
 			.supp_error = gmt__core.supp_error[0] != '\0' ? gmt__core.supp_error : NULL,
 			.classes = gmt__core.opt->leak_classes,
 			.scan = gmt__core.opt->leak_scan,
+			/* the loader's lock: a destructor may take it */
+			.python = gmt__core.python && gmt__py_probe(),
 			.stack_from = exit_caller_sp(),
 			.exit_status = atomic_load_explicit(&gmt__core.exit_status, memory_order_relaxed),
 			.want_report = check,

@@ -96,7 +96,7 @@ extern const char *const gmt__torch_history_names[GMT_TORCH_HISTORY_COUNT];
 	  "at exit, print the leak report; exit with GPUMEMTRACE_LEAK_EXITCODE if leaks count") \
 	X(leak_exitcode, "GPUMEMTRACE_LEAK_EXITCODE", INT, 23,                                \
 	  "the exit status when the leak check finds leaks, 1 to 255")                        \
-	X(leak_classes, "GPUMEMTRACE_LEAK_CLASSES", CLASSES, GMT_CLASS_LEAKED | GMT_CLASS_REFERENCED, \
+	X(leak_classes, "GPUMEMTRACE_LEAK_CLASSES", CLASSES, GMT_CLASS_LEAKED,                \
 	  "which live memory at exit counts as a leak: comma list of " GMT_LEAK_CLASSES(GMT_WORD_COMMA) "or none") \
 	X(suppressions, "GPUMEMTRACE_SUPPRESSIONS", STRING, "",                               \
 	  "file of leak suppressions, leak:PATTERN or cached:PATTERN per line")               \

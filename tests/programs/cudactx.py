@@ -2,6 +2,8 @@
 through a ctypes handle on libcuda.so.1."""
 
 import ctypes
+import os
+import sys
 
 
 class CudaError(Exception):
@@ -23,3 +25,11 @@ def make_current(lib: ctypes.CDLL) -> ctypes.c_void_p:
     check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
     check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return ctx
+
+
+def report_live(kept: list) -> None:
+    """The PID/LIVE report the harness reads: (address, size) of each device
+    allocation the program keeps on device 0."""
+    lines = [f"PID {os.getpid()} main"]
+    lines += [f"LIVE {addr:#x} {size} device 0" for addr, size in kept]
+    sys.stdout.write("\n".join(lines) + "\n")

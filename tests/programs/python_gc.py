@@ -11,7 +11,7 @@ import gc
 import os
 import sys
 
-from cudactx import check, make_current
+from cudactx import check, make_current, report_live
 
 MIB = 1024 * 1024
 ROUNDS = 40
@@ -71,9 +71,7 @@ def main() -> int:
     gc.enable()
     gc.collect()
 
-    lines = [f"PID {os.getpid()} main"]
-    lines += [f"LIVE {addr:#x} {size} device 0" for addr, size in kept]
-    sys.stdout.write("\n".join(lines) + "\n")
+    report_live(kept)
     return 0
 
 

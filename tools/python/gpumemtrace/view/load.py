@@ -877,6 +877,7 @@ def _leaks(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], int])
     lk["scan"] = scan
     scan["done"] = bool(c.opt(scan, "done", f"{p}/scan", c.bool_))
     c.opt(scan, "why", f"{p}/scan", c.str_)
+    c.opt(scan, "unseen", f"{p}/scan", c.str_)
     for k in ("mappings", "bytes", "excluded_bytes", "walked_bytes"):
         c.opt(scan, k, f"{p}/scan", c.int_)
     modules = c.opt(scan, "bookkeeping_modules", f"{p}/scan", c.arr) or []

@@ -557,7 +557,9 @@ def _leaks(t: Text, doc: Doc, lk: Dict[str, Any], top: int) -> None:
             t.add("     held by ", held, f" at {rf['address']}" if rf.get("address") and rf.get("what")
                   and rf["address"] not in rf["what"] else "")
         elif g["class"] == "leaked":
-            t.add("     no host memory holds its address", style="dim")
+            unseen = (lk.get("scan") or {}).get("unseen")
+            t.add("     no host memory holds its address" + (f" as a pointer ({unseen})" if unseen else ""),
+                  style="dim")
     if lk["counted_sites"] > len(lk["counted"]):
         t.add(f"  … {lk['counted_sites'] - len(lk['counted'])} more sites count", style="dim")
     for g in lk["not_counted"]:

@@ -58,7 +58,10 @@ REPORT = [
     re.compile(r"gpumemtrace:   try: free what this site allocates once it is done with it — each buffer it keeps "
                r"across iterations \(64\.0 MiB a step over \d+ whole steps\) "
                r"\(at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\)\)"),
-    re.compile(r"gpumemtrace:   top sites: [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\); .*"),
+    re.compile(r"gpumemtrace:   top sites:"),
+    re.compile(r"gpumemtrace:     [\d.]+ GiB in \d+ allocations at stream_alloc \(train_loop\.c:\d+\) ← train_step \(train_loop\.c:\d+\)"),
+    re.compile(r"gpumemtrace:     192 MiB in 4 allocations at device_alloc \(train_loop\.c:\d+\) ← main \(train_loop\.c:\d+\)"),
+    re.compile(r"gpumemtrace:     192 MiB in 4 allocations at device_alloc \(train_loop\.c:\d+\) ← main \(train_loop\.c:\d+\)"),
     re.compile(r"gpumemtrace:   snapshot: (\S+)"),
 ]
 
@@ -75,7 +78,7 @@ def check_traced(stderr: str, ledger: Dict[str, Any], tried_mib: float) -> None:
         return
     expect(float(matches[0].group(1)) == tried_mib, "report: requested MiB",
            matches[0].group(1), tried_mib)
-    with open(matches[4].group(1)) as f:
+    with open(matches[-1].group(1)) as f:
         snap: Dict[str, Any] = json.load(f)
     mine = sorted((int(a["address"], 16), a["size"]) for a in snap["allocations"])
     truth = sorted((int(e["address"], 16), e["size"]) for e in ledger["live"])

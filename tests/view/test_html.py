@@ -151,6 +151,22 @@ class TestSingle(unittest.TestCase):
         # Most live bytes first, as the snapshot has them.
         self.assertEqual(s["live"], sorted(s["live"], reverse=True))
 
+    def test_growth_only_where_judged(self) -> None:
+        """The sites table's growth is the terminal's: a number only for a
+        site judged growing (or a suspect), none for a site that took its
+        memory once, whenever that was."""
+        raw, _ = fixtures.synthetic(n=300, sites=8)
+        doc = doc_of(raw, "g.json")
+        data = embedded(html.report([doc], "single", ["g.json"]))["docs"][0]["sites"]
+        groups = {g["stack"]: g for g in model.site_groups(doc)}
+        for sid, growth in zip(data["stack"], data["growth"]):
+            g = groups[sid]
+            if g["growing"] or g["suspect"]:
+                self.assertEqual(growth, g["growth_bytes"], f"site {sid}")
+            else:
+                self.assertIsNone(growth, f"site {sid} is not judged growing")
+        self.assertTrue(any(v is None for v in data["growth"]) and any(v is not None for v in data["growth"]))
+
     def test_allocations_hold_the_truth(self) -> None:
         a = self.data["docs"][0]["allocs"]
         self.assertEqual(a["n"], self.truth["live_count"])

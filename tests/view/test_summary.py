@@ -188,6 +188,10 @@ def printed_numbers_equal_truth() -> None:
         "the remedy")
     has(why.split("try: ")[1], "\n       at site_1 (model1.c:10)", "the remedy's site")
     has(section(text, "Leak suspects"), "site_1 (model1.c:10)", "suspect")
+    # Growth is defined where it is shown, and "rounds" with it.
+    sus = " ".join(section(text, "Leak suspects").split())
+    has(sus, "+N: what a site added after its first round", "growth explained")
+    has(sus, "of its rounds (", "rounds explained")
     has(section(text, "Fragmentation on GPU 0"), "3.00 MiB stranded", "stranded bytes")
     tags = section(text, "Region tags")
     tag_bytes: Dict[str, int] = {}
@@ -756,7 +760,9 @@ def simulator_snapshots() -> None:
         raise AssertionError("a smaller batch offered beside a leak")
     has(section(text, "Why it failed"), "request: 32.0 MiB of async memory by cuMemAllocAsync on GPU 0",
         "failed request")
-    if len(text.split("\n")) > 70:
+    # About a screen and a half: every site with its label's frames and
+    # growth's rounds explained take a few lines more than the bare list.
+    if len(text.split("\n")) > 72:
         raise AssertionError(f"the demo's summary is {len(text.split(chr(10)))} lines: more than a screen")
     # Every site shows the frames of its label (what tells it from the
     # others), the fourth and later too: the demo's three device_alloc sites

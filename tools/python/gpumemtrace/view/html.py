@@ -509,8 +509,11 @@ def _leaks_section(docs: Sequence[Doc], mode: str) -> str:
             rows = [[_site_cell(d, s["stack"]), _b(s["live_bytes"]), _b(s["peak_bytes"]),
                      _b(s["growth_bytes"]), f"{_n(s['rising_windows'])} / {_n(s['falling_windows'])}"]
                     for s in lk["suspects"]]
-            out.append("<h4>Suspects: sites that kept growing</h4>" +
-                       _table(["site", "live", "peak", "growth", "windows rising / falling"], rows, "static",
+            out.append("<h4>Suspects: sites that kept growing</h4>"
+                       "<p class=\"muted\">growth: what the site added after its first round (a round: a step "
+                       "the program marks, else a stretch of its allocations and frees); what it held by then "
+                       "is not growth</p>" +
+                       _table(["site", "live", "peak", "growth", "rounds rising / falling"], rows, "static",
                               num=(1, 2, 3)))
         if lk["suppressions"]:
             rows = [[esc(r["rule"]), esc(r.get("source") or "") + (f":{r['line']}" if r.get("line") else ""),
@@ -684,6 +687,10 @@ def _sites_data(doc: Doc, per_stack: bool = False) -> Dict[str, Any]:
             "growth": "growth_bytes", "allocs": "allocs", "alloc_bytes": "alloc_bytes",
             "rising": "rising_windows", "falling": "falling_windows"}
     out: Dict[str, Any] = {k: [s[v] for s in sites] for k, v in cols.items()}
+    # Growth only where the site was judged to grow (the terminal's one
+    # definition): a site that took its memory once has none, whenever
+    # that was.
+    out["growth"] = [s["growth_bytes"] if s["growing"] or s["suspect"] else None for s in sites]
     out["growing"] = [1 if s["growing"] else 0 for s in sites]
     out["suspect"] = [1 if s["suspect"] else 0 for s in sites]
     return out

@@ -594,13 +594,18 @@ def _leaks(t: Text, doc: Doc, lk: Dict[str, Any], top: int) -> None:
 def _suspects(t: Text, doc: Doc, sus: List[Dict[str, Any]], top: int) -> None:
     if not sus:
         return
-    t.heading("Leak suspects", "sites whose live bytes kept rising")
+    # One definition, said where it is shown (guide.md, "Growth"): growth
+    # is what a site added after its first round; a round is a step where
+    # the program marks them, else a stretch of its allocations and frees.
+    steps = bool(doc.get("history", {}).get("steps"))
+    t.heading("Leak suspects", "+N: what a site added after its first round")
     for x in sus[:top]:
         t.add("  ", (f"+{fmt_bytes(x['growth_bytes'])}", "yellow bold"), "  ",
               site_title(doc, x["stack"], t.width - 4 - text_width(fmt_bytes(x["growth_bytes"])) - 3))
         now = "still growing; " if x["growing"] else ""
-        t.add(f"      {now}rose in {x['rising']} rounds, fell in {x['falling']}; "
-              f"peak {fmt_bytes(x['peak_bytes'])}, {fmt_bytes(x['live_bytes'])} live", style="dim")
+        rounds = "the program's steps" if steps else "stretches of its allocations and frees"
+        t.wrap(f"{now}rose in {x['rising']} of its rounds ({rounds}), fell in {x['falling']}; "
+               f"{fmt_bytes(x['live_bytes'])} live, peak {fmt_bytes(x['peak_bytes'])}", indent=6, hang=6, style="dim")
     if len(sus) > top:
         t.add(f"  … {len(sus) - top} more", style="dim")
 

@@ -1102,8 +1102,10 @@
         column('live', 'live', function (r) { return s.live[r]; }, BYTES),
         column('count', 'count', function (r) { return s.count[r]; }, COUNT),
         column('peak', 'peak', function (r) { return s.peak[r]; }, BYTES),
-        column('growth', 'growth', function (r) { return s.growth[r]; },
-          { num: true, fmt: fmtBytes, title: 'what it gained after its first window' }),
+        column('growth', 'growth', function (r) { return s.growth[r] === null ? -1 : s.growth[r]; },
+          { num: true, fmt: function (v) { return v < 0 ? '\u2014' : fmtBytes(v); },
+            title: 'for a site judged growing: what it added after its first round (a round: a step the ' +
+              'program marks, else a stretch of its allocations and frees); \u2014 for the others' }),
         column('allocs', 'allocations made', function (r) { return s.allocs[r]; }, COUNT),
         column('suspect', 'suspect', function (r) { return (s.suspect[r] ? 2 : 0) + (s.growing[r] ? 1 : 0); }, {
           num: true, left: true, text: true,

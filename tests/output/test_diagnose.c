@@ -92,6 +92,11 @@ static void test_exhaustion(void)
 	CHECK(rests_on(&d.v[0], "free_bytes"));
 	CHECK(strstr(d.summary, "exhaustion: 2.00 GiB requested with 1.00 GiB free of 16.0 GiB") == d.summary);
 
+	/* Managed memory is not the device's: not in the process's total. */
+	in.tracked[GMT_KIND_MANAGED] = 4 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.tracked_total, 15 * GIB);
+	CHECK_U64(d.v[0].bytes, 15 * GIB);
 }
 
 static void test_never_fits(void)
@@ -143,6 +148,12 @@ static void test_allocator_fragmentation(void)
 	CHECK(rests_on(&d.v[0], "largest_free_block_bytes"));
 	CHECK(strstr(d.v[0].detail, "holds 3.00 GiB free inside its segments, enough for the 2.00 GiB it needed, "
 				    "but its largest free block is 512 MiB") != NULL);
+
+	/* Exactly the request free inside the segments: fragmentation still. */
+	in.fw_reserved_unallocated = 2 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "allocator_fragmentation");
+	in.fw_reserved_unallocated = 3 * GIB;
 
 	/* A free block large enough, or too little free: not fragmentation. */
 	in.fw_largest_free = 2 * GIB;
@@ -243,8 +254,12 @@ static void test_framework_limit(void)
 					 "(cupy.get_default_memory_pool().set_limit(size=262144000), or CUPY_GPU_MEMORY_LIMIT): "
 					 "it is 200 MiB; the pool holds 150 MiB and the device has 15.0 GiB free") != NULL);
 
-	/* No limit known, or within it: never this verdict. */
+	/* No limit known, or within it — up to the limit exactly: never this
+	 * verdict. */
 	in.fw_limit = 0;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(names(&d), "framework_limit") == NULL);
+	in.fw_limit = 250 * MIB;
 	gmt__diagnose(&in, &d);
 	CHECK(strstr(names(&d), "framework_limit") == NULL);
 	in.fw_limit = 1 * GIB;
@@ -447,6 +462,61 @@ static void test_edges(void)
 	in.pages.stranded_bytes = 2 * GIB - 1;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(names(&d), "exhaustion,fragmentation");
+
+	/* Exhaustion beside another verdict: the process's own memory exactly
+	 * the shortfall applies. 1 GiB of its own, 9 GiB another's, 7 GiB asked
+	 * with 6 GiB free — all it could have (not never_fits). */
+	st = device(6 * GIB);
+	st.have_others = true;
+	st.others_why = NULL;
+	st.nothers = 1;
+	st.others_bytes = 9 * GIB;
+	in = input(&st, 7 * GIB, 1 * GIB);
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.shortfall, 1 * GIB);
+	CHECK_U64(d.capacity, 7 * GIB);
+	CHECK_STR(names(&d), "other_processes,exhaustion");
+}
+
+/* Five causes that each alone would have made room: 15 GiB used of 16,
+ * 4 GiB live of this process's, pools reserving 6 GiB (5 unused), 3 GiB of
+ * two other processes, 2 GiB nobody tracked; 1.5 GiB stranded in partly
+ * used pages. 2 GiB asked: 1 GiB short. */
+static struct gmt__diag_input five_causes(struct gmt__device_state *st)
+{
+	struct gmt__diag_input in;
+
+	*st = device(1 * GIB);
+	st->pool_reserved = 6 * GIB;
+	st->pool_used = 1 * GIB;
+	st->have_others = true;
+	st->others_why = NULL;
+	st->nothers = 2;
+	st->others_bytes = 3 * GIB;
+	in = input(st, 2 * GIB, 4 * GIB);
+	in.pages.partial = 3000;
+	in.pages.stranded_bytes = 3 * GIB / 2;
+	return in;
+}
+
+/* The largest cause primary, the others after it largest first, each with
+ * its own bytes. */
+static void test_order(void)
+{
+	struct gmt__device_state st;
+	struct gmt__diag_input in = five_causes(&st);
+	struct gmt__diagnosis d;
+
+	gmt__diagnose(&in, &d);
+	CHECK_U64(d.shortfall, 1 * GIB);
+	CHECK_U64(d.untracked, 2 * GIB);
+	CHECK_STR(names(&d), "pool_reservation,exhaustion,other_processes,untracked,fragmentation");
+	CHECK_INT(d.nverdicts, 5);
+	CHECK_U64(d.v[0].bytes, 5 * GIB);
+	CHECK_U64(d.v[1].bytes, 4 * GIB);
+	CHECK_U64(d.v[2].bytes, 3 * GIB);
+	CHECK_U64(d.v[3].bytes, 2 * GIB);
+	CHECK_U64(d.v[4].bytes, 3 * GIB / 2);
 }
 
 static void test_granularity(void)
@@ -569,15 +639,7 @@ static void test_remedies_verdicts(void)
 	CHECK_STR(remedies(&d), "");
 
 	/* Pools, stranded pages and other processes: each verdict's bytes. */
-	st = device(1 * GIB);
-	st.pool_reserved = 6 * GIB;
-	st.pool_used = 1 * GIB;
-	st.have_others = true;
-	st.nothers = 2;
-	st.others_bytes = 3 * GIB;
-	in = input(&st, 2 * GIB, 4 * GIB);
-	in.pages.partial = 3000;
-	in.pages.stranded_bytes = 3 * GIB / 2;
+	in = five_causes(&st);
 	gmt__diagnose(&in, &d);
 	CHECK_STR(remedies(&d), "trim_pools,large_blocks_first,other_device");
 	CHECK(strstr(d.remedies[0].text, "the stream-ordered pools hold 5.00 GiB reserved and unused, more than the "
@@ -729,6 +791,7 @@ int main(void)
 	test_others();
 	test_growth();
 	test_edges();
+	test_order();
 	test_granularity();
 	test_human();
 	test_remedies_steps();

@@ -254,6 +254,14 @@ static void test_framework_limit(void)
 					 "(cupy.get_default_memory_pool().set_limit(size=262144000), or CUPY_GPU_MEMORY_LIMIT): "
 					 "it is 200 MiB; the pool holds 150 MiB and the device has 15.0 GiB free") != NULL);
 
+	/* The device without the room for the pool's 250 MiB (150 held, 50
+	 * free): the verdict, no limit to raise to. */
+	st = device(50 * MIB);
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "framework_limit");
+	CHECK_STR(remedies(&d), "");
+	st = device(15 * GIB);
+
 	/* No limit known, or within it — up to the limit exactly: never this
 	 * verdict. */
 	in.fw_limit = 0;
@@ -575,10 +583,14 @@ static void test_remedies_steps(void)
 	CHECK(strstr(d.remedies[0].text, "a batch of 1/2 keeps about 2.00 GiB and leaves room for the 1.00 GiB") != NULL);
 	CHECK(strstr(d.remedies[1].text, "the 4.00 GiB allocated since step 7") != NULL);
 
-	/* 1.5 GiB of step memory against 1 GiB short: 1/3 of the batch. */
+	/* 1.5 GiB of step memory against 1 GiB short: 1/3 of the batch; 1.75
+	 * GiB: 1/3 too (1/2 would keep 896 MiB, less than the 1 GiB needed). */
 	in.step_live_bytes = 3 * GIB / 2;
 	gmt__diagnose(&in, &d);
 	CHECK(strstr(d.remedies[0].text, "a batch of 1/3 keeps about 512 MiB") != NULL);
+	in.step_live_bytes = 7 * GIB / 4;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "a batch of 1/3 keeps about 597 MiB") != NULL);
 
 	/* No more than the shortfall: a smaller batch cannot make room. */
 	in.step_live_bytes = 1 * GIB;
@@ -597,8 +609,28 @@ static void test_remedies_steps(void)
 	CHECK_INT(d.remedies[0].stack, 9);
 	CHECK(strstr(d.remedies[0].text, "it holds 6.00 GiB live (40% of this process's on the device), more than the "
 					 "1.00 GiB the request fell short") != NULL);
-	in.largest_stack_bytes = 512 * MIB;
+	/* Exactly the shortfall covers it; a byte less does not. */
+	in.largest_stack_bytes = 1 * GIB;
 	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "shrink_largest_site");
+	in.largest_stack_bytes = 1 * GIB - 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
+
+	/* 2 MiB short: a stack of 64 MiB is under one percent of the 15 GiB,
+	 * said as 1%, not 0%. */
+	in.requested = 1 * GIB + 2 * MIB;
+	in.largest_stack_bytes = 64 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "shrink_largest_site");
+	CHECK(strstr(d.remedies[0].text, "it holds 64.0 MiB live (1% of this process's on the device)") != NULL);
+
+	/* Pools reserving less than the shortfall: no pool verdict, no trim. */
+	in.requested = 2 * GIB;
+	in.largest_stack = 0;
+	st.pool_reserved = 512 * MIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "exhaustion");
 	CHECK_STR(remedies(&d), "");
 }
 
@@ -630,6 +662,9 @@ static void test_remedies_verdicts(void)
 	CHECK(remedy_rests_on(&d.remedies[0], "largest_free_block_bytes"));
 	CHECK(strstr(d.remedies[0].text, "PyTorch holds 3.00 GiB free inside its segments, more than the 2.00 GiB it "
 					 "needed, but its largest free block is 512 MiB") != NULL);
+	in.fw_expandable = -1; /* not known: offered */
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "expandable_segments");
 	in.fw_expandable = 1;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(remedies(&d), "");
@@ -742,10 +777,12 @@ static void test_tensor_growth_first(void)
 	CHECK_STR(remedies(&d), "free_growing_site");
 	CHECK(strstr(d.remedies[0].text, "loss.item()") != NULL);
 
-	/* A growth too small for the shortfall: the fragmentation stays first. */
+	/* A growth too small for the shortfall: the fragmentation stays first,
+	 * and the growing site is no remedy. */
 	in.growth_bytes = in.growth_top_bytes = 16 * MIB;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(names(&d), "allocator_fragmentation");
+	CHECK_STR(remedies(&d), "expandable_segments");
 
 	/* No growth: fragmentation, and its remedy. */
 	in.growth_sites = 0;

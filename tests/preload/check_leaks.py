@@ -6,11 +6,13 @@ simulator's exit ledger (the live set). Modes:
 - default: GPUMEMTRACE_LEAK_CHECK=1 and a suppressions file naming the
   workspace: exit status 23; the exit snapshot's "leaks" has every live
   allocation of the ledger exactly once, each in its expected class (the
-  global, the heap block, the overwritten device and managed pointers, the
+  global, the allocation only a global's pointer into its middle refers to
+  (from global 'inner'), the heap block, the overwritten device and managed pointers, the
   caching allocator's segment by the built-in rule, the workspace suppressed
   by the file's rule at its line); totals and counted bytes add up; the growth
-  loop is a suspect; the stderr report says each (the referenced ones do not
-  count: LeakSanitizer's default) and the SUMMARY numbers; in every mode that scans, the walk of the driver's
+  loop is the one suspect; the stderr report says each (the referenced ones
+  do not count: LeakSanitizer's default) and the SUMMARY numbers; in every
+  mode that scans, the walk of the driver's
   bookkeeping starts from the driver's and runtime's data alone (libcuda*,
   never the tracer's) and reads no byte twice (walked_bytes <=
   excluded_bytes);
@@ -302,6 +304,10 @@ def main() -> int:
                 ref = site["referenced_from"] or {}
                 check("global reference", ref.get("region") == "global" and "'kept'" in ref.get("what", ""),
                       json.dumps(ref))
+            if what == "interior" and scanned:
+                ref = site["referenced_from"] or {}
+                check("interior reference", ref.get("region") == "global" and "'inner'" in ref.get("what", ""),
+                      json.dumps(ref))
             if what == "heap" and scanned:
                 ref = site["referenced_from"] or {}
                 check("heap reference", ref.get("region") == "heap", json.dumps(ref))
@@ -320,9 +326,10 @@ def main() -> int:
         check("leaks.exit_status", leaks["exit_status"] == (3 if mode == "status-kept" else 0),
               str(leaks["exit_status"]))
 
-        # The growth loop: a suspect, never a leak.
+        # The growth loop: the one suspect (no other site kept growing),
+        # never a leak.
         growth = [s for s in leaks["suspects"] if s["peak_bytes"] >= 16 * MIB and s["live_bytes"] == 0]
-        check("growth suspect", len(growth) == 1, json.dumps(leaks["suspects"]))
+        check("growth suspect", len(growth) == 1 and len(leaks["suspects"]) == 1, json.dumps(leaks["suspects"]))
         sites = {s["stack"]: s for s in snap.get("sites", [])}
         for g in growth:
             check("growth site marked suspect", sites.get(g["stack"], {}).get("suspect") is True)

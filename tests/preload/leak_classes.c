@@ -4,6 +4,8 @@
  * report:
  *   - a pointer kept in a global: referenced (global 'kept');
  *   - a pointer kept in a heap block a global points to: referenced (heap);
+ *   - only a pointer into the middle of an allocation kept in a global (a
+ *     view past a header): referenced (global 'inner');
  *   - a pointer overwritten: leaked (device and managed memory);
  *   - a PyTorch-like caching allocator (a function whose name holds
  *     CUDACachingAllocator keeps a segment and hands out pieces): cached;
@@ -32,6 +34,8 @@
 
 #define MIB ((size_t)1024 * 1024)
 #define GROWTH_STEPS_MAX 64
+#define INNER_SIZE (6 * MIB)
+#define INNER_OFFSET (3 * MIB + 16) /* where `inner` points into its allocation */
 
 void *kept;                   /* referenced from a global */
 struct holder {
@@ -39,6 +43,7 @@ struct holder {
 	void *device;
 };
 struct holder *held;          /* referenced from the heap */
+char *inner;                  /* into the middle: referenced */
 void *volatile scratch;       /* overwritten: leaked */
 void *workspace;              /* suppressed by the test's file */
 
@@ -80,6 +85,16 @@ __attribute__((noinline)) static void lose(size_t size, int managed, int clean)
 	else
 		printf("EXPECT 0x%llx leaked %zu %s\n", PROG_ADDR(p), size, managed ? "managed" : "device");
 	scratch = NULL;
+}
+
+/* Keeps a pointer into the middle of a new allocation only; its base
+ * leaves no copy the scan reads (this frame is gone by exit). */
+__attribute__((noinline)) static void keep_inner(void)
+{
+	void *p;
+
+	PROG_OK(cudaMalloc(&p, INNER_SIZE));
+	inner = (char *)p + INNER_OFFSET;
 }
 
 /* One step of the growth loop: it keeps 2 MiB and, as a step of real work
@@ -139,14 +154,20 @@ int main(int argc, char **argv)
 	lose(MIB, 1, clean || referenced);
 	(void)CUDACachingAllocator_malloc(MIB);
 	workspace_create();
+	/* NOTE: the last allocation: made before lose(), its end (lose()'s
+	 * base, the next range of addresses) was found in mapped memory, the
+	 * driver double's, and made the lost block referenced. */
+	keep_inner();
 
 	if (clean) {
 		PROG_OK(cudaFree(kept));
+		PROG_OK(cudaFree(inner - INNER_OFFSET));
 		PROG_OK(cudaFree(held->device));
 		PROG_OK(cudaFree(workspace));
 		printf("EXPECT 0x%llx cached %zu cache\n", PROG_ADDR(cache_segment), 4 * MIB);
 	} else {
 		expect(kept, "referenced", 3 * MIB, "global");
+		expect(inner - INNER_OFFSET, "referenced", INNER_SIZE, "interior");
 		expect(held->device, "referenced", 2 * MIB, "heap");
 		expect(cache_segment, "cached", 4 * MIB, "cache");
 		if (referenced)

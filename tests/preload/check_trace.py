@@ -543,29 +543,51 @@ def printed_label(label: str, output: str) -> tuple[str, str | None]:
     return label, None
 
 
+EPISODE_LISTED = 32  # GMT_EPISODE_LISTED: an episode lists its first 31 failures and the latest
+
+
+def failure_numbers(spec: str) -> list[int]:
+    """A comma list of failure numbers and ranges A-B (inclusive)."""
+    out: list[int] = []
+    for item in spec.split(","):
+        first, _, last = item.partition("-")
+        out += range(int(first), int(last or first) + 1)
+    return out
+
+
 def episodes_problems(paths: list[str], spec: str, output: str, viewer: str | None) -> list[str]:
     """--episodes: the main process's oom snapshots, in the order written,
-    are of these episodes (';' between them), each FAILURES[=LABEL]: it lists
-    exactly the failures FAILURES (a comma list, in order) and was taken at
-    the last of them (failed_request.failure, episode.described), whose
-    stack's site is labelled LABEL (upper-case words as for --site). With
-    --viewer, the viewer's summary of each names that failure and, for an
-    episode of several, says it is the last of them, the one the program was
-    told of; for an episode of one, no such line."""
+    are of these episodes (';' between them), each FAILURES[@END][=LABEL]:
+    its failures are FAILURES (a comma list of numbers and ranges A-B, in
+    order), of which it lists all — or, past 32, the first 31 and the latest
+    (docs/snapshot-format.md, "episode") —, and it was taken at the last of
+    them (failed_request.failure, episode.described) or, with @END, when the
+    episode ended (described 0) as END says (episode.end: success, gap, ...)
+    and still of the last; the failed request's stack's site is labelled
+    LABEL (upper-case words as for --site). With --viewer, the viewer's
+    summary of each names that failure and, for an episode of several, says
+    it is the last of them, the one the program was told of; for an episode
+    of one, no such line."""
     wanted = [part.partition("=") for part in spec.split(";")]
     problems = []
     if len(paths) != len(wanted):
         problems.append(f"--episodes {spec}: {len(paths)} oom snapshots, {len(wanted)} expected")
     for path, (failures, _, label) in zip(paths, wanted):
         name, snap = os.path.basename(path), load(path)
-        want = [int(x) for x in failures.split(",")]
+        failures, _, end = failures.partition("@")
+        want = failure_numbers(failures)
+        listed = want if len(want) <= EPISODE_LISTED else want[:EPISODE_LISTED - 1] + want[-1:]
         ep, req = snap.get("episode") or {}, snap.get("failed_request") or {}
         got = [f["failure"] for f in ep.get("listed", [])]
-        if got != want or ep.get("failures") != len(want):
-            problems.append(f"{name}: its episode lists failures {got} of {ep.get('failures')}, {want} expected")
-        if req.get("failure") != want[-1] or ep.get("described") != len(want):
+        if got != listed or ep.get("failures") != len(want):
+            problems.append(f"{name}: its episode lists failures {got} of {ep.get('failures')}, {listed} of "
+                            f"{len(want)} expected")
+        described = 0 if end else len(want)
+        if req.get("failure") != want[-1] or ep.get("described") != described:
             problems.append(f"{name}: it describes failure {req.get('failure')} (episode.described "
-                            f"{ep.get('described')}), failure {want[-1]} expected")
+                            f"{ep.get('described')}), failure {want[-1]} (described {described}) expected")
+        if end and ep.get("end") != end:
+            problems.append(f"{name}: taken when its episode ended by {ep.get('end')!r}, {end!r} expected")
         if label:
             label, problem = printed_label(label, output)
             stacks = {st["id"]: st for st in snap["stacks"]}
@@ -703,9 +725,10 @@ def main() -> int:
                     help="the allocation of SIZE bytes carries exactly these tags")
     ap.add_argument("--live", action="append", default=[], metavar="REASON=SIZES;...",
                     help="the snapshots of REASON hold exactly these sizes")
-    ap.add_argument("--episodes", metavar="FAILURES[=LABEL][;...]",
-                    help="the oom snapshots, in order, list exactly these failures (comma list) and "
-                         "describe the last, whose site is LABEL")
+    ap.add_argument("--episodes", metavar="FAILURES[@END][=LABEL][;...]",
+                    help="the oom snapshots, in order, are of episodes of exactly these failures (comma list, "
+                         "ranges A-B) and describe the last — taken at it, or when the episode ended by END —, "
+                         "whose site is LABEL")
     ap.add_argument("--viewer", metavar="GPUMEMTRACE_VIEW",
                     help="with --episodes: the viewer's summary of each oom snapshot names its failure "
                          "and says which of the episode's it is")

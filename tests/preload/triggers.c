@@ -24,6 +24,11 @@
  *           at its first 8 failures and once more at its end); a success
  *           ends it, and an immediate failure starts a second episode; after
  *           a success and 1.2 s, a failure starts a third.
+ *   devices two devices (GMTSIM_DEVICES=2): out of memory on device 0, a
+ *           success on device 1, out of memory again on device 0 from the
+ *           same line: one episode of two failures (a success ends an
+ *           episode on its own device only); then a success on device 0 and
+ *           a failure: a second episode.
  *   episodes N  N episodes of one failure each (a server refusing requests
  *           too big for it): 128 MiB live, then N times a failing 200 MiB
  *           request followed by a 1 MiB allocation that succeeds and is
@@ -174,6 +179,27 @@ int main(int argc, char **argv)
 		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
 		prog_report_live(PROG_ADDR(p[1]), 1 * MIB, "device", 0);
 		prog_report_live(PROG_ADDR(p[2]), 1 * MIB, "device", 0);
+	} else if (strcmp(what, "devices") == 0) {
+		/* NOTE: volatile, so that the loop is not unrolled: its failures
+		 * must come from one call instruction, one call site. */
+		volatile int rounds = 2;
+		CUcontext other;
+
+		PROG_OK(cuDevicePrimaryCtxRetain(&other, 1));
+		PROG_OK(cuMemAlloc(&p[0], 128 * MIB));
+		for (int i = 0; i < rounds; i++) {
+			PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
+			if (i == 0) {
+				PROG_OK(cuCtxSetCurrent(other));
+				PROG_OK(cuMemAlloc(&p[1], 1 * MIB));
+				PROG_OK(cuCtxSetCurrent(ctx));
+			}
+		}
+		PROG_OK(cuMemAlloc(&p[2], 1 * MIB));
+		PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
+		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
+		prog_report_live(PROG_ADDR(p[1]), 1 * MIB, "device", 1);
+		prog_report_live(PROG_ADDR(p[2]), 1 * MIB, "device", 0);
 	} else if (strcmp(what, "episodes") == 0 && argc > 2) {
 		long n = strtol(argv[2], NULL, 10);
 
@@ -186,7 +212,7 @@ int main(int argc, char **argv)
 		printf("EPISODES %ld\n", n);
 		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
 	} else {
-		PROG_FAIL("usage: triggers signal|peak|peak-short|peak-long|peak-exit|storm|episodes N");
+		PROG_FAIL("usage: triggers signal|peak|peak-short|peak-long|peak-exit|storm|devices|episodes N");
 	}
 	prog_report_end();
 	return 0;

@@ -24,11 +24,16 @@
  *           at its first 8 failures and once more at its end); a success
  *           ends it, and an immediate failure starts a second episode; after
  *           a success and 1.2 s, a failure starts a third.
- *   devices two devices (GMTSIM_DEVICES=2): out of memory on device 0, a
- *           success on device 1, out of memory again on device 0 from the
- *           same line: one episode of two failures (a success ends an
- *           episode on its own device only); then a success on device 0 and
- *           a failure: a second episode.
+ *   devices two devices (GMTSIM_DEVICES=2, GMTSIM_MEMORY=256M,128M),
+ *           failures of one request from one line: out of memory on device
+ *           0; on device 1 a success, and 1 MiB allocated and freed; on
+ *           device 0 1 MiB freed; out of memory on device 0; 2 MiB freed
+ *           there; out of memory there again: one episode of three failures,
+ *           which freed 1 MiB before the second and 2 MiB before the third (a
+ *           success ends an episode, and a free counts in it, on its own
+ *           device only). Then out of memory on device 1: a second episode
+ *           (another device); a success on device 0 and a failure there: a
+ *           third.
  *   episodes N  N episodes of one failure each (a server refusing requests
  *           too big for it): 128 MiB live, then N times a failing 200 MiB
  *           request followed by a 1 MiB allocation that succeeds and is
@@ -89,6 +94,27 @@ static void wait_snapshots(const char *reason, int count)
 		sleep_ms(10);
 	}
 	PROG_FAIL("no %s snapshot after 10 s", reason);
+}
+
+/* What `devices` does after the failure of round `round`: after the first,
+ * on device 1 a success (*kept) and 1 MiB allocated and freed, then on
+ * device 0 spare[0] freed; after the second, spare[1] freed; after the
+ * third, to device 1; after the fourth, back. */
+__attribute__((noinline)) static void devices_round(int round, CUcontext ctx0, CUcontext ctx1, CUdeviceptr *kept,
+						    const CUdeviceptr *spare)
+{
+	CUdeviceptr tmp;
+
+	if (round == 0) {
+		PROG_OK(cuCtxSetCurrent(ctx1));
+		PROG_OK(cuMemAlloc(kept, MIB));
+		PROG_OK(cuMemAlloc(&tmp, MIB));
+		PROG_OK(cuMemFree(tmp));
+		PROG_OK(cuCtxSetCurrent(ctx0));
+	}
+	if (round < 2)
+		PROG_OK(cuMemFree(spare[round]));
+	PROG_OK(cuCtxSetCurrent(round == 2 ? ctx1 : ctx0));
 }
 
 static void write_ledger(const char *what)
@@ -180,20 +206,21 @@ int main(int argc, char **argv)
 		prog_report_live(PROG_ADDR(p[1]), 1 * MIB, "device", 0);
 		prog_report_live(PROG_ADDR(p[2]), 1 * MIB, "device", 0);
 	} else if (strcmp(what, "devices") == 0) {
-		/* NOTE: volatile, so that the loop is not unrolled: its failures
-		 * must come from one call instruction, one call site. */
-		volatile int rounds = 2;
+		/* NOTE: volatile, and what differs from round to round in a
+		 * function of its own, so that the loop is neither unrolled nor
+		 * peeled: its failures must come from one call instruction, one
+		 * call site. */
+		volatile int rounds = 4;
+		CUdeviceptr spare[2];
 		CUcontext other;
 
 		PROG_OK(cuDevicePrimaryCtxRetain(&other, 1));
 		PROG_OK(cuMemAlloc(&p[0], 128 * MIB));
+		PROG_OK(cuMemAlloc(&spare[0], 1 * MIB));
+		PROG_OK(cuMemAlloc(&spare[1], 2 * MIB));
 		for (int i = 0; i < rounds; i++) {
 			PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
-			if (i == 0) {
-				PROG_OK(cuCtxSetCurrent(other));
-				PROG_OK(cuMemAlloc(&p[1], 1 * MIB));
-				PROG_OK(cuCtxSetCurrent(ctx));
-			}
+			devices_round(i, ctx, other, &p[1], spare);
 		}
 		PROG_OK(cuMemAlloc(&p[2], 1 * MIB));
 		PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);

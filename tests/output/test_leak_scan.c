@@ -3,7 +3,8 @@
  * tracer double (scan_own.c), and the program's own references. Each byte
  * of the bookkeeping is read at most once (walked <= excluded), the tracer's
  * globals are neither read nor walked from, and the classes come out as the
- * memory says. No timing is checked. */
+ * memory says; a word refers to the target it falls in, first byte to last,
+ * and to none just outside. No timing is checked. */
 #define _GNU_SOURCE
 #include "analyze/leaks.h"
 
@@ -94,6 +95,41 @@ static void __attribute__((noinline)) test_walk(void)
 	CHECK_INT(ref[IN_HEAP].region, GMT_REF_HEAP);
 }
 
+/* Targets of 4 KiB, 4 KiB apart, after test_walk's: a program global
+ * holds, for each, a word at one edge of it or just past one. */
+enum { AT_FIRST, AT_MIDDLE, AT_LAST, PAST_END, BEFORE_START, EDGES };
+
+static const char *const edge_name[EDGES] = { "its first byte", "its middle", "its last byte",
+					      "one past its end", "one before its start" };
+static volatile uint64_t edge_kept[EDGES];
+
+static void __attribute__((noinline)) test_edges(void)
+{
+	static const int64_t offset[EDGES] = { 0, 2048, 4095, 4096, -1 };
+	struct gmt__leak_target t[EDGES];
+	struct gmt__leak_ref ref[EDGES];
+	struct gmt__scan_stats st;
+
+	for (int i = 0; i < EDGES; i++) {
+		t[i] = (struct gmt__leak_target){ device(TARGETS + i), device(TARGETS + i) + 4096, (uint32_t)i };
+		edge_kept[i] = device(TARGETS + i) + (uint64_t)offset[i];
+	}
+	memset(ref, 0, sizeof(ref));
+	CHECK_INT(gmt__leak_scan(t, EDGES, ref, NULL, 0, (uintptr_t)__builtin_frame_address(0), &st), 0);
+	CHECK(st.done);
+	for (int i = 0; i < EDGES; i++) {
+		bool want = i <= AT_LAST;
+
+		if ((ref[i].at != 0) != want) {
+			fprintf(stderr, "a global word at %s: %s, expected %s\n", edge_name[i],
+				ref[i].at != 0 ? "referenced" : "not referenced", want ? "referenced" : "not");
+			check_failed++;
+		}
+		if (want)
+			CHECK_INT(ref[i].region, GMT_REF_GLOBAL);
+	}
+}
+
 int main(void)
 {
 	void *base = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -105,6 +141,7 @@ int main(void)
 	device_base_x = (uint64_t)(uintptr_t)base ^ DISGUISE;
 	base = NULL;
 	test_walk();
+	test_edges();
 	if (check_failed == 0)
 		printf("ok: leak scan walk\n");
 	return check_failed != 0;

@@ -28,9 +28,10 @@
  *           failures of one request from one line: out of memory on device
  *           0; on device 1 a success, and 1 MiB allocated and freed; on
  *           device 0 1 MiB freed; out of memory on device 0; 2 MiB freed
- *           there; out of memory there again: one episode of three failures,
- *           which freed 1 MiB before the second and 2 MiB before the third (a
- *           success ends an episode, and a free counts in it, on its own
+ *           there and 3 MiB of managed memory allocated; out of memory there
+ *           again: one episode of three failures, which freed 1 MiB before
+ *           the second and 2 MiB before the third (a success of device
+ *           memory ends an episode, and a free counts in it, on its own
  *           device only). Then out of memory on device 1: a second episode
  *           (another device); a success on device 0 and a failure there: a
  *           third.
@@ -97,9 +98,10 @@ static void wait_snapshots(const char *reason, int count)
 }
 
 /* What `devices` does after the failure of round `round`: after the first,
- * on device 1 a success (*kept) and 1 MiB allocated and freed, then on
- * device 0 spare[0] freed; after the second, spare[1] freed; after the
- * third, to device 1; after the fourth, back. */
+ * on device 1 a success (kept[0]) and 1 MiB allocated and freed, then on
+ * device 0 spare[0] freed; after the second, spare[1] freed and 3 MiB of
+ * managed memory allocated (kept[1]); after the third, to device 1; after
+ * the fourth, back. */
 __attribute__((noinline)) static void devices_round(int round, CUcontext ctx0, CUcontext ctx1, CUdeviceptr *kept,
 						    const CUdeviceptr *spare)
 {
@@ -107,13 +109,15 @@ __attribute__((noinline)) static void devices_round(int round, CUcontext ctx0, C
 
 	if (round == 0) {
 		PROG_OK(cuCtxSetCurrent(ctx1));
-		PROG_OK(cuMemAlloc(kept, MIB));
+		PROG_OK(cuMemAlloc(&kept[0], MIB));
 		PROG_OK(cuMemAlloc(&tmp, MIB));
 		PROG_OK(cuMemFree(tmp));
 		PROG_OK(cuCtxSetCurrent(ctx0));
 	}
 	if (round < 2)
 		PROG_OK(cuMemFree(spare[round]));
+	if (round == 1)
+		PROG_OK(cuMemAllocManaged(&kept[1], 3 * MIB, CU_MEM_ATTACH_GLOBAL));
 	PROG_OK(cuCtxSetCurrent(round == 2 ? ctx1 : ctx0));
 }
 
@@ -211,7 +215,7 @@ int main(int argc, char **argv)
 		 * peeled: its failures must come from one call instruction, one
 		 * call site. */
 		volatile int rounds = 4;
-		CUdeviceptr spare[2];
+		CUdeviceptr spare[2], kept[2];
 		CUcontext other;
 
 		PROG_OK(cuDevicePrimaryCtxRetain(&other, 1));
@@ -220,12 +224,13 @@ int main(int argc, char **argv)
 		PROG_OK(cuMemAlloc(&spare[1], 2 * MIB));
 		for (int i = 0; i < rounds; i++) {
 			PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
-			devices_round(i, ctx, other, &p[1], spare);
+			devices_round(i, ctx, other, kept, spare);
 		}
 		PROG_OK(cuMemAlloc(&p[2], 1 * MIB));
 		PROG_CHECK_EQ(cuMemAlloc(&big, 200 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
 		prog_report_live(PROG_ADDR(p[0]), 128 * MIB, "device", 0);
-		prog_report_live(PROG_ADDR(p[1]), 1 * MIB, "device", 1);
+		prog_report_live(PROG_ADDR(kept[0]), 1 * MIB, "device", 1);
+		prog_report_live(PROG_ADDR(kept[1]), 3 * MIB, "managed", 0);
 		prog_report_live(PROG_ADDR(p[2]), 1 * MIB, "device", 0);
 	} else if (strcmp(what, "episodes") == 0 && argc > 2) {
 		long n = strtol(argv[2], NULL, 10);

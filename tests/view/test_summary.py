@@ -758,6 +758,11 @@ def simulator_snapshots() -> None:
     has(why, f"at stream_alloc (train_loop.c:{line})", "the remedy's site")
     if "try: a smaller batch" in why:
         raise AssertionError("a smaller batch offered beside a leak")
+    # Advice in the words of the program's language: a C program is told
+    # of buffers, never of a loss, tensors or torch.
+    for word in ("loss", "tensor", "torch", "graph"):
+        if word in why:
+            raise AssertionError(f"the C demo's diagnosis speaks of {word!r}:\n{why}")
     has(section(text, "Why it failed"), "request: 32.0 MiB of async memory by cuMemAllocAsync on GPU 0",
         "failed request")
     # About a screen and a half: every site with its label's frames and

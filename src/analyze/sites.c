@@ -284,6 +284,7 @@ struct gmt__site_pending {
 	struct chain_hash hash;
 	char *text;                        /* the site frame in words */
 	char *callers[GMT_SITE_CALLERS];   /* the next frames of the program's code, in words */
+	int caller_frames[GMT_SITE_CALLERS]; /* their indices in the stack's frames */
 	int ncallers;
 	size_t index;                      /* in ids */
 };
@@ -339,6 +340,7 @@ static int judge_stack(struct gmt__stack_site *out, struct gmt__site_pending *p,
 			continue;
 		hash_frame(&p->hash, &v[i]);
 		if (p->ncallers < GMT_SITE_CALLERS) {
+			p->caller_frames[p->ncallers] = i;
 			p->callers[p->ncallers] = strdup(gmt__site_frame_text(&v[i], buf, sizeof(buf)));
 			if (p->callers[p->ncallers++] == NULL)
 				return -ENOMEM;
@@ -414,8 +416,9 @@ static bool distinct_with(struct gmt__site_pending **reps, size_t n, int k, char
 }
 
 /* Labels reps[0..n), one site each, all with the same frame text: the fewest
- * callers that tell them apart. Each label goes to labels[site id - 1]. */
-static int label_run(struct gmt__site_pending **reps, size_t n, const uint32_t *site_of, char **labels)
+ * callers that tell them apart. Each label goes to labels[site id - 1], the
+ * number of callers it may name to named[site id - 1]. */
+static int label_run(struct gmt__site_pending **reps, size_t n, const uint32_t *site_of, char **labels, int *named)
 {
 	char **try = calloc(n, sizeof(*try));
 	int k = 0;
@@ -440,6 +443,7 @@ static int label_run(struct gmt__site_pending **reps, size_t n, const uint32_t *
 			return -ENOMEM;
 		}
 		labels[site_of[reps[i]->index] - 1] = try[i];
+		named[site_of[reps[i]->index] - 1] = k;
 	}
 	free(try);
 	return 0;
@@ -476,7 +480,8 @@ static uint32_t number_sites(struct gmt__site_pending *p, size_t n, uint32_t *si
 	return id;
 }
 
-static int label_sites(struct gmt__site_pending **reps, uint32_t nsites, const uint32_t *site_of, char **labels)
+static int label_sites(struct gmt__site_pending **reps, uint32_t nsites, const uint32_t *site_of, char **labels,
+		       int *named)
 {
 	int r = 0;
 
@@ -484,7 +489,7 @@ static int label_sites(struct gmt__site_pending **reps, uint32_t nsites, const u
 	for (size_t i = 0, j; r == 0 && i < nsites; i = j) {
 		for (j = i + 1; j < nsites && strcmp(reps[j]->text, reps[i]->text) == 0; j++)
 			;
-		r = label_run(reps + i, j - i, site_of, labels);
+		r = label_run(reps + i, j - i, site_of, labels, named);
 	}
 	return r;
 }
@@ -516,23 +521,34 @@ int gmt__sites_finish(struct gmt__sites *s)
 {
 	struct gmt__site_pending **reps = calloc(s->n ? s->n : 1, sizeof(*reps));
 	uint32_t *site_of = calloc(s->n ? s->n : 1, sizeof(*site_of));
-	int r = reps != NULL && site_of != NULL ? 0 : -ENOMEM;
+	int *named = calloc(s->n ? s->n : 1, sizeof(*named)); /* by site id - 1 */
+	int r = reps != NULL && site_of != NULL && named != NULL ? 0 : -ENOMEM;
 
 	if (r == 0) {
 		/* The pending entries move (sorted by hash); site_of and reps
 		 * follow them by index. */
 		s->nsites = number_sites(s->pending, s->n, site_of, reps);
 		s->labels = calloc(s->nsites ? s->nsites : 1, sizeof(*s->labels));
-		r = s->labels != NULL ? label_sites(reps, s->nsites, site_of, s->labels) : -ENOMEM;
+		r = s->labels != NULL ? label_sites(reps, s->nsites, site_of, s->labels, named) : -ENOMEM;
 	}
 	for (size_t i = 0; r == 0 && i < s->n; i++) {
 		s->v[i].site = site_of[i];
 		s->v[i].label = s->labels[site_of[i] - 1];
 	}
+	/* Each stack's own index of the last caller its site's label names:
+	 * the stacks of one site have the same chain, not the same frames. */
+	for (size_t j = 0; r == 0 && j < s->n; j++) {
+		const struct gmt__site_pending *p = &s->pending[j];
+		int k = named[site_of[p->index] - 1];
+
+		k = k < p->ncallers ? k : p->ncallers;
+		s->v[p->index].label_frame = k > 0 ? p->caller_frames[k - 1] : s->v[p->index].frame;
+	}
 	pending_free(s->pending, s->n);
 	s->pending = NULL;
 	free(reps);
 	free(site_of);
+	free(named);
 	return r;
 }
 

@@ -77,6 +77,11 @@ const char *gmt__site_frame_text(const struct gmt__site_frame *f, char *buf, siz
 struct gmt__stack_site {
 	uint32_t site;           /* stacks with the same call chain of the program's own code share it; from 1 */
 	int frame;               /* the site's frame among the stack's written frames; -1: no frames */
+	/* The outermost frame the label names: the caller that tells this site
+	 * from the others with the same frame text (the site's frame when the
+	 * label needs no caller). Where a report points at one line for the
+	 * site (the gate's annotations), this is the line. */
+	int label_frame;
 	bool user;               /* that frame is the program's own code (else no frame was) */
 	bool python;             /* that frame is a Python frame */
 	int nframes;

@@ -249,15 +249,17 @@ static int old_place(const struct frame *frames, size_t n, struct cli_site_place
 }
 
 /* The place of stack `id` (check.h): its site as the snapshot names it
- * (stacks[].site: the label, and the file and line of the site's frame when
- * it is the program's own code). */
+ * (stacks[].site: the label, and the file and line of the outermost frame
+ * the label names — the caller that tells it from sites with the same frame
+ * (label_frame, minor 12), else the site's frame — when it is the program's
+ * own code). */
 static int place_of(struct reader *rd, int64_t id, const char *where, struct cli_site_place *out)
 {
 	struct stack_ref key = { .id = id }, *s;
 	struct frame *frames = NULL;
 	char fwhere[96];
 	const char *label = NULL;
-	json_t *at = NULL, *user = NULL;
+	json_t *at = NULL, *named = NULL, *user = NULL;
 	size_t i, n;
 	int r = 0;
 
@@ -278,6 +280,10 @@ static int place_of(struct reader *rd, int64_t id, const char *where, struct cli
 		if (r == 0 && (at = get(rd, s->site, fwhere, "frame", &r)) != NULL && !json_is_null(at) &&
 		    (!json_is_integer(at) || json_integer_value(at) < 0 || (size_t)json_integer_value(at) >= n))
 			r = fail(rd, "%s.frame: expected null or an index into the stack's frames", fwhere);
+		if (r == 0 && (named = json_object_get(s->site, "label_frame")) != NULL && !json_is_null(named) &&
+		    (!json_is_integer(named) || json_integer_value(named) < 0 ||
+		     (size_t)json_integer_value(named) >= n))
+			r = fail(rd, "%s.label_frame: expected null or an index into the stack's frames", fwhere);
 		if (r < 0)
 			return r;
 	}
@@ -303,7 +309,9 @@ static int place_of(struct reader *rd, int64_t id, const char *where, struct cli
 	if (label == NULL) {
 		r = old_place(frames, n, out);
 	} else {
-		const struct frame *f = at != NULL && json_is_integer(at) ? &frames[json_integer_value(at)] : NULL;
+		const struct frame *f = named != NULL && json_is_integer(named) ? &frames[json_integer_value(named)]
+					: at != NULL && json_is_integer(at) ? &frames[json_integer_value(at)]
+					: NULL;
 
 		out->label = strdup(label);
 		r = out->label != NULL ? 0 : -1;

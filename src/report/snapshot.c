@@ -153,8 +153,8 @@ static void out_modules(struct gmt__json *o, struct gmt__frame_cache *cache)
 	gmt__json_str(o, cache->nmods > 0 ? "\n ]\n" : "]\n");
 }
 
-/* A stack's site: its id, the index of its frame (null: no frames), and
- * its label. */
+/* A stack's site: its id, the index of its frame (null: no frames), that
+ * of the outermost frame its label names, and its label. */
 static void out_site(struct gmt__json *o, const struct gmt__stack_site *site)
 {
 	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
@@ -163,6 +163,8 @@ static void out_site(struct gmt__json *o, const struct gmt__stack_site *site)
 	p = gmt__put_u64(p, site->site);
 	p = gmt__put_lit(p, ", \"frame\": ");
 	p = site->frame >= 0 ? gmt__put_i64(p, site->frame) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"label_frame\": ");
+	p = site->label_frame >= 0 ? gmt__put_i64(p, site->label_frame) : gmt__put_lit(p, "null");
 	p = gmt__put_lit(p, site->user ? ", \"user\": true, \"label\": " : ", \"user\": false, \"label\": ");
 	gmt__json_commit(o, p);
 	gmt__json_string(o, site->label);

@@ -42,6 +42,8 @@ struct gmt__snapshot_request {
 	int kind;              /* enum gmt__kind it asked for */
 	uint32_t stack;        /* the asking thread's stack (0: none) */
 	uint64_t failure;      /* its ordinal among the process's out-of-memory results, from 1 */
+	uint32_t tid;          /* the thread it failed on (gettid), 0: not known */
+	char thread[16];       /* that thread's name (PR_GET_NAME), "" when not known */
 };
 
 /* An out-of-memory episode (docs/snapshot-format.md "episode"): the
@@ -84,6 +86,8 @@ struct gmt__episode_failure {
 	uint32_t stack;
 	uint16_t api;           /* index into the snapshot's api_names */
 	uint8_t kind;
+	uint32_t tid;           /* the thread it failed on, and its name (gmt__snapshot_request's) */
+	char thread[16];
 };
 
 /* Memory freed during the episode, by the stack that had allocated it. */

@@ -402,6 +402,10 @@ void gmt__on_failure(const struct gmt__call *c, CUresult r, enum gmt__kind kind,
 
 	if (!c->record || r != CUDA_ERROR_OUT_OF_MEMORY)
 		return;
+	/* A thread whose first call fails has recorded nothing yet (its id is
+	 * learnt with its ring): the failure names it all the same. */
+	if (gmt__tls.tid == 0)
+		gmt__tls.tid = (uint32_t)syscall(SYS_gettid);
 	if (device == GMT_DEVICE_CURRENT) {
 		uintptr_t ctx;
 

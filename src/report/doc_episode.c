@@ -42,8 +42,21 @@ static void put_failure(struct gmt__json *o, const struct gmt__snapshot *s, cons
 	p = gmt__put_u64(p, f->freed_bytes);
 	p = gmt__put_lit(p, ", \"freed_count\": ");
 	p = gmt__put_u64(p, f->freed_count);
-	p = gmt__put_lit(p, "}");
 	gmt__json_commit(o, p);
+	gmt__doc_thread(o, f->tid, f->thread);
+	gmt__json_str(o, "}");
+}
+
+void gmt__doc_thread(struct gmt__json *o, uint32_t tid, const char *name)
+{
+	char *p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+
+	p = gmt__put_lit(p, ", \"thread\": {\"tid\": ");
+	p = tid != 0 ? gmt__put_u64(p, tid) : gmt__put_lit(p, "null");
+	p = gmt__put_lit(p, ", \"name\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string_or_null(o, name[0] != '\0' ? name : NULL);
+	gmt__json_str(o, "}");
 }
 
 void gmt__doc_episode(struct gmt__json *o, const struct gmt__snapshot *s)

@@ -44,6 +44,9 @@ void gmt__doc_process(struct gmt__json *o, const struct gmt__snapshot *s);
 
 /* The "episode" section of an out-of-memory snapshot (s->episode). */
 void gmt__doc_episode(struct gmt__json *o, const struct gmt__snapshot *s);
+/* `, "thread": {"tid": …, "name": …}`: the thread a failure came from (tid 0
+ * and name "" are null: not known). */
+void gmt__doc_thread(struct gmt__json *o, uint32_t tid, const char *name);
 
 /* The "framework" section: the state handed over (m->framework), its
  * segments joined to the live memory by the model. */

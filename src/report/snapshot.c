@@ -575,8 +575,10 @@ static void out_header(struct gmt__json *o, const struct gmt__snapshot *s, const
 		p = gmt__put_u64(p, f->failure);
 		p = gmt__put_lit(p, ", \"stack\": ");
 		p = gmt__put_u64(p, f->stack);
-		p = gmt__put_lit(p, f->by_framework ? ", \"refused_by\": \"framework\"},\n" : ", \"refused_by\": \"driver\"},\n");
+		p = gmt__put_lit(p, f->by_framework ? ", \"refused_by\": \"framework\"" : ", \"refused_by\": \"driver\"");
 		gmt__json_commit(o, p);
+		gmt__doc_thread(o, f->tid, f->thread);
+		gmt__json_str(o, "},\n");
 		if (view->have_diagnosis)
 			gmt__doc_diagnosis(o, view);
 		if (s->episode != NULL)

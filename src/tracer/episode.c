@@ -40,6 +40,7 @@
 #include "util/parse.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,8 +189,10 @@ static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_
 		.stack = req->stack,
 		.api = api,
 		.kind = (uint8_t)req->kind,
+		.tid = req->tid,
 	};
 
+	memcpy(f.thread, req->thread, sizeof(f.thread));
 	if (d->failures++ == 0)
 		d->first_ns = f.time_ns;
 	d->last_ns = f.time_ns;
@@ -343,6 +346,13 @@ static void fail(struct gmt__snapshot_request *req, const struct gmt__device_sta
 	struct gmt__oom_episode *ep = &gmt__core.episode;
 	uint64_t now;
 
+	/* The thread that failed (this one), for the snapshot and the
+	 * episode's list: concurrent failures of several threads are one
+	 * episode, and each of them names its own. */
+	req->tid = tid;
+	if (prctl(PR_GET_NAME, req->thread) != 0)
+		req->thread[0] = '\0';
+	req->thread[sizeof(req->thread) - 1] = '\0';
 	/* Everything this thread or any other completed before the failing call
 	 * has its number already: apply up to the current one. */
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));

@@ -129,7 +129,8 @@ static const struct gmt__snapshot_stat stats[] = {
 };
 
 static const struct gmt__snapshot_request failed = {
-	.api = "cuMemAlloc_v2", .size = 1ull << 34, .device = 0, .result = 2, .failure = 3,
+	.api = "cuMemAlloc_v2", .size = 1ull << 34, .device = 0, .result = 2, .failure = 3, .tid = 4242,
+	.thread = "loader-3",
 };
 
 static char *const test_argv[] = { "prog", "quote \" and\nnewline", "caf\xc3\xa9", "bad\xff", NULL };
@@ -421,8 +422,11 @@ static void test_document(void)
 
 	v = json_object_get(doc, "failed_request");
 	CHECK_STR(jstr(v, "api"), "cuMemAlloc_v2");
-	CHECK_INT(json_object_size(v), 8);
+	CHECK_INT(json_object_size(v), 9);
 	CHECK_STR(jstr(v, "refused_by"), "driver");
+	/* the thread it failed on (minor 12) */
+	CHECK_INT(jint(json_object_get(v, "thread"), "tid"), 4242);
+	CHECK_STR(jstr(json_object_get(v, "thread"), "name"), "loader-3");
 	CHECK_INT(jint(v, "failure"), 3);
 	CHECK_STR(jstr(v, "kind"), "device");
 	CHECK_INT(jint(v, "stack"), 0);

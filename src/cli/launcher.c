@@ -523,6 +523,10 @@ static int run(int argc, char **argv)
 	cli_find_library(lib);
 	cli_set_preload(lib);
 	cli_set_pythonpath();
+	/* A run that wrote nothing says so at exit (the user's own setting
+	 * wins). */
+	if (getenv("GPUMEMTRACE_EXIT_NOTE") == NULL)
+		cli_set_option("run", "GPUMEMTRACE_EXIT_NOTE", "1");
 	execvp(argv[i + 1], argv + i + 1);
 	cli_die(GMT_EXIT_NO_COMMAND, "cannot run '%s': %s", argv[i + 1], strerror(errno));
 }

@@ -428,6 +428,23 @@ static int leak_verdict(struct gmt__snapshot_leaks *lk)
 	return (int)gmt__core.opt->leak_exitcode;
 }
 
+/* Under gpumemtrace run (GPUMEMTRACE_EXIT_NOTE): a process that recorded
+ * allocations and wrote no snapshot says so, once, instead of ending in
+ * silence; one that recorded none (a shell, a helper) stays quiet, and so
+ * does one that wrote metrics (its output) or ran the leak check. */
+static void exit_note(void)
+{
+	uint64_t events = atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed) - gmt__core.first_seq;
+
+	if (!gmt__core.opt->exit_note || events == 0 || gmt__core.opt->leak_check || gmt__core.opt->metrics_dir[0] != '\0' ||
+	    atomic_load_explicit(&gmt__core.stats.snapshots, memory_order_relaxed) != 0 ||
+	    atomic_load_explicit(&gmt__core.stats.snapshot_errors, memory_order_relaxed) != 0)
+		return;
+	gmt__report("no snapshot written: no allocation ran out of memory (%llu allocations and frees recorded); "
+		    "--snapshot-on exit writes one at exit, peak one of the run's peak",
+		    (unsigned long long)events);
+}
+
 __attribute__((destructor)) static void core_exit(void)
 {
 	int saved = errno, exit_with = -1;
@@ -493,6 +510,7 @@ __attribute__((destructor)) static void core_exit(void)
 		gmt__core_unlock();
 	}
 	gmt__metrics_exit();
+	exit_note();
 	gmt__stats_sync();
 #define GMT_X_REPORT(name, help)                                                              \
 	gmt__info("%s: %llu (%s)", #name,                                                     \

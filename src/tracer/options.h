@@ -115,6 +115,9 @@ extern const char *const gmt__torch_history_names[GMT_TORCH_HISTORY_COUNT];
 	  "seconds between metrics writes, 1 to 86400 (also at each out-of-memory and at exit)") \
 	X(metrics_top, "GPUMEMTRACE_METRICS_TOP", INT, 10,                                    \
 	  "allocation sites and growth suspects in the metrics, 1 to 1000")                   \
+	X(exit_note, "GPUMEMTRACE_EXIT_NOTE", BOOL, false,                                    \
+	  "at exit, one line when the process recorded allocations but wrote no snapshot "   \
+	  "(set by gpumemtrace run)")                                                         \
 	X(gate, "GPUMEMTRACE_GATE", BOOL, false,                                              \
 	  "set by gpumemtrace check: mark each process pending until its exit snapshot is written") \
 	X(frameworks, "GPUMEMTRACE_FRAMEWORKS", BOOL, true,                                   \

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOPTIONS 21
+#define NOPTIONS 22
 #define MAX_ENV 4
 #define MAX_WANT 3
 

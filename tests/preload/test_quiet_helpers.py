@@ -3,7 +3,13 @@
 the real program) writes no exit snapshot under `gpumemtrace run`; under
 `gpumemtrace check` it still does (a clean result the gate must see).
 
-usage: test_quiet_helpers.py LAUNCHER"""
+And a run that wrote no snapshot says so: under `gpumemtrace run` a program
+that allocated and freed without running out of memory ends with exactly
+one line, "no snapshot written: …", how to get one; a run that wrote one
+(--snapshot-on exit), a process that recorded nothing (the shell),
+GPUMEMTRACE_EXIT_NOTE=0 and a plain LD_PRELOAD are silent.
+
+usage: test_quiet_helpers.py LAUNCHER PROGRAM LIBRARY"""
 from __future__ import annotations
 
 import glob
@@ -38,8 +44,35 @@ def main() -> int:
         if r.returncode != 0 or not files:
             print(f"FAIL check: status {r.returncode}, exit snapshots {files}: a clean one expected\n{r.stderr}")
             failures += 1
+        failures += exit_note(launcher, os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), env, tmp)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
+
+
+def exit_note(launcher: str, program: str, library: str, env: dict, tmp: str) -> int:
+    note = "gpumemtrace: no snapshot written: no allocation ran out of memory"
+    failures = 0
+    cases = [
+        ("run, nothing out of memory", [launcher, "run", "--dir", tmp, "--", program], {}, 1),
+        ("run --snapshot-on exit", [launcher, "run", "--dir", tmp, "--snapshot-on", "exit", "--", program], {}, 0),
+        ("run of a shell", [launcher, "run", "--dir", tmp, "--", "sh", "-c", "true"], {}, 0),
+        ("GPUMEMTRACE_EXIT_NOTE=0", [launcher, "run", "--dir", tmp, "--", program],
+         {"GPUMEMTRACE_EXIT_NOTE": "0"}, 0),
+        ("plain LD_PRELOAD", [program],
+         {"LD_PRELOAD": ":".join(filter(None, [env.get("LD_PRELOAD", ""), library]))}, 0),
+    ]
+    for what, cmd, extra, want in cases:
+        # driver_link.c: run with these, as its comment says.
+        sim = {"GMTSIM_DEVICES": "2", "GMTSIM_MEMORY": "1G,2G", "GMTSIM_CONTEXT_BYTES": "3M"}
+        r = subprocess.run(cmd, env=dict(env, **sim, **extra), capture_output=True, text=True,
+                           timeout=60, cwd=tmp)
+        got = [ln for ln in r.stderr.splitlines() if ln.startswith(note)]
+        if r.returncode != 0 or len(got) != want or (want and "--snapshot-on exit" not in got[0]):
+            print(f"FAIL {what}: status {r.returncode}, {len(got)} note lines, {want} expected\n{r.stderr[-800:]}")
+            failures += 1
+        else:
+            print(f"ok   {what}: {len(got)} note line{'s' if len(got) != 1 else ''}")
+    return failures
 
 
 if __name__ == "__main__":

@@ -165,8 +165,17 @@ static void test_user_patterns(void)
 		NL("/app/vendor/libarena.so", "arena_grow", "arena.c", 40),
 		PY("step", "/home/me/proj/train.py", 50),
 	};
+	/* The program's own library vendored beside others it does not own. */
+	static const struct gmt__site_frame vendor[] = {
+		N(LIBCUDA, "cuMemAlloc_v2"),
+		NL("/app/vendor/mine/libmine.so", "mine_alloc", "mine.c", 7),
+		NL("/app/vendor/libarena.so", "arena_grow", "arena.c", 40),
+		PY("step", "/home/me/proj/train.py", 50),
+	};
 	const struct gmt__site_frame *one[] = { mine };
 	const int depth[] = { sizeof(mine) / sizeof(mine[0]) };
+	const struct gmt__site_frame *vendored[] = { vendor };
+	const int vdepth[] = { sizeof(vendor) / sizeof(vendor[0]) };
 	const struct gmt__site_frame *torch[] = { torch_stack };
 	const int tdepth[] = { depth_of[0] };
 	struct gmt__sites s;
@@ -180,6 +189,15 @@ static void test_user_patterns(void)
 	gmt__sites_free(&s);
 	build(&s, one, depth, 1, "libarena.so");
 	CHECK_STR(s.v[0].label, "step (train.py:50)");
+	gmt__sites_free(&s);
+	/* A pattern and a "!" pattern that match one path: the "!" wins,
+	 * whichever comes first in the list (docs/guide.md). */
+	build(&s, vendored, vdepth, 1, "*/vendor/*,!*/vendor/mine/*");
+	CHECK_STR(s.v[0].label, "mine_alloc (mine.c:7)");
+	CHECK(s.v[0].roles[2] == GMT_ROLE_LIBRARY && s.v[0].roles[1] == GMT_ROLE_USER);
+	gmt__sites_free(&s);
+	build(&s, vendored, vdepth, 1, "!*/vendor/mine/*,*/vendor/*");
+	CHECK_STR(s.v[0].label, "mine_alloc (mine.c:7)");
 	gmt__sites_free(&s);
 	build(&s, torch, tdepth, 1, "nobuiltin");
 	CHECK_STR(s.v[0].label, "c10::cuda::CUDACachingAllocator::malloc (CUDACachingAllocator.cpp:1020)");

@@ -8,6 +8,7 @@
 #include "state/history.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define MS 1000000ull
 #define T0 1700000000000000000ull
@@ -294,6 +295,83 @@ static void test_rhythm(void)
 	}
 }
 
+/* Steps 1..40 marked; site 30 keeps 1000 bytes in each step whose entry of
+ * `plan` is '+', frees 1000 in each '-', does nothing in the rest (and
+ * past its end); the verdicts after each step into suspect[] and growing[]. */
+static void steps_of(const char *plan, bool suspect[41], bool growing[41])
+{
+	struct gmt__history h;
+	struct gmt__entry e = entry(0, 1000, 30, GMT_KIND_DEVICE, 0);
+	struct gmt__entry tmp = entry(0x900000, 50, 31, GMT_KIND_DEVICE, 0);
+	uint64_t kept[40], growth, t = T0;
+	uint32_t rises, falls;
+	int nkept = 0;
+
+	CHECK(gmt__history_init(&h, 0) == 0);
+	for (int i = 1; i <= 40; i++) {
+		struct gmt__hist_cause mark = at(t, 0);
+		char what = i <= (int)strlen(plan) ? plan[i - 1] : '.';
+		const struct gmt__site *s;
+
+		gmt__history_step(&h, &mark, (uint64_t)i);
+		if (what == '+') {
+			e.addr = kept[nkept++] = 0x50000000 + 0x1000 * (uint64_t)i;
+			change(&h, t++, &e, true);
+		} else if (what == '-' && nkept > 0) {
+			e.addr = kept[--nkept];
+			change(&h, t++, &e, false);
+		}
+		change(&h, t++, &tmp, true);
+		change(&h, t++, &tmp, false);
+		s = gmt__history_site(&h, 30);
+		suspect[i] = s != NULL && gmt__site_suspect(&h, s, &rises, &falls, &growth);
+		growing[i] = s != NULL && gmt__site_growing(&h, s, &rises, &falls, &growth);
+	}
+	gmt__history_clear(&h);
+}
+
+/* A site that rose only at start-up (a cache filled over its first marked
+ * steps) and stayed flat since: it grows while flat for at most the span of
+ * its rise (from its first rise to its last, at least GMT_GROWTH_MIN_RISES),
+ * is a suspect while that span is at least a quarter of the steps since its
+ * first rise, and neither once flat for longer (to step 40). Six rises: a
+ * span of 5; four, the fewest that count: 3, floored to 4. */
+static void test_startup_rise(void)
+{
+	static const struct {
+		const char *plan;
+		int grows_to, suspect_to;
+	} cases[] = {
+		{ "++++++", 11, 21 },
+		{ "++++", 8, 17 },
+	};
+	bool suspect[41], growing[41];
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int g = cases[c].grows_to, k = cases[c].suspect_to;
+
+		steps_of(cases[c].plan, suspect, growing);
+		if (!(growing[g] && !growing[g + 1] && suspect[k] && !suspect[k + 1] && !suspect[40]))
+			fprintf(stderr, "%s: growing at %d, %d: %d %d; suspect at %d, %d, 40: %d %d %d\n", cases[c].plan,
+				g, g + 1, growing[g], growing[g + 1], k, k + 1, suspect[k], suspect[k + 1], suspect[40]);
+		CHECK(growing[g] && !growing[g + 1]);
+		CHECK(suspect[k] && !suspect[k + 1] && !suspect[40]);
+	}
+}
+
+/* A site that falls in some steps besides its rises: growth while it fell
+ * in at most one of four steps it changed in (four rises, a fall), not when
+ * more often (three rises, a fall: a working set that breathes). */
+static void test_breathing(void)
+{
+	bool suspect[41], growing[41];
+
+	steps_of("++++-++++-", suspect, growing);
+	CHECK(growing[10] && suspect[10]);
+	steps_of("+++-+++-+++-", suspect, growing);
+	CHECK(!growing[12] && !suspect[12]);
+}
+
 /* The same program at any speed: a loop that fills the device (860
  * allocations, no free, no pause) is one round of time whether it runs in
  * 1 ms or, on a busy machine, in 300 ms with the scheduler stopping it for
@@ -358,6 +436,8 @@ int main(void)
 	test_sites();
 	test_rhythm();
 	test_busy_machine();
+	test_startup_rise();
+	test_breathing();
 	printf("history: %d failed\n", check_failed);
 	return check_failed != 0;
 }

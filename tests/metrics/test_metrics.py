@@ -2,8 +2,8 @@
 """The live metrics file (docs/fleet.md), on the simulated GPU, against the
 simulated driver's ledger:
 
-- ledger: a traced rank (rank.py: RANK=1, LOCAL_RANK=1, WORLD_SIZE=2,
-  SLURM_JOB_ID set) holds known blocks at two sites and writes the ledger of
+- ledger: a traced rank (rank.py: RANK=1, LOCAL_RANK=0 — the second of
+  two machines of one GPU each —, WORLD_SIZE=2, SLURM_JOB_ID set) holds known blocks at two sites and writes the ledger of
   that moment; the next write of its metrics file (every second) has per
   device and kind exactly the ledger's live bytes and allocations, the two
   sites with their bytes, the process's labels, nothing in flight; at exit
@@ -156,10 +156,12 @@ def metrics_path(directory: str, pid: int) -> str:
 
 
 def start_rank(launcher: str, env: Dict[str, str], workdir: str, metrics_dir: Optional[str], rank: int,
-               extra: Optional[List[str]] = None, tail: Optional[List[str]] = None) -> Tuple[subprocess.Popen, str, str]:
+               extra: Optional[List[str]] = None, tail: Optional[List[str]] = None,
+               local_rank: Optional[int] = None) -> Tuple[subprocess.Popen, str, str]:
     ledger = os.path.join(workdir, f"ledger.rank{rank}.json")
     go = os.path.join(workdir, f"go.rank{rank}")
-    env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", GMTSIM_LEDGER_DIR=workdir)
+    env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank if local_rank is None else local_rank), WORLD_SIZE="2",
+               GMTSIM_LEDGER_DIR=workdir)
     cmd = [launcher, "run", "--dir", workdir]
     if metrics_dir is not None:
         env["GPUMEMTRACE_METRICS_DIR"] = metrics_dir
@@ -188,7 +190,7 @@ def wait_write_after(path: str, t: float, timeout: float = 60) -> List[Tuple[str
 def test_ledger(launcher: str, env: Dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-metrics-") as tmp:
         env = dict(env, GPUMEMTRACE_METRICS_INTERVAL="1", SLURM_JOB_ID="4242")
-        p, ledger_path, go = start_rank(launcher, env, tmp, tmp, 1)
+        p, ledger_path, go = start_rank(launcher, env, tmp, tmp, 1, local_rank=0)
         ready = wait_ready(p)
         t = time.time()
         path = metrics_path(tmp, p.pid)
@@ -213,7 +215,7 @@ def test_ledger(launcher: str, env: Dict[str, str]) -> None:
         labels = next((lb for n, lb, _ in samples if n == "gpumemtrace_running"), {})
         check((labels.get("pid"), labels.get("rank"), labels.get("local_rank"), labels.get("world_size"),
                labels.get("job_id"), labels.get("host")) ==
-              (str(p.pid), "1", "1", "2", "4242", socket.gethostname()),
+              (str(p.pid), "1", "0", "2", "4242", socket.gethostname()),
               "ledger: the process's labels (pid, rank, local rank, world size, job, host)", labels)
         check(value(samples, "gpumemtrace_running") == 1 and
               value(samples, "gpumemtrace_events_recorded_total") == value(samples, "gpumemtrace_events_applied_total"),

@@ -24,6 +24,18 @@ static bool has_line(const char *text, const char *line)
 	return false;
 }
 
+static bool has_linef(const char *text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool has_linef(const char *text, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	return has_line(text, line);
+}
+
 static void test_label(void)
 {
 	char buf[GMT_METRICS_ESCAPED_MAX], long_name[300];
@@ -122,6 +134,44 @@ static void test_text(void)
 	free(text);
 }
 
+/* Every label known, each its own value, as torchrun and Slurm set them:
+ * rank 11 of 16 is the fourth process (LOCAL_RANK 3) of the second machine
+ * of eight GPUs; rank 0 is the first of the first (0 is a rank, not none). */
+static void test_labels_known(void)
+{
+	static const struct {
+		int64_t rank, local_rank;
+		const char *labels;
+	} cases[] = {
+		{ 11, 3, "rank=\"11\",local_rank=\"3\"" },
+		{ 0, 0, "rank=\"0\",local_rank=\"0\"" },
+	};
+	struct gmt__metrics_device dev[2];
+	struct gmt__metrics_site sites[3] = {
+		{ "Model.forward (model.py:12)", 48 * MIB, 6, 0 },
+		{ "step (train.py:40)", 8 * MIB, 1, 0 },
+		{ "step (train.py:40)", 8 * MIB, 1, 0 },
+	};
+	struct gmt__metrics_site suspects[1] = { { "cache.append (train.py:51)", 8 * MIB, 4, 6 * MIB } };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gmt__metrics m = sample(dev, sites, suspects);
+		char *text = NULL;
+		size_t len = 0;
+
+		m.process.rank = cases[i].rank;
+		m.process.local_rank = cases[i].local_rank;
+		m.process.world_size = 16;
+		m.process.job = "77031";
+		CHECK_INT(gmt__metrics_text(&m, &text, &len), 0);
+		if (text == NULL)
+			continue;
+		CHECK(has_linef(text, "gpumemtrace_running{pid=\"4242\",host=\"node-7\",job_id=\"77031\",%s,"
+			       "world_size=\"16\",command=\"python3\"} 1", cases[i].labels));
+		free(text);
+	}
+}
+
 /* More stacks given than sites written: those of one label added up first,
  * then the `top` largest by bytes (suspects by growth), largest first. */
 static void test_top(void)
@@ -197,17 +247,6 @@ static void test_hostile(const char *out)
 /* The tensor level: absent before the first hand-over (the families, no
  * samples), then the latest hand-over's numbers with its time. */
 /* has_line of the line the format makes. */
-static bool has_linef(const char *text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool has_linef(const char *text, const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	return has_line(text, line);
-}
 
 static void test_tensors(void)
 {
@@ -263,6 +302,7 @@ int main(int argc, char **argv)
 {
 	test_label();
 	test_text();
+	test_labels_known();
 	test_top();
 	test_tensors();
 	test_hostile(argc > 1 ? argv[1] : NULL);

@@ -390,7 +390,8 @@ class TestModes(unittest.TestCase):
 
     def test_merge_aligned_on_steps(self) -> None:
         """Ranks that marked their steps share an axis of steps; one that
-        marked none, or steps out of order, puts them back on one clock."""
+        marked none, steps out of order or marks back in time, puts them
+        back on one clock, as do ranks that marked one step each."""
         raws = [fixtures.with_steps(fixtures.synthetic(n=200, seed=40 + r, pid=200 + r, rank=r)[0], 8, first=3)
                 for r in range(3)]
         docs = [doc_of(r, f"rank{i}.json") for i, r in enumerate(raws)]
@@ -406,6 +407,18 @@ class TestModes(unittest.TestCase):
             e["step"] = k
         data = embedded(html.report(docs + [doc_of(back, "rank4.json")], "merge", ["a", "b", "c", "e"]))
         self.assertEqual(data["merge"]["align"], "time")
+        # A rank whose clock was set back between two marks: one clock.
+        stepped = fixtures.with_steps(fixtures.synthetic(n=200, seed=46, pid=206, rank=5)[0], 4)
+        marks = [e for e in stepped["history"]["events"] if e["op"] == "step"]
+        marks[2]["time_ns"] = marks[1]["time_ns"] - 1
+        data = embedded(html.report(docs + [doc_of(stepped, "rank5.json")], "merge", ["a", "b", "c", "f"]))
+        self.assertEqual(data["merge"]["align"], "time")
+        # One mark each tells no step's length: one clock.
+        ones = [doc_of(fixtures.with_steps(fixtures.synthetic(n=200, seed=50 + r, pid=210 + r, rank=r)[0], 1, first=3),
+                       f"one{r}.json") for r in range(3)]
+        data = embedded(html.report(ones, "merge", ["a", "b", "c"]))
+        self.assertEqual(data["merge"]["align"], "time")
+        self.assertTrue(all(len(d["marks"]["steps"]) == 1 for d in data["docs"]))
 
     def test_bad_arguments(self) -> None:
         d = doc_of(fixtures.synthetic(n=5)[0])

@@ -13,6 +13,11 @@ bootstrap uses), under `gpumemtrace run`:
   allocator's free bytes inside its segments; the episode has the two
   failures (before and after the cache was released); the pickle beside it
   is PyTorch's snapshot; the exit snapshot has the state handed over at exit;
+- expandable: with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the
+  segments are runs of 2 MiB pages mapped in a VMM reservation per pool
+  (one starting at its pool's reservation, one after pages the cache
+  released): every one joined, each the allocator's own, expandable, and
+  expandable segments not offered as the remedy;
 - fragmentation: free bytes inside the allocator's segments cover a
   request but no free block does: the verdict allocator_fragmentation, on
   the allocator's own numbers;
@@ -65,6 +70,29 @@ a = torch.cuda._allocator()
 print("STATE", torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), a.cached_free())
 print("SEGMENTS", " ".join(f"{s.address}:{s.size}" for s in a.segments))
 print("MODULES", sorted(m for m in sys.modules if m.startswith("gpumemtrace")))
+'''
+
+# Expandable segments: the large pool's pages 0-31 and 32-63 (one segment
+# grown), the small pool's first page; the first 32 pages released by the
+# cache (the segment now starts past its reservation's start), 16 mapped
+# again at the start (a segment of their own); then more than the device
+# has left asked.
+EXPANDABLE = r'''
+import torch
+MIB = 1 << 20
+a = torch.empty(64 * MIB)
+b = torch.empty(64 * MIB)
+small = torch.empty(100)
+del a
+torch.cuda.empty_cache()
+d = torch.empty(32 * MIB)
+try:
+    torch.empty(960 * MIB)
+except torch.cuda.OutOfMemoryError:
+    pass
+al = torch.cuda._allocator()
+print("SEGMENTS", " ".join(f"{s.address}:{s.size}" for s in al.segments))
+print("RESERVATIONS", " ".join(str(v.base) for v in al.spaces.values()))
 '''
 
 # Fragmentation inside the allocator: a 600 MiB segment cut into 64 MiB
@@ -530,6 +558,37 @@ except torch.cuda.OutOfMemoryError:
 '''
 
 
+def test_expandable(launcher: str, source: str, env: Dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, EXPANDABLE,
+                "expandable.py")
+        segs = re.search(r"^SEGMENTS (.*)$", r.stdout, re.M)
+        res = re.search(r"^RESERVATIONS (.*)$", r.stdout, re.M)
+        ooms, doc = oom_snapshot(tmp)
+        check(r.returncode == 0 and segs is not None and res is not None and len(ooms) == 1,
+              "expandable: the program ran, one oom snapshot", (r.stdout, r.stderr[-600:], ooms))
+        if segs is None or res is None or not doc:
+            return
+        fw = doc.get("framework") or {}
+        want = sorted(tuple(map(int, x.split(":"))) for x in segs.group(1).split())
+        got = sorted((s["address"], s["total_size"]) for s in fw.get("segments", []))
+        bases = sorted(map(int, res.group(1).split()))
+        reserved = sorted(int(v["address"], 16) for v in doc["vmm"]["reservations"])
+        check(got == want and len(want) == 3, "expandable: the segments are the allocator's", (got, want))
+        check(reserved == bases, "expandable: the pools' reservations in the snapshot", (reserved, bases))
+        check(sum(a in bases for a, _ in got) == 2 and sum(a not in bases for a, _ in got) == 1,
+              "expandable: two segments start at their pool's reservation, one past it", (got, bases))
+        check(all(s.get("allocation") is True and s.get("is_expandable") is True for s in fw.get("segments", [])) and
+              fw.get("segments_joined") == len(want), "expandable: every segment joined",
+              [(s.get("address"), s.get("allocation")) for s in fw.get("segments", [])])
+        dg = doc.get("diagnosis") or {}
+        check(dg.get("numbers", {}).get("framework_expandable") is True and
+              "expandable_segments" not in [x["name"] for x in dg.get("remedies") or []],
+              "expandable: the segments are expandable already, not offered as the remedy",
+              (dg.get("numbers", {}).get("framework_expandable"), dg.get("remedies")))
+        schema_ok(source, ooms, "expandable")
+
+
 def test_planted_links(launcher: str, env: Dict[str, str]) -> None:
     """The pickle is written as snapshots are: no symlink followed, no file
     replaced, mode 0600 (issue: a shared job directory)."""
@@ -563,6 +622,7 @@ def main(argv: List[str]) -> int:
     launcher, source = os.path.abspath(argv[0]), argv[1]
     env = base_env(source)
     test_join(launcher, source, env)
+    test_expandable(launcher, source, env)
     test_fragmentation(launcher, source, env)
     test_steps(launcher, source, env)
     test_recovered(launcher, env)

@@ -736,6 +736,56 @@ static void test_episode(void)
 	empty_dir(tmpdir);
 }
 
+/* The join of a framework's segments to the driver's memory, as
+ * docs/snapshot-format.md states it: a segment is joined when a live
+ * allocation, VMM reservation or mapping of the snapshot starts at its
+ * address — a reservation whose first page is not mapped too — and not when
+ * one only covers it. */
+static void test_join(void)
+{
+	struct fixture f;
+	struct gmt__snapshot s;
+	char path[512], framework[512];
+	json_error_t err;
+	json_t *doc, *segs;
+
+	memset(&f, 0, sizeof(f));
+	f.table = gmt__table_new();
+	CHECK(f.table != NULL);
+	if (f.table == NULL)
+		return;
+	add(&f, GMT_SPACE_MEMORY, GMT_KIND_DEVICE, 0x7f0000000000ull, 64 << 20, 0, 0, 0);
+	add(&f, GMT_SPACE_RESERVATION, GMT_KIND_VMM, 0x7e0000000000ull, 1ull << 30, 0, 3, 0);
+	add(&f, GMT_SPACE_MAPPING, GMT_KIND_VMM, 0x7e0000200000ull, 2 << 20, 0, 4, 0);
+	add(&f, GMT_SPACE_RESERVATION, GMT_KIND_VMM, 0x7d0000000000ull, 1ull << 30, 0, 3, 0);
+	snprintf(framework, sizeof(framework),
+		 "{\"name\": \"torch\", \"reason\": \"oom\", \"segments\": ["
+		 "{\"device\": 0, \"address\": %llu, \"total_size\": 67108864, \"blocks\": []}, "
+		 "{\"device\": 0, \"address\": %llu, \"total_size\": 2097152, \"blocks\": []}, "
+		 "{\"device\": 0, \"address\": %llu, \"total_size\": 2097152, \"blocks\": []}, "
+		 "{\"device\": 0, \"address\": %llu, \"total_size\": 2097152, \"blocks\": []}]}",
+		 0x7f0000000000ull, 0x7e0000200000ull, 0x7d0000000000ull, 0x7e0000100000ull);
+	s = base_snapshot(&f);
+	s.framework = framework;
+	CHECK_INT(gmt__snapshot_write(&s, tmpdir, path, sizeof(path), NULL), 0);
+	doc = json_load_file(path, 0, &err);
+	CHECK(doc != NULL);
+	if (doc != NULL) {
+		segs = json_object_get(json_object_get(doc, "framework"), "segments");
+		CHECK_INT(json_array_size(segs), 4);
+		/* an allocation, a mapping, a reservation start there; the last
+		 * lies inside a reservation, before a mapping */
+		CHECK(json_is_true(json_object_get(json_array_get(segs, 0), "allocation")));
+		CHECK(json_is_true(json_object_get(json_array_get(segs, 1), "allocation")));
+		CHECK(json_is_true(json_object_get(json_array_get(segs, 2), "allocation")));
+		CHECK(json_is_false(json_object_get(json_array_get(segs, 3), "allocation")));
+		CHECK_INT(jint(json_object_get(doc, "framework"), "segments_joined"), 3);
+	}
+	json_decref(doc);
+	empty_dir(tmpdir);
+	gmt__table_free(f.table);
+}
+
 /* Failures: a negative errno and nothing left behind. */
 static void test_failures(void)
 {
@@ -927,6 +977,7 @@ int main(int argc, char **argv)
 	test_many_stacks();
 	test_symlink();
 	test_episode();
+	test_join();
 	test_failures();
 
 	chmod(tmpdir, 0555);

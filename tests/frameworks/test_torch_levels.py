@@ -659,6 +659,12 @@ def test_keeps_tensors():
     kept.append(torch.empty(4 * MIB))  # KEEP
 
 
+@pytest.mark.gpu_limit_leaks("0")
+def test_after_one_that_kept():
+    t = torch.empty(2 * MIB)
+    del t
+
+
 @pytest.mark.gpu_limit_memory("16 MiB")
 def test_peaks_too_high():
     t = torch.empty(24 * MIB)  # PEAK
@@ -674,8 +680,9 @@ def test_driver_level_sees_the_cache():
 
 def test_pytest_plugin(launcher: str, source: str, env: Dict[str, str]) -> None:
     """The plugin's markers read PyTorch's tensors: a tensor made and freed
-    leaves no leak (its segment stays cached), a tensor kept does, the peak
-    is PyTorch's; level="driver" reads the driver's allocations."""
+    leaves no leak (its segment stays cached), a tensor kept does (and counts
+    against no later test), the peak is PyTorch's; level="driver" reads the
+    driver's allocations."""
     py = next((p for p in (sys.executable, "/usr/bin/python3") if os.path.exists(p) and
                subprocess.run([p, "-c", "import pytest"], capture_output=True).returncode == 0), None)
     if py is None:

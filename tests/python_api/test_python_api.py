@@ -4,7 +4,8 @@ traced (under `gpumemtrace run`, which puts it on PYTHONPATH) its answers are
 the program's own numbers and its tag and snapshot land in the snapshot;
 untraced every call does nothing, silently, and the numbers stay numbers
 (0; dump() None, available() False); and the pytest
-plugin (with Debian's pytest) fails exactly the tests over their limits, with
+plugin (with Debian's pytest) fails exactly the tests over their limits (not one
+exactly at them, after others that leaked and peaked), with
 where they allocated. Skipped parts: none, but the plugin's without a python3
 that has pytest (exit 77 when nothing could run).
 
@@ -82,6 +83,14 @@ def test_leaks_too_much() -> None:
 def test_peaks_too_high() -> None:
     p = alloc(8 * MIB)  # PEAK_LINE
     assert rt.cudaFree(p) == 0
+
+
+# Exactly at both limits, after a test that left 3 MiB live and one that
+# peaked at 8 MiB: neither counts against it.
+@pytest.mark.gpu_limit_memory("2 MiB")
+@pytest.mark.gpu_limit_leaks("2 MiB")
+def test_at_limits() -> None:
+    alloc(2 * MIB)
 '''
 
 

@@ -36,6 +36,18 @@ def doc_of(d: Dict[str, Any], name: str = "t.json") -> Dict[str, Any]:
     return load.parse(json.dumps(d), name)
 
 
+def _later(o: Any, dt: int) -> None:
+    """Every time of a fixture document (start_ns, time_ns: a value or a
+    list) dt ns later, in place."""
+    for k, v in (o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()):
+        if k in ("start_ns", "time_ns") and isinstance(v, int):
+            o[k] = v + dt
+        elif k == "time_ns" and isinstance(v, list):
+            o[k] = [x + dt for x in v]
+        else:
+            _later(v, dt)
+
+
 def embedded(page: str) -> Dict[str, Any]:
     found = DATA_RE.findall(page)
     assert len(found) == 1, f"{len(found)} data blocks"
@@ -358,6 +370,7 @@ class TestModes(unittest.TestCase):
     def test_merge(self) -> None:
         raws = [fixtures.synthetic(n=300 + 100 * r, seed=10 + r, pid=100 + r, rank=r, oom=r == 1)
                 for r in (2, 0, 1)]
+        _later(raws[0][0], 7_000_000)  # rank 2 started 7 ms after the others
         docs = [doc_of(r[0], f"rank{i}.json") for i, r in enumerate(raws)]
         files = ["r2.json", "r0.json", "r1.json"]
         page = html.report(docs, "merge", files)
@@ -384,7 +397,10 @@ class TestModes(unittest.TestCase):
                 want = raws[p["doc"]][1]["sites"].get(sid, (0, 0))[0]
                 self.assertEqual(mg["by"][row][pos], want, (title, p["label"]))
         self.assertEqual(len(data["docs"]), 3)
-        self.assertTrue(all(p["offset"] >= 0 for p in mg["processes"]))
+        # One time axis: each process's times from the earliest base.
+        bases = [int(d["base_ns"]) for d in data["docs"]]
+        self.assertGreater(max(bases), min(bases))
+        self.assertEqual([p["offset"] for p in mg["processes"]], [bases[p["doc"]] - min(bases) for p in mg["processes"]])
         self.assertIn("3 processes hold", page)
         TestSingle.assert_self_contained(self, page)
 
@@ -484,17 +500,23 @@ class TestEdges(unittest.TestCase):
     def test_steps_marked(self) -> None:
         """The program's steps are marks of the timeline (200, evenly, and the
         last: a timeline aligned on steps reaches it)."""
-        raw, _ = fixtures.synthetic(n=50, sites=2)
-        t0 = raw["history"]["events"][0]["time_ns"]
-        raw["history"]["events"][:0] = [
-            {"op": "step", "seq": k, "time_ns": t0 + k, "address": None, "size": 0, "step": k,
-             "kind": None, "device": -1, "api": None, "thread": 1, "stack": 0} for k in range(1000)]
-        d = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]
+        def marked(n: int) -> Tuple[Dict[str, Any], int]:
+            raw, _ = fixtures.synthetic(n=50, sites=2)
+            t0 = raw["history"]["events"][0]["time_ns"]
+            raw["history"]["events"][:0] = [
+                {"op": "step", "seq": k, "time_ns": t0 + k, "address": None, "size": 0, "step": k,
+                 "kind": None, "device": -1, "api": None, "thread": 1, "stack": 0} for k in range(n)]
+            return embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0], t0
+
+        d, t0 = marked(1000)
         steps = d["marks"]["steps"]
         self.assertEqual(len(steps), 201)
         self.assertEqual([s[1] for s in steps[:3]] + [steps[-1][1]], [0, 5, 10, 999])
         base = int(d["base_ns"])
         self.assertEqual(steps[1][0], t0 + 5 - base)
+        # 1199 steps: every sixth (not every fifth: 240), and the last.
+        steps = marked(1199)[0]["marks"]["steps"]
+        self.assertEqual([s[1] for s in steps], list(range(0, 1199, 6)) + [1198])
 
     def test_parent_pid_is_a_pid(self) -> None:
         """A process id is a name, not a quantity: no thousands separator."""

@@ -204,8 +204,10 @@ def check_wheel_file(wheel: str, version: str, forbidden: List[str], source: str
     for dirpath, _, files in os.walk(os.path.join(source, "tools", "python", "gpumemtrace")):
         if "__pycache__" in dirpath:
             continue
+        # Not the package's: compiled files, and the mutation check's lists
+        # kept beside the code (scripts/mutants).
         ours += [os.path.relpath(os.path.join(dirpath, f), os.path.join(source, "tools", "python"))
-                 for f in files if not f.endswith(".pyc")]
+                 for f in files if not f.endswith((".pyc", ".mutants"))]
     missing = [f for f in ours if f not in names]
     check(not missing, "every file of the package tools/python/gpumemtrace is in the wheel", missing)
     for must in ("gpumemtrace/_native/bin/gpumemtrace", "gpumemtrace/_native/lib/libgpumemtrace.so",

@@ -433,12 +433,8 @@ def _ranks_html(m: Dict[str, Any], docs: Sequence[Doc]) -> str:
             f'<span class="bad">{esc(name(i))}</span> (peak {_b(procs[i]["peak_bytes"])}, '
             f'{"+" if procs[i]["peak_bytes"] >= med else "-"}{_b(abs(procs[i]["peak_bytes"] - med))} from the median)'
             for i in out_idx) + "</p>")
-    elif len(procs) < 3:
-        out.append(f"<p>outliers: not judged among {len(procs)} processes; their peaks differ by "
-                   f"{_b(fl['peak']['max'] - fl['peak']['min'])}</p>")
     else:
-        out.append(f"<p>outliers: none (every process within {_b(fl['live']['limit'])} of the median live and "
-                   f"{_b(fl['peak']['limit'])} of the median peak: three median deviations, at least 5 %)</p>")
+        out.append(f"<p>outliers: {esc(model.no_outliers_text(fl, len(procs)))}</p>")
     first = fl["first_oom"]
     if first is not None:
         after = (f"; the next {esc(fmt_duration(first['next_ns'] - first['time_ns']))} later"

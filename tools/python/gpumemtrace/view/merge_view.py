@@ -95,14 +95,8 @@ def _ranks(t: "Text", f: Dict[str, Any], docs: Sequence[Doc], top: int) -> None:
             words.append((f"{_short_label(procs[i])} (peak {fmt_bytes(procs[i]['peak_bytes'])}, "
                           f"{'+' if d >= 0 else '-'}{fmt_bytes(abs(d))} from the median)", "yellow"))
         t.flow("  outliers: ", words, hang=4, sep=", ")
-    elif n < 3:
-        # Two values have no typical spread to stand out from: the median
-        # lies between them, each as far from it as the other.
-        t.add(f"  outliers: not judged among {n} processes; their peaks differ by "
-              f"{fmt_bytes(fl['peak']['max'] - fl['peak']['min'])}")
     else:
-        t.add(f"  outliers: none (every process within {fmt_bytes(fl['live']['limit'])} of the median live and "
-              f"{fmt_bytes(fl['peak']['limit'])} of the median peak: three median deviations, at least 5 %)")
+        t.add("  outliers: " + model.no_outliers_text(fl, n))
     first = fl["first_oom"]
     if first is not None:
         p = procs[first["index"]]

@@ -247,6 +247,18 @@ def merge(docs: Sequence[Doc]) -> Dict[str, Any]:
             "live_bytes": sum(p["live_bytes"] for p in procs)}
 
 
+def no_outliers_text(fl: Dict[str, Any], n: int) -> str:
+    """What "outliers" says when skew() found none among n processes (the
+    terminal's and the HTML report's words): with two, nothing is judged
+    (the median lies between them, each as far from it as the other) and
+    their difference is given; else the limits the rule used."""
+    if n < 3:
+        return (f"not judged among {n} processes; their peaks differ by "
+                f"{fmt_bytes(fl['peak']['max'] - fl['peak']['min'])}")
+    return (f"none (every process within {fmt_bytes(fl['live']['limit'])} of the median live and "
+            f"{fmt_bytes(fl['peak']['limit'])} of the median peak: three median deviations, at least 5 %)")
+
+
 def skew(values: Sequence[int]) -> Dict[str, Any]:
     """The spread of one number over processes: max, median and min (with
     the index of the max and the min) and the outliers — the processes whose

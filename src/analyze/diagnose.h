@@ -45,6 +45,7 @@ enum gmt__verdict {
 	X(EXPANDABLE, "expandable_segments")    /* allocator_fragmentation, PyTorch's */         \
 	X(SMALLER_BATCH, "smaller_batch")       /* the step's live memory covers the shortfall */ \
 	X(CHECKPOINTING, "checkpointing")       /* the same memory, recomputed instead */        \
+	X(MIXED_PRECISION, "mixed_precision")   /* the same memory, PyTorch's, in 16 bits */     \
 	X(FREE_GROWTH, "free_growing_site")     /* growth: what a site keeps by mistake */       \
 	X(LARGEST_SITE, "shrink_largest_site")  /* one site alone covers the shortfall */        \
 	X(TRIM_POOLS, "trim_pools")             /* pool_reservation */                           \
@@ -112,9 +113,15 @@ struct gmt__diag_input {
 	 * now less at the step's mark: a caching allocator serves a step from
 	 * segments the driver gave before it), not the driver's allocations. */
 	bool step_from_framework;
-	/* The stack holding the most live bytes on the device, and those bytes. */
+	/* The stack holding the most live bytes on the device, and those bytes;
+	 * whether all of them were allocated before the program's first step
+	 * mark — its set-up, a model's weights and optimizer state — (1), not
+	 * all (0), or it is not known (-1: no step marked, or the history does
+	 * not reach back to the first). */
 	uint32_t largest_stack;
 	uint64_t largest_stack_bytes;
+	int largest_before_steps;
+	bool largest_python; /* its site's frame is Python's */
 	/* The growing site that gained most there: its stack, its gain, and
 	 * with step markers what it gained over whole steps and how many
 	 * (gmt__site_step_growth; 0: not known). */

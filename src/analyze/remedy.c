@@ -15,11 +15,18 @@
  *   shortfall: a batch of 1/k keeps about 1/k of it, enough for k ≥
  *   ⌈step / (step − shortfall)⌉; checkpointing recomputes what the forward
  *   keeps for the backward instead.
+ * - mixed_precision: the same as smaller_batch, PyTorch's, and half of the
+ *   step's memory covers the shortfall — said as "if the step runs in
+ *   float32": element types are not in a snapshot.
  * - free_growing_site: growth applies; the site that gained most, its gain
  *   and, with steps, its gain per whole step, in the words of its language
  *   (a PyTorch tensor's line, a Python line, C).
  * - shrink_largest_site: exhaustion is primary and the stack holding the most
- *   live memory on the device alone covers the shortfall.
+ *   live memory on the device alone covers the shortfall; when that memory
+ *   was all allocated before the program's first step (largest_before_steps)
+ *   it is the program's set-up, said in its language — a model's weights and
+ *   optimizer state (lower precision, lighter optimizer state, sharding), a
+ *   Python line's data, a C program's buffers.
  * - raise_framework_limit: framework_limit is primary and what the framework
  *   holds of the device (allocated + free inside its pool) and what the
  *   driver has free cover its allocated bytes and the request: the limit
@@ -29,11 +36,12 @@
  *   fragmentation (stranded pages) and other_processes apply — each verdict's
  *   bytes cover the shortfall.
  *
- * Mixed precision, torch.no_grad() and zero_grad(set_to_none=True) are never
- * offered: the numbers they would rest on (element types, whether gradients
- * are needed, which live memory is gradients) are not in a snapshot. */
+ * torch.no_grad() and zero_grad(set_to_none=True) are never offered alone:
+ * the numbers they would rest on (whether gradients are needed, which live
+ * memory is gradients) are not in a snapshot. */
 #define _GNU_SOURCE
 #include "analyze/remedy.h"
+#include "analyze/tensors.h"
 #include "util/parse.h"
 #include "util/xlist.h"
 
@@ -156,6 +164,18 @@ static void step_memory(const struct gmt__diag_input *in, struct gmt__diagnosis 
 	    "forward keeps for it; the %s allocated since step %llu and still live is the memory it trades for compute, more than "
 	    "the %s the request fell short",
 	    gmt__human_bytes(a, sizeof(a), x), (unsigned long long)in->step, gmt__human_bytes(b, sizeof(b), f));
+	/* Half of the step's memory in 16 bits: element types are not in a
+	 * snapshot, so the sentence is conditional, and offered only where
+	 * half alone covers the shortfall. */
+	if (!in->fw_torch || x / 2 < f)
+		return;
+	r = offer(d, GMT_REMEDY_MIXED_PRECISION, v, x / 2, 0, rests);
+	say(r,
+	    "mixed precision, if the step runs in float32: under `torch.autocast(\"cuda\", dtype=torch.bfloat16)` "
+	    "the activations the forward keeps for the backward are stored in 16 bits; half of the %s allocated since "
+	    "step %llu and still live is %s, more than the %s the request fell short",
+	    gmt__human_bytes(a, sizeof(a), x), (unsigned long long)in->step, gmt__human_bytes(b, sizeof(b), x / 2),
+	    gmt__human_bytes(c, sizeof(c), f));
 }
 
 /* What the growing site kept, in the words of its language: a PyTorch
@@ -205,7 +225,7 @@ static void free_growth(const struct gmt__diag_input *in, struct gmt__diagnosis 
 static void largest_site(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 {
 	static const char *const rests[] = { "largest_stack", "largest_stack_bytes", "tracked_total_bytes",
-					     "shortfall_bytes", NULL };
+					     "shortfall_bytes", "largest_stack_before_steps", NULL };
 	uint64_t x = in->largest_stack_bytes;
 	char a[32], b[32];
 	struct gmt__remedy *r;
@@ -214,10 +234,34 @@ static void largest_site(const struct gmt__diag_input *in, struct gmt__diagnosis
 	    in->largest_stack == 0)
 		return;
 	r = offer(d, GMT_REMEDY_LARGEST_SITE, GMT_VERDICT_EXHAUSTION, x, in->largest_stack, rests);
-	say(r,
-	    "keep less of what this site allocates, or free it before this request: it holds %s live (%u%% of "
-	    "this process's on the device), more than the %s the request fell short",
-	    gmt__human_bytes(a, sizeof(a), x), percent(x, d->tracked_total), gmt__human_bytes(b, sizeof(b), d->shortfall));
+	gmt__human_bytes(a, sizeof(a), x);
+	gmt__human_bytes(b, sizeof(b), d->shortfall);
+	if (in->largest_before_steps != 1)
+		say(r,
+		    "keep less of what this site allocates, or free it before this request: it holds %s live (%u%% of "
+		    "this process's on the device), more than the %s the request fell short",
+		    a, percent(x, d->tracked_total), b);
+	else if (in->fw_torch && gmt__is_tensor_stack(in->largest_stack))
+		say(r,
+		    "this line's tensors were all made before the first step and stay live — the model's weights, "
+		    "buffers or optimizer state: %s (%u%% of this process's on the device), more than the %s the request "
+		    "fell short; hold them in less: bfloat16 weights if they are float32, an optimizer with less state "
+		    "(Adam keeps two values a weight), or shard them across devices (FSDP, DeepSpeed ZeRO)",
+		    a, percent(x, d->tracked_total), b);
+	else if (in->largest_python)
+		say(r,
+		    "what this line allocated was all made before the program's first step and stays live — its set-up "
+		    "(a model's weights, data kept on the device): %s (%u%% of this process's on the device), more than "
+		    "the %s the request fell short; keep it in a smaller type, shard it across devices, or keep part of "
+		    "it in host memory",
+		    a, percent(x, d->tracked_total), b);
+	else
+		say(r,
+		    "this site's buffers were all allocated before the program's first step and stay live — its set-up, "
+		    "not a step's: %s (%u%% of this process's on the device), more than the %s the request fell short; "
+		    "make them smaller (a narrower element type, fewer copies), spread them over devices, or keep part "
+		    "of them in host memory",
+		    a, percent(x, d->tracked_total), b);
 }
 
 static void verdict_bytes(const struct gmt__diag_input *in, struct gmt__diagnosis *d)

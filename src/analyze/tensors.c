@@ -730,6 +730,8 @@ static void step_tensors(struct gmt__tensors *t, const struct step_mark *steps, 
 		return;
 	t->step = steps[nsteps - 1].step;
 	t->step_ns = steps[nsteps - 1].time_ns;
+	t->first_step_ns = steps[0].time_ns;
+	t->first_step_known = t->first_ns <= t->first_step_ns;
 	if (t->first_ns > t->step_ns && !t->complete)
 		return;
 	t->step_known = true;

@@ -82,6 +82,10 @@ struct gmt__tensors {
 	 * back to the mark, with times). */
 	bool step_known;
 	uint64_t step, step_ns, step_bytes, step_count;
+	/* The first step mark, when the history reaches back to it: a tensor
+	 * older than it is the program's set-up (a model's weights). */
+	bool first_step_known;
+	uint64_t first_step_ns;
 	struct gmt__site_ref *sites; /* the replay's sites with live or past tensors, most live bytes first */
 	size_t nsites;
 	json_t *state;           /* the parsed state the strings point into (a reference) */

@@ -187,6 +187,37 @@ static void largest_of(const struct gmt__entry **mine, size_t m, struct gmt__dia
 	}
 }
 
+/* Whether every live byte of stack `id` on `device` was allocated before
+ * the program's first step mark: 1, 0, or -1 when that is not known. A
+ * tensor stack's from the framework's history (a tensor it saw no
+ * allocation of was live before its first event), another's from the seq
+ * of the event that made each entry. */
+static int largest_before_steps(const struct gmt__entry *const *v, size_t n, int device,
+				const struct gmt__history *h, const struct gmt__tensors *t, uint32_t id)
+{
+	if (id == 0)
+		return -1;
+	if (gmt__is_tensor_stack(id)) {
+		if (!t->first_step_known)
+			return -1;
+		for (size_t i = 0; i < t->n; i++) {
+			if (t->v[i].device == device && gmt__tensor_stack_id(t->v[i].stack) == id &&
+			    t->v[i].time_ns > t->first_step_ns)
+				return 0;
+		}
+		return 1;
+	}
+	if (h == NULL || !h->stepped)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		/* link: the seq of the event that made the entry (table.h) */
+		if (v[i]->device == device && v[i]->stack == id && v[i]->kind != GMT_KIND_MANAGED &&
+		    !(t->known && gmt__tensors_backs(t, v[i])) && v[i]->link >= h->first_step_seq)
+			return 0;
+	}
+	return 1;
+}
+
 /* The stack holding the most live memory on `device` — with a framework's
  * tensors known, among the tensors' stacks and the stacks of the memory
  * that is not the framework's — and with step markers the live memory
@@ -239,6 +270,7 @@ static void own_on_device(const struct gmt__snapshot *s, const struct gmt__entry
 		largest_of(mine, m, in);
 	free(mine);
 	free(as_entries);
+	in->largest_before_steps = largest_before_steps(v, n, device, h, t, in->largest_stack);
 }
 
 static uint64_t json_u64(const json_t *o, const char *key, bool *ok)
@@ -394,5 +426,7 @@ void gmt__view_diagnose(struct gmt__view *view, const struct gmt__sites *sites, 
 		view->diag_in.growth_top_python = ss->python;
 		view->diag_in.growth_top_tensor = gmt__is_tensor_stack(view->diag_in.growth_top_stack);
 	}
+	ss = view->diag_in.largest_stack != 0 ? gmt__sites_of(sites, ids, view->diag_in.largest_stack) : NULL;
+	view->diag_in.largest_python = ss != NULL && ss->python;
 	gmt__diagnose(&view->diag_in, &view->diag);
 }

@@ -316,6 +316,8 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 	p = gmt__put_u64(p, in->largest_stack);
 	p = gmt__put_lit(p, ", \"largest_stack_bytes\": ");
 	p = gmt__put_u64(p, in->largest_stack_bytes);
+	p = gmt__put_lit(p, ", \"largest_stack_before_steps\": ");
+	p = gmt__put_lit(p, in->largest_before_steps < 0 ? "null" : in->largest_before_steps ? "true" : "false");
 	p = gmt__put_lit(p, ",\n   \"step\": ");
 	p = gmt__put_u64_or_null(p, in->step_known, in->step);
 	p = gmt__put_lit(p, ", \"steps\": ");

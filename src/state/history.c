@@ -70,7 +70,7 @@ void gmt__history_clear(struct gmt__history *h)
 		memset(h->sites, 0, h->nsites * sizeof(*h->sites));
 	h->sites_failed = false;
 	h->stepped = false;
-	h->step = h->step_seq = h->step_ns = 0;
+	h->step = h->step_seq = h->step_ns = h->first_step_seq = 0;
 }
 
 /* --- the series ------------------------------------------------------------ */
@@ -443,6 +443,8 @@ void gmt__history_step(struct gmt__history *h, const struct gmt__hist_cause *cau
 	if (h->pt_time == NULL)
 		return;
 	h->round[GMT_SCALE_STEPS]++;
+	if (!h->stepped)
+		h->first_step_seq = cause->seq;
 	h->stepped = true;
 	h->step = step;
 	h->step_seq = cause->seq;

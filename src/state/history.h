@@ -138,9 +138,11 @@ struct gmt__history {
 	uint64_t overflow; /* changes of a (device, kind) without a column */
 
 	/* the latest step marked (gmt_step), when stepped: its number, the
-	 * seq of the first event after it, and its time */
+	 * seq of the first event after it, and its time; the same seq of the
+	 * first step marked (what was allocated before it is the program's
+	 * set-up: a model's weights) */
 	bool stepped;
-	uint64_t step, step_seq, step_ns;
+	uint64_t step, step_seq, step_ns, first_step_seq;
 
 	/* the sites, indexed by stack id */
 	struct gmt__site *sites;

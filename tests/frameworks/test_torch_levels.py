@@ -14,6 +14,9 @@ HTML report show the tensor site first:
 - batch: a batch too large, nothing kept across steps: exhaustion, a
   smaller batch and checkpointing with the step's own tensors' bytes (what
   the step allocated and still holds) against what earlier steps left;
+- weights: the model (768 MiB made before the first step) is most of the
+  device: exhaustion, the weights' line named as the model's weights and
+  optimizer state, mixed precision offered as a condition;
 - fragmentation: free bytes inside the segments in pieces, no growth:
   allocator_fragmentation, expandable segments; the largest live tensor's
   line first, not the line of the 600 MiB tensor freed long ago that made
@@ -103,6 +106,32 @@ for _ in range(8):
     train_step(8)
 try:
     train_step(64)
+except torch.cuda.OutOfMemoryError:
+    print("OOM", torch.cuda.memory_allocated())
+'''
+
+# The model is most of the 1 GiB device: 768 MiB of weights made before the
+# first step, each step's 16 MiB activations freed at its end; a batch of 24
+# does not fit beside the weights.
+WEIGHTS = r'''
+import torch
+MIB = 1 << 20
+weights = torch.empty(768 * MIB)  # WEIGHTS
+opt = torch.optim.Optimizer([weights])
+
+
+def train_step(batch):
+    acts = []
+    for _ in range(batch):
+        acts.append(torch.empty(16 * MIB))
+    del acts
+    opt.step()
+
+
+for _ in range(4):
+    train_step(8)
+try:
+    train_step(24)
 except torch.cuda.OutOfMemoryError:
     print("OOM", torch.cuda.memory_allocated())
 '''
@@ -350,6 +379,39 @@ def test_batch(launcher: str, source: str, env: Dict[str, str]) -> None:
               "batch: no growth (a step's own tensors rise and fall within it)", dg.get("verdicts"))
         first_site_in_views(launcher, env, tmp, path, label, "batch")
         td.schema_ok(source, [path], "batch")
+
+
+def test_weights(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """Exhaustion where the model's weights, made before the first step,
+    are the largest tensor site: the remedy speaks of weights and optimizer
+    state (not "keep less of what it allocates"), and mixed precision is
+    offered as a condition where half the step's tensors cover the
+    shortfall."""
+    with tempfile.TemporaryDirectory(prefix="gmt-levels-") as tmp:
+        got = run_oom(launcher, env, tmp, WEIGHTS, "weights.py", "weights")
+        if got is None:
+            return
+        _, doc, path = got
+        dg = doc.get("diagnosis") or {}
+        nums = dg.get("numbers") or {}
+        rem = {x["name"]: x for x in dg.get("remedies") or []}
+        label = f"<module> (weights.py:{line_of(WEIGHTS, '# WEIGHTS')})"
+        check(dg.get("verdict") == "exhaustion", "weights: primary verdict exhaustion",
+              (dg.get("verdict"), dg.get("summary")))
+        check(nums.get("largest_stack_bytes") == 768 * MIB and nums.get("largest_stack_before_steps") is True and
+              label_of(doc, nums.get("largest_stack", 0)) == label,
+              "weights: the largest site is the weights' line, all of it made before the first step",
+              (nums.get("largest_stack_bytes"), nums.get("largest_stack_before_steps"),
+               label_of(doc, nums.get("largest_stack", 0))))
+        shrink = rem.get("shrink_largest_site", {}).get("text", "")
+        check("the model's weights, buffers or optimizer state: 768 MiB" in shrink and "keep less" not in shrink,
+              "weights: the largest site's remedy speaks of the model's weights and optimizer state", shrink)
+        mixed = rem.get("mixed_precision", {}).get("text", "")
+        step = nums.get("step_live_bytes") or 0
+        check(mixed.startswith("mixed precision, if the step runs in float32") and
+              f"half of the {step >> 20} MiB allocated since step 4" in mixed,
+              "weights: mixed precision, as a condition, with half the step's tensors", (step, mixed))
+        td.schema_ok(source, [path], "weights")
 
 
 def test_fragmentation(launcher: str, source: str, env: Dict[str, str]) -> None:
@@ -829,6 +891,7 @@ def main(argv: List[str]) -> int:
     env = td.base_env(source)
     test_loss(launcher, source, env)
     test_batch(launcher, source, env)
+    test_weights(launcher, source, env)
     test_fragmentation(launcher, source, env)
     test_eval(launcher, source, env)
     test_others(launcher, source, env, nvml)

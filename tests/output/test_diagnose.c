@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include "analyze/diagnose.h"
+#include "analyze/tensors.h"
 #include "analyze/remedy.h"
 #include "util/parse.h"
 
@@ -811,7 +812,85 @@ static void test_exhaustion_step_tensors(void)
 	CHECK(strstr(d.v[0].detail, "; of the framework's tensors, step 7's own hold 10.0 GiB and earlier steps left "
 				    "4.00 GiB") != NULL);
 	CHECK(rests_on(&d.v[0], "step_live_bytes"));
+	CHECK_STR(remedies(&d), "smaller_batch,checkpointing,mixed_precision");
+}
+
+/* Mixed precision: PyTorch's step memory, half of which covers the
+ * shortfall; said as a condition (element types are not known). */
+static void test_remedies_mixed_precision(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 2 * GIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	in.step_known = true;
+	in.step = 3;
+	in.step_live_bytes = 2 * GIB;
+	/* A C program's step: no mixed precision. */
+	gmt__diagnose(&in, &d);
 	CHECK_STR(remedies(&d), "smaller_batch,checkpointing");
+	in.fw_torch = in.fw_known = true;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "smaller_batch,checkpointing,mixed_precision");
+	CHECK_U64(d.remedies[2].bytes, 1 * GIB);
+	CHECK(remedy_rests_on(&d.remedies[2], "step_live_bytes"));
+	CHECK(strstr(d.remedies[2].text, "mixed precision, if the step runs in float32: under `torch.autocast(") != NULL);
+	CHECK(strstr(d.remedies[2].text, "half of the 2.00 GiB allocated since step 3 and still live is 1.00 GiB, "
+					 "more than the 1.00 GiB the request fell short") != NULL);
+	/* Half a byte short of the shortfall: not offered. */
+	in.step_live_bytes = 2 * GIB - 2;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "smaller_batch,checkpointing");
+}
+
+/* The largest site's memory all allocated before the first step: the
+ * program's set-up, in its language; unknown or younger: the plain words. */
+static void test_remedies_setup(void)
+{
+	struct gmt__device_state st = device(1 * GIB);
+	struct gmt__diag_input in = input(&st, 2 * GIB, 15 * GIB);
+	struct gmt__diagnosis d;
+
+	in.largest_stack = 9;
+	in.largest_stack_bytes = 6 * GIB;
+	in.largest_before_steps = -1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "shrink_largest_site");
+	CHECK(strstr(d.remedies[0].text, "keep less of what this site allocates, or free it") != NULL);
+	in.largest_before_steps = 0;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "keep less of what this site allocates, or free it") != NULL);
+
+	/* C: the program's buffers, no model, no torch. */
+	in.largest_before_steps = 1;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "shrink_largest_site");
+	CHECK(remedy_rests_on(&d.remedies[0], "largest_stack_before_steps"));
+	CHECK(strstr(d.remedies[0].text, "this site's buffers were all allocated before the program's first step and "
+					 "stay live") != NULL);
+	CHECK(strstr(d.remedies[0].text, "6.00 GiB (40% of this process's on the device), more than the 1.00 GiB") != NULL);
+	CHECK(strstr(d.remedies[0].text, "keep less") == NULL);
+	CHECK(strstr(d.remedies[0].text, "weights") == NULL);
+
+	/* A Python line that is not the framework's tensors. */
+	in.largest_python = true;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "what this line allocated was all made before the program's first step") != NULL);
+	CHECK(strstr(d.remedies[0].text, "optimizer") == NULL);
+
+	/* PyTorch's tensors: the model's weights and optimizer state. */
+	in.fw_torch = in.fw_known = in.tensors = true;
+	in.largest_stack = gmt__tensor_stack_id(4);
+	gmt__diagnose(&in, &d);
+	CHECK_INT(d.remedies[0].stack, gmt__tensor_stack_id(4));
+	CHECK(strstr(d.remedies[0].text, "this line's tensors were all made before the first step and stay live — the "
+					 "model's weights, buffers or optimizer state: 6.00 GiB") != NULL);
+	CHECK(strstr(d.remedies[0].text, "bfloat16 weights if they are float32") != NULL);
+	CHECK(strstr(d.remedies[0].text, "FSDP") != NULL);
+	/* A driver stack of a PyTorch process (not a tensor's): the Python words. */
+	in.largest_stack = 9;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "what this line allocated was all made before") != NULL);
 }
 
 int main(void)
@@ -834,6 +913,8 @@ int main(void)
 	test_remedies_steps();
 	test_remedies_verdicts();
 	test_remedies_growth();
+	test_remedies_mixed_precision();
+	test_remedies_setup();
 	printf("diagnose: %d failed\n", check_failed);
 	return check_failed != 0;
 }

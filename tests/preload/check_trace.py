@@ -439,10 +439,10 @@ def per_episode(option: str, spec: str | None, n: int, problems: list[str]) -> l
 
 
 def remedy_problems(ooms: list[dict[str, Any]], remedies: str | None, numbers: list[str],
-                    sites: list[str]) -> list[str]:
-    """--remedies, --number and --remedy-site against the oom snapshots."""
+                    sites: list[str], texts: list[str]) -> list[str]:
+    """--remedies, --number, --remedy-site and --remedy-text against the oom snapshots."""
     if not ooms:
-        return ["no oom snapshot to read remedies from"] if remedies or numbers or sites else []
+        return ["no oom snapshot to read remedies from"] if remedies or numbers or sites or texts else []
     problems: list[str] = []
     wanted = per_episode("--remedies", remedies, len(ooms), problems)
     for i, snap in enumerate(ooms):
@@ -453,10 +453,17 @@ def remedy_problems(ooms: list[dict[str, Any]], remedies: str | None, numbers: l
     last = ooms[-1].get("diagnosis") or {}
     for item in numbers:
         name, _, value = item.partition("=")
-        want_value = None if value == "null" else int(value)
+        want_value = {"null": None, "true": True, "false": False}.get(value, value)
+        if isinstance(want_value, str):
+            want_value = int(want_value)
         got_value = (last.get("numbers") or {}).get(name, "(absent)")
-        if got_value != want_value:
+        if got_value != want_value or type(got_value) is not type(want_value):
             problems.append(f"--number {item}: diagnosis.numbers.{name} is {got_value!r}")
+    for item in texts:
+        name, _, words = item.partition("=")
+        remedy = next((r for r in last.get("remedies", []) if r["name"] == name), None)
+        if remedy is None or words not in remedy["text"]:
+            problems.append(f"--remedy-text {item}: the remedy says {remedy and remedy['text']!r}")
     for item in sites:
         name, _, size = item.partition("=")
         remedy = next((r for r in last.get("remedies", []) if r["name"] == name), None)
@@ -742,6 +749,8 @@ def main() -> int:
                     help="the last oom snapshot's diagnosis.numbers NAME is VALUE (an integer, or null)")
     ap.add_argument("--remedy-site", action="append", default=[], metavar="NAME=SIZE",
                     help="the last oom snapshot's remedy NAME names the stack of the live allocations of SIZE bytes")
+    ap.add_argument("--remedy-text", action="append", default=[], metavar="NAME=WORDS",
+                    help="the last oom snapshot's remedy NAME says WORDS")
     ap.add_argument("--others-known", choices=["yes", "no"],
                     help="whether the oom snapshots know other processes' memory (NVML)")
     ap.add_argument("--rank", type=int, metavar="R",
@@ -879,7 +888,7 @@ def main() -> int:
         if args.others_known and known != (args.others_known == "yes"):
             problems.append(f"--others-known {args.others_known}: other_processes_bytes is "
                             f"{(diagnosis.get('numbers') or {}).get('other_processes_bytes')!r}")
-    problems += remedy_problems(ooms, args.remedies, args.number, args.remedy_site)
+    problems += remedy_problems(ooms, args.remedies, args.number, args.remedy_site, args.remedy_text)
     everything = glob.glob(os.path.join(workdir, "snapshots", "gpumemtrace.*.json"))
     if args.rank is not None:
         if not everything:

@@ -19,7 +19,7 @@ FRAME_ROLES = ("cuda", "library", "user")
 VERDICTS = ("exhaustion", "fragmentation", "pool_reservation", "other_processes", "growth", "untracked",
             "never_fits", "cache_released", "allocator_fragmentation", "framework_limit")
 # What to try about an out-of-memory (GMT_REMEDIES in src/analyze/diagnose.h).
-REMEDIES = ("split_request", "expandable_segments", "smaller_batch", "checkpointing", "free_growing_site",
-            "shrink_largest_site", "trim_pools", "large_blocks_first", "other_device", "raise_framework_limit")
+REMEDIES = ("split_request", "expandable_segments", "smaller_batch", "checkpointing", "mixed_precision",
+            "free_growing_site", "shrink_largest_site", "trim_pools", "large_blocks_first", "other_device", "raise_framework_limit")
 # How an out-of-memory episode had ended (GMT_EPISODE_ENDS in src/analyze/capture.h).
 EPISODE_ENDS = ("open", "success", "gap", "other_device", "other_site", "reported", "exit")

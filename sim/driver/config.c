@@ -28,7 +28,8 @@ static void parse_size_list(const char *name, uint64_t *out, int n)
 	char *save = NULL, *tok;
 	int count = 0;
 
-	if (s == NULL)
+	/* no device to size: a machine without GPUs ignores them */
+	if (s == NULL || n == 0)
 		return;
 	if (strlen(s) >= sizeof(buf)) {
 		config_error(name, s, "value too long");
@@ -72,8 +73,8 @@ static void config_parse(void)
 
 	s = getenv("GMTSIM_DEVICES");
 	if (s != NULL) {
-		if (gmt__parse_u64(s, 1, SIM_MAX_DEVICES, &v) < 0)
-			config_error("GMTSIM_DEVICES", s, "not a device count from 1 to 16:");
+		if (gmt__parse_u64(s, 0, SIM_MAX_DEVICES, &v) < 0)
+			config_error("GMTSIM_DEVICES", s, "not a device count from 0 to 16:");
 		else
 			config.ndevices = (int)v;
 	}

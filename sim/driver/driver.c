@@ -140,6 +140,10 @@ GMTSIM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 		release_refused(cfg->driver_version);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	/* A machine whose devices are all hidden (CUDA_VISIBLE_DEVICES="") or
+	 * that has none: the driver loads, and cuInit says so. */
+	if (cfg->ndevices == 0)
+		return CUDA_ERROR_NO_DEVICE;
 	gmtsim__lock();
 	switch (atomic_load_explicit(&state, memory_order_relaxed)) {
 	case SIM_UNINIT:

@@ -31,6 +31,7 @@ typedef struct {
 static struct {
 	pthread_once_t once;
 	bool ok;
+	bool missing;    /* libnvidia-ml.so.1 not found */
 	const char *why; /* when not ok */
 	nvmlReturn_t (*get_by_bus_id)(const char *, nvmlDevice_t *);
 	nvmlReturn_t (*compute)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
@@ -53,6 +54,7 @@ static void nvml_load(void)
 
 	if (h == NULL) {
 		nvml.why = "NVML (libnvidia-ml.so.1) is not installed";
+		nvml.missing = true;
 		return;
 	}
 	*(void **)&init = dlsym(h, "nvmlInit_v2");
@@ -102,6 +104,17 @@ static bool add_processes(nvmlDevice_t dev, nvmlReturn_t (*list)(nvmlDevice_t, u
 	return true;
 }
 
+/* Whether the device is the simulated GPU of a gpumemtrace build (its name
+ * says so through the driver's public API). */
+static bool simulated(int device)
+{
+	static const char prefix[] = "gpumemtrace simulated GPU";
+	char name[128];
+
+	return gmt__driver_device_name(device, name, (int)sizeof(name)) == CUDA_SUCCESS &&
+	       strncmp(name, prefix, sizeof(prefix) - 1) == 0;
+}
+
 static void query_others(int device, struct gmt__device_state *st)
 {
 	char bus[32];
@@ -110,8 +123,12 @@ static void query_others(int device, struct gmt__device_state *st)
 
 	pthread_once(&nvml.once, nvml_load);
 	st->others_why = nvml.why;
-	if (!nvml.ok)
+	if (!nvml.ok) {
+		if (nvml.missing && simulated(device))
+			st->others_why = "NVML (libnvidia-ml.so.1) is not installed; the simulated GPU's is in the build's "
+					 "sim/nvml: add it to LD_LIBRARY_PATH (docs/simulator.md)";
 		return;
+	}
 	if (gmt__driver_pci_bus_id(device, bus, (int)sizeof(bus)) != CUDA_SUCCESS) {
 		st->others_why = "the driver did not give the device's PCI bus id";
 		return;

@@ -6,6 +6,7 @@
 #include "record/record.h"
 #include "intercept/hooks.h"
 #include "record/modules.h"
+#include "util/log.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -585,3 +586,45 @@ GMT_PRIMARY_HOOK(cuDevicePrimaryCtxRelease, false)
 GMT_PRIMARY_HOOK(cuDevicePrimaryCtxRelease_v2, false)
 GMT_PRIMARY_HOOK(cuDevicePrimaryCtxReset, true)
 GMT_PRIMARY_HOOK(cuDevicePrimaryCtxReset_v2, true)
+
+/* Why cuInit failed, in the user's terms, for the known causes. */
+static const char *init_failure_cause(CUresult r)
+{
+	switch ((int)r) {
+	case CUDA_ERROR_NO_DEVICE:
+		return "no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES, a container started without "
+		       "GPUs); ";
+	case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+	case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+		return "the CUDA driver does not match this program's CUDA (nvidia-smi shows the driver's version); ";
+	case CUDA_ERROR_STUB_LIBRARY:
+		return "the libcuda loaded is the toolkit's stub, not a driver; ";
+	default:
+		return "";
+	}
+}
+
+/* cuInit: nothing to record. A failure leaves the process with no device to
+ * trace, which the user is told once (docs/guide.md, "No CUDA device") —
+ * otherwise the run would end with no snapshot and no word why. */
+GMT_EXPORT CUresult CUDAAPI cuInit(unsigned int flags)
+{
+	__typeof__(&cuInit) real = REAL(cuInit);
+	static atomic_bool told;
+	const char *name;
+	CUresult r;
+	int saved;
+
+	if (real == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = real(flags);
+	if (r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE || atomic_exchange(&told, true))
+		return r;
+	saved = errno;
+	name = gmt__driver_error_name(r);
+	gmt__report("cuInit failed with %s: %snothing will be traced; without a GPU, CUDA programs run on the "
+		    "simulated GPU of a gpumemtrace build (docs/simulator.md)",
+		    name != NULL ? name : "an error", init_failure_cause(r));
+	errno = saved;
+	return r;
+}

@@ -63,7 +63,8 @@
 	X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0)  \
 	X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, 0)          \
 	X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0)      \
-	X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0)
+	X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0)                             \
+	X(cuInit, cuInit, 2000, 0)
 
 /* Driver entry points the tracer calls itself, never hooked: X(symbol, base, version). */
 #define GMT_DRIVER_CALLS(X)                                         \
@@ -77,7 +78,9 @@
 	X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020) \
 	X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020)           \
 	X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020)     \
-	X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010)
+	X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010)          \
+	X(cuDeviceGetName, cuDeviceGetName, 2000)                 \
+	X(cuGetErrorName, cuGetErrorName, 6000)
 
 enum gmt__api {
 #define GMT_X_ENUM(sym, base, ver, ptsz) GMT_API_##sym,
@@ -155,5 +158,9 @@ CUresult gmt__driver_pools(int device, CUmemoryPool *default_pool, CUmemoryPool 
 /* A pool's reserved and used bytes now. */
 CUresult gmt__driver_pool_usage(CUmemoryPool pool, uint64_t *reserved, uint64_t *used);
 CUresult gmt__driver_pci_bus_id(int device, char *id, int len);
+/* The device's name (the simulated GPU's begins "gpumemtrace simulated GPU"). */
+CUresult gmt__driver_device_name(int device, char *name, int len);
+/* The name of a driver result ("CUDA_ERROR_NO_DEVICE"), or NULL. */
+const char *gmt__driver_error_name(CUresult r);
 
 #endif /* GMT_HOOKS_H */

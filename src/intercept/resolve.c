@@ -366,3 +366,18 @@ CUresult gmt__driver_pci_bus_id(int device, char *id, int len)
 
 	return fn != NULL ? fn(id, len, device) : CUDA_ERROR_NOT_INITIALIZED;
 }
+
+CUresult gmt__driver_device_name(int device, char *name, int len)
+{
+	PFN_cuDeviceGetName_v2000 fn = GMT_DRIVER_FN(cuDeviceGetName, cuDeviceGetName, 2000);
+
+	return fn != NULL ? fn(name, len, device) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+const char *gmt__driver_error_name(CUresult r)
+{
+	PFN_cuGetErrorName_v6000 fn = GMT_DRIVER_FN(cuGetErrorName, cuGetErrorName, 6000);
+	const char *name = NULL;
+
+	return fn != NULL && fn(r, &name) == CUDA_SUCCESS ? name : NULL;
+}

@@ -445,6 +445,34 @@ static void exit_note(void)
 		    (unsigned long long)events);
 }
 
+/* Whether a loaded object is a CUDA runtime (libcudart.so.N, shared). */
+static int is_cudart(struct dl_phdr_info *info, size_t size, void *data)
+{
+	const char *slash = strrchr(info->dlpi_name, '/');
+
+	return strncmp(slash != NULL ? slash + 1 : info->dlpi_name, "libcudart.so", 12) == 0;
+}
+
+/* Under gpumemtrace run: a process that never reached a hook, with a CUDA
+ * runtime loaded and no driver — the runtime looked for libcuda.so.1 and
+ * found none ("CUDA driver version is insufficient") — says why nothing was
+ * traced. A shell or a helper (no CUDA runtime) stays quiet. */
+static void no_driver_note(void)
+{
+	void *driver;
+
+	if (!gmt__options()->exit_note || !dl_iterate_phdr(is_cudart, NULL))
+		return;
+	driver = gmt__dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (driver != NULL) {
+		gmt__dlclose(driver);
+		return;
+	}
+	gmt__report("no CUDA driver was loaded: the program's CUDA runtime found no libcuda.so.1 (the NVIDIA "
+		    "driver), so nothing was traced; without a GPU, CUDA programs run on the simulated GPU of a "
+		    "gpumemtrace build (docs/simulator.md)");
+}
+
 __attribute__((destructor)) static void core_exit(void)
 {
 	int saved = errno, exit_with = -1;
@@ -457,8 +485,11 @@ __attribute__((destructor)) static void core_exit(void)
 	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) == GMT_UNINIT &&
 	    (gmt__options()->gate || gmt__options()->leak_check))
 		(void)gmt__ready();
-	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) != GMT_READY)
+	if (atomic_load_explicit(&gmt__core.state, memory_order_acquire) != GMT_READY) {
+		no_driver_note();
+		errno = saved;
 		return;
+	}
 	write = gmt__core.opt->snapshot_on & GMT_TRIGGER_EXIT;
 	check = gmt__core.opt->leak_check;
 	atomic_store_explicit(&gmt__core.stopping, true, memory_order_relaxed);

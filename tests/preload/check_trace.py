@@ -753,6 +753,8 @@ def main() -> int:
                     help="the last oom snapshot's remedy NAME says WORDS")
     ap.add_argument("--others-known", choices=["yes", "no"],
                     help="whether the oom snapshots know other processes' memory (NVML)")
+    ap.add_argument("--others-why", metavar="WORDS",
+                    help="every oom snapshot's failing device says WORDS of why other processes are not known")
     ap.add_argument("--rank", type=int, metavar="R",
                     help="every snapshot is named ...rank<R>.json and says process.rank R")
     ap.add_argument("--timeout", type=int, default=120, help="seconds the traced run may take")
@@ -888,6 +890,11 @@ def main() -> int:
         if args.others_known and known != (args.others_known == "yes"):
             problems.append(f"--others-known {args.others_known}: other_processes_bytes is "
                             f"{(diagnosis.get('numbers') or {}).get('other_processes_bytes')!r}")
+        failed = (snap.get("failed_request") or {}).get("device")
+        why = next((d.get("other_processes", {}).get("why") for d in snap.get("devices", [])
+                    if d.get("index") == failed), None)
+        if args.others_why and args.others_why not in (why or ""):
+            problems.append(f"--others-why {args.others_why}: the failing device's other_processes.why is {why!r}")
     problems += remedy_problems(ooms, args.remedies, args.number, args.remedy_site, args.remedy_text)
     everything = glob.glob(os.path.join(workdir, "snapshots", "gpumemtrace.*.json"))
     if args.rank is not None:

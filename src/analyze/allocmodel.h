@@ -1,0 +1,145 @@
+/* A model of PyTorch's native CUDA caching allocator (the DeviceCachingAllocator
+ * of c10/cuda/CUDACachingAllocator.cpp), for replaying a recorded run's
+ * allocations under other settings (issue 39). Fed malloc, free, empty_cache
+ * and the device's limit, it says which segments the driver would have seen
+ * allocated, mapped, unmapped and freed, PyTorch's reserved and allocated
+ * bytes along the way, and the first request that would fail. Pure: no I/O.
+ *
+ * Follows PyTorch 2.5 to 2.10 as read in its sources: the caching rules of
+ * c10/cuda/CUDACachingAllocator.cpp (unchanged in what is modelled here
+ * through those releases) and the PYTORCH_CUDA_ALLOC_CONF parsers of
+ * c10/core/AllocatorConfig.cpp and c10/cuda/CUDAAllocatorConfig.cpp
+ * (max_non_split_rounding_mb, per_process_memory_fraction: the later ones).
+ * docs/whatif.md says what it follows and what it leaves out; in short:
+ *
+ * - modelled: size rounding (512 bytes, roundup_power2_divisions in both
+ *   forms), the small (<= 1 MiB) and large pools, segment sizes (2 MiB; 20 MiB
+ *   below 10 MiB; else rounded to 2 MiB), best fit by (stream, size, address),
+ *   splitting and its limits, max_split_size_mb and the rounding tolerance of
+ *   oversize blocks (max_non_split_rounding_mb, 20 MiB by default), merging on
+ *   free, the release-and-retry after a failed cudaMalloc, the garbage
+ *   collection threshold (which PyTorch applies only under a memory
+ *   fraction), expandable segments (2 MiB / 20 MiB pages mapped on demand,
+ *   unmapped on release), empty_cache, per-stream pools.
+ * - left out: record_stream and its events (a block is reusable at its free),
+ *   CUDA graphs' private pools and MemPools, the free-memory callbacks (IPC),
+ *   several devices (one model per device), backend:cudaMallocAsync, the
+ *   driver's own addresses (segments get the model's, increasing: ties
+ *   between equal sizes in different segments may break otherwise), the
+ *   expandable segments' reservation sizes (expandable_segments_reserve*). */
+#ifndef GMT_ALLOCMODEL_H
+#define GMT_ALLOCMODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* PyTorch's constants, in bytes. */
+#define GMT_AM_MIN_BLOCK     512u                /* kMinBlockSize */
+#define GMT_AM_SMALL_SIZE    (1ull << 20)        /* kSmallSize: the small pool's largest */
+#define GMT_AM_SMALL_BUFFER  (2ull << 20)        /* kSmallBuffer: a small segment */
+#define GMT_AM_LARGE_BUFFER  (20ull << 20)       /* kLargeBuffer */
+#define GMT_AM_MIN_LARGE     (10ull << 20)       /* kMinLargeAlloc */
+#define GMT_AM_ROUND_LARGE   (2ull << 20)        /* kRoundLarge */
+#define GMT_AM_DIV_INTERVALS 16                  /* roundup_power2_divisions' slots: <2 MiB .. >=32 GiB */
+#define GMT_AM_UNLIMITED     UINT64_MAX
+
+/* A PYTORCH_CUDA_ALLOC_CONF, parsed. gmt__am_config_default() gives
+ * PyTorch's defaults (as an empty string would). */
+struct gmt__am_config {
+	bool expandable_segments;
+	uint64_t max_split_size;          /* GMT_AM_UNLIMITED: no limit */
+	uint64_t max_non_split_rounding;  /* oversize blocks serve requests this much smaller */
+	double gc_threshold;              /* garbage_collection_threshold; 0: off */
+	double memory_fraction;           /* per_process_memory_fraction; < 0: not set */
+	uint32_t divisions[GMT_AM_DIV_INTERVALS]; /* per power-of-two interval from 1 MiB; 0, 1: none */
+	char ignored[256];                /* keys that do not touch the device cache, comma-separated */
+};
+
+void gmt__am_config_default(struct gmt__am_config *c);
+
+/* Parses conf (NULL or "" gives the defaults) as PyTorch does: key:value
+ * pairs separated by commas. Returns 0, or -EINVAL with a one-line reason in
+ * err naming the key (an unknown key, a bad or out-of-range value), or
+ * -ENOTSUP for backend:cudaMallocAsync (not this allocator). Keys of pinned
+ * host memory and locking are accepted and listed in c->ignored. */
+int gmt__am_config_parse(const char *conf, struct gmt__am_config *c, char *err, size_t errlen);
+
+/* What the driver saw, in order. */
+enum gmt__am_op {
+	GMT_AM_SEGMENT_ALLOC,  /* cudaMalloc of a segment */
+	GMT_AM_SEGMENT_FREE,   /* cudaFree of a segment */
+	GMT_AM_SEGMENT_MAP,    /* pages mapped into an expandable segment (size: the range) */
+	GMT_AM_SEGMENT_UNMAP,  /* pages unmapped from one */
+	GMT_AM_VA_RESERVE,     /* an expandable segment's address space reserved (no memory) */
+	GMT_AM_VA_FREE,
+};
+
+struct gmt__am_event {
+	enum gmt__am_op op;
+	bool small;             /* the small pool's */
+	uint64_t addr, size, stream;
+	uint64_t reserved;      /* PyTorch's reserved bytes after it */
+	uint64_t call;          /* the model call (from 0) that caused it */
+};
+
+/* The first request that failed, and the state it failed in. */
+struct gmt__am_oom {
+	uint64_t call, size, rounded, alloc_size, stream;
+	uint64_t reserved, allocated, limit;
+};
+
+struct gmt__am_stats {
+	uint64_t reserved, allocated;           /* PyTorch's reserved_bytes and allocated_bytes */
+	uint64_t peak_reserved, peak_allocated;
+	uint64_t segments;                      /* cudaMalloc segments held */
+	uint64_t device_allocs, device_frees;   /* num_device_alloc, num_device_free */
+	uint64_t retries;                       /* num_alloc_retries */
+	uint64_t ooms;
+	bool failed;
+	struct gmt__am_oom first_oom;
+};
+
+struct gmt__allocmodel;
+
+/* A model of one device of device_total bytes under c (copied). The driver
+ * grants up to device_total until gmt__am_set_limit says otherwise. Returns
+ * 0 or -ENOMEM. */
+int gmt__am_create(const struct gmt__am_config *c, uint64_t device_total, struct gmt__allocmodel **out);
+void gmt__am_destroy(struct gmt__allocmodel *m);
+
+/* The bytes the driver would grant this allocator in all (the device less
+ * what others hold): a cudaMalloc or a mapping that would take the reserved
+ * bytes past it fails. Any time; reserved memory is never taken back. */
+void gmt__am_set_limit(struct gmt__allocmodel *m, uint64_t bytes);
+
+/* torch.cuda.set_per_process_memory_fraction: caps reserved at fraction of
+ * the device and turns the garbage collection threshold on. */
+void gmt__am_set_fraction(struct gmt__allocmodel *m, double fraction);
+
+/* A request of size bytes (> 0) on stream. Returns 0 with *id the block's
+ * (valid until its free), -ENOMEM where PyTorch raises its out-of-memory
+ * error (recorded in the stats), -EINVAL for size 0. */
+int gmt__am_malloc(struct gmt__allocmodel *m, uint64_t size, uint64_t stream, uint32_t *id);
+
+/* Frees a block gmt__am_malloc gave. Returns 0, or -EINVAL for an id that
+ * is not an allocated block. */
+int gmt__am_free(struct gmt__allocmodel *m, uint32_t id);
+
+/* torch.cuda.empty_cache(). */
+void gmt__am_empty_cache(struct gmt__allocmodel *m);
+
+/* An allocated block's address and size (after rounding). Returns 0 or -EINVAL. */
+int gmt__am_block(const struct gmt__allocmodel *m, uint32_t id, uint64_t *addr, uint64_t *size);
+
+const struct gmt__am_stats *gmt__am_stats(const struct gmt__allocmodel *m);
+
+/* The driver's events so far, in order; valid until the next call. */
+const struct gmt__am_event *gmt__am_events(const struct gmt__allocmodel *m, size_t *n);
+
+/* PyTorch's rounding of a request (round_size) and the segment a new one
+ * would take (get_allocation_size), under c. */
+uint64_t gmt__am_round_size(const struct gmt__am_config *c, uint64_t size);
+uint64_t gmt__am_segment_size(uint64_t rounded);
+
+#endif /* GMT_ALLOCMODEL_H */

@@ -5,11 +5,15 @@
  * allocated, mapped, unmapped and freed, PyTorch's reserved and allocated
  * bytes along the way, and the first request that would fail. Pure: no I/O.
  *
- * Follows PyTorch 2.5 to 2.10 as read in its sources: the caching rules of
- * c10/cuda/CUDACachingAllocator.cpp (unchanged in what is modelled here
- * through those releases) and the PYTORCH_CUDA_ALLOC_CONF parsers of
+ * Follows PyTorch 2.5 onwards, as read in its sources: the caching rules of
+ * c10/cuda/CUDACachingAllocator.cpp (a 2.3-era copy and a recent main's,
+ * which agree on every rule modelled here but the garbage collection's
+ * skipping expandable blocks, taken from the recent one) and the
+ * PYTORCH_CUDA_ALLOC_CONF parsers of a recent main's
  * c10/core/AllocatorConfig.cpp and c10/cuda/CUDAAllocatorConfig.cpp
- * (max_non_split_rounding_mb, per_process_memory_fraction: the later ones).
+ * (max_non_split_rounding_mb, from 2.5; per_process_memory_fraction, later).
+ * NOTE: read from copies of single files, not from tagged releases: the
+ * version bounds are not checked against tags.
  * docs/whatif.md says what it follows and what it leaves out; in short:
  *
  * - modelled: size rounding (512 bytes, roundup_power2_divisions in both

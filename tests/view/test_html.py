@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
 sys.path.insert(0, HERE)
 
 import fixtures  # noqa: E402
-from gpumemtrace.view import html, load, model  # noqa: E402
+from gpumemtrace.view import axis, html, load, model  # noqa: E402
 
 MiB = 1 << 20
 DATA_RE = re.compile(r'<script type="application/json" id="gmt-data">(.*?)</script>', re.S)
@@ -496,6 +496,50 @@ class TestEdges(unittest.TestCase):
                 self.assertEqual(col["live"][-1], final)
                 self.assertEqual(s["fine"], span_ns < 64 * 10_000_000)
                 self.assertEqual(s["t"], sorted(s["t"]))
+
+    def test_axis_of_a_short_run(self) -> None:
+        """A run drawn from its events opens on event order where one stretch
+        without events takes more than half the time axis (axis.py): 70
+        changes in 0.9 ms, then an out-of-memory 10 ms later. Each mark lies
+        at its place among the changes: the out-of-memory right after the
+        last, a step before the change its seq names. A run whose events
+        spread over it keeps time; a long one (windows) has no event order."""
+        raw, _, _ = _run_of(1_000_000)
+        ax = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]["series"]["axis"]
+        self.assertEqual((ax["order"]["default"], ax["order"]["events"], ax["order"]["points"]), (False, 70, 72))
+        self.assertNotIn("why", ax["order"])
+        raw, _, _ = _run_of(10_000_000_000)
+        ax = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]["series"]["axis"]
+        self.assertIsNone(ax["order"])
+
+        raw, _, _ = _run_of(1_000_000)
+        events = raw["history"]["events"]
+        last = events[-1]["time_ns"]
+        oom = last + 10_000_000
+        events.append({"op": "oom", "seq": 1, "time_ns": oom, "address": None, "size": 8 * MiB, "kind": "device",
+                       "device": 0, "api": "cuMemAlloc_v2", "thread": 1, "stack": 1})
+        events.insert(5, {"op": "step", "seq": 6, "time_ns": events[5]["time_ns"], "address": None, "size": 0,
+                          "step": 1, "kind": None, "device": -1, "api": None, "thread": 1, "stack": 0})
+        raw["time_ns"] = oom + 1000
+        d = embedded(html.report([doc_of(raw)], "single", ["x"]))["docs"][0]
+        ax = d["series"]["axis"]
+        self.assertEqual((ax["lo"], ax["hi"]), (0, oom + 1000 - fixtures.T0))
+        order = ax["order"]
+        self.assertTrue(order["default"])
+        self.assertEqual(order["empty_ns"], oom - last)
+        self.assertEqual(order["busy_ns"] + order["empty_ns"], order["span_ns"])
+        self.assertIn("no event in 10 ms of this 10.9 ms run: its 70 allocations and frees fell within the other 0.864 ms", order["why"])
+        self.assertEqual([o[5] for o in d["marks"]["oom"]], [70.5])
+        self.assertEqual([st[2] for st in d["marks"]["steps"]], [5.5])
+
+    def test_says_little(self) -> None:
+        """The rule alone: more than half the axis empty, not half or less."""
+        self.assertIsNone(axis.says_little([0, 50], 0, 100))
+        self.assertIsNone(axis.says_little([10, 40, 60, 90], 0, 100))
+        self.assertEqual(axis.says_little([0, 10, 20, 29], 0, 100), {"empty_ns": 71, "busy_ns": 29, "span_ns": 100})
+        self.assertEqual(axis.says_little([80], 0, 100)["empty_ns"], 80)  # before the first event
+        self.assertIsNone(axis.says_little([], 0, 100))
+        self.assertIsNone(axis.says_little([5], 5, 5))
 
     def test_steps_marked(self) -> None:
         """The program's steps are marks of the timeline (200, evenly, and the

@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import model, summary
+from . import axis, model, summary
 from .load import ViewError
 from .text import fmt_duration, fmt_time
 from .vocab import KINDS
@@ -710,7 +710,7 @@ def _series_data(doc: Doc, base: int) -> Dict[str, Any]:
               "dropped": s["columns_dropped"], "fine": False,
               "cols": [{"device": c["device"], "kind": c["kind"], "live": c["live_bytes"],
                         "max": c["max_bytes"]} for c in s["columns"]]}
-    events = [e for e in doc["history"]["events"] if e["op"] in ("alloc", "free")]
+    events = axis.changes(doc)
     if len(s["time_ns"]) >= _FINE_BELOW or not events or not s["columns"]:
         return coarse
     keys = [(c["device"], c["kind"]) for c in s["columns"]]
@@ -739,23 +739,28 @@ def _series_data(doc: Doc, base: int) -> Dict[str, Any]:
 _STEP_MARKS = 200
 
 
-def _marks(doc: Doc, base: int) -> Dict[str, Any]:
-    """What the timeline marks: out-of-memory results and region tag spans."""
+def _marks(doc: Doc, base: int, order: Optional[axis.EventOrder]) -> Dict[str, Any]:
+    """What the timeline marks: out-of-memory results, the program's steps and
+    region tag spans; with order (a timeline drawn from events), each mark's
+    place in event order too (its last field; None without)."""
     events = doc["history"]["events"]
-    ooms = [[e["time_ns"] - base, e["device"], e["size"], e.get("api"), e["stack"], e.get("seq")]
-            for e in events if e["op"] == "oom"]
+    ooms = [[e["time_ns"] - base, e["device"], e["size"], e.get("api"), e["stack"], e.get("seq"),
+             order and order.event(i)] for i, e in enumerate(events) if e["op"] == "oom"]
     fr = doc.get("failed_request")
     if fr is not None and not any(o[5] == fr.get("failure") and o[1] == fr["device"] for o in ooms):
         ooms.append([doc["time_ns"] - base, fr["device"], fr["size"], fr["api"], fr["stack"],
-                     fr.get("failure")])
+                     fr.get("failure"), order and order.at(doc["time_ns"] - base)])
     # The program's steps (gmt_step), at most _STEP_MARKS of them, evenly.
     steps = doc["history"]["steps"]
     every = max(1, -(-len(steps) // _STEP_MARKS))
     kept = steps[::every]
     if steps and kept[-1] is not steps[-1]:
         kept.append(steps[-1])
-    return {"oom": [o[:5] for o in ooms], "tags": _tag_spans(doc, base),
-            "steps": [[s["time_ns"] - base, s["step"]] for s in kept]}
+    tags = _tag_spans(doc, base)
+    return {"oom": [o[:5] + o[6:] for o in ooms],
+            "tags": [sp + [order.first(sp[1]), order.last(sp[2])] if order else sp for sp in tags],
+            "steps": [[s["time_ns"] - base, s["step"], order and order.step(s.get("seq"), s["time_ns"] - base)]
+                      for s in kept]}
 
 
 def align_on_steps(docs: Sequence[Doc]) -> bool:
@@ -824,11 +829,13 @@ def _tag_spans(doc: Doc, base: int) -> List[List[Any]]:
     return out
 
 
-def _tensors_data(doc: Doc, base: int, kind_ix: Dict[str, int]) -> Optional[Dict[str, Any]]:
+def _tensors_data(doc: Doc, base: int, kind_ix: Dict[str, int],
+                  order: Optional[axis.EventOrder]) -> Optional[Dict[str, Any]]:
     """The framework's level of a document (model.tensor_level), the one the
     page shows first: its sites, per site and per stack, and its allocations
-    (the tensors and the memory outside the framework's segments); None
-    without a tensors section."""
+    (the tensors and the memory outside the framework's segments), its
+    series' points in event order too where the timeline is drawn in it
+    (order); None without a tensors section."""
     lv = model.tensor_level(doc)
     if lv is None:
         return None
@@ -837,6 +844,8 @@ def _tensors_data(doc: Doc, base: int, kind_ix: Dict[str, int]) -> Optional[Dict
     if ts and ts["time_ns"]:
         series = {"t": [t - base for t in ts["time_ns"]],
                   "cols": [{"device": c["device"], "live": c["live_bytes"]} for c in ts["columns"]]}
+        if order:
+            series["at"] = [order.last(t) for t in series["t"]]
     return {"framework": doc["tensors"]["framework"], "sites": _sites_data(lv),
             "stack_sites": _sites_data(lv, per_stack=True), "allocs": _allocs_data(lv, base, kind_ix),
             "devices": doc["tensors"]["devices"], "series": series}
@@ -844,8 +853,11 @@ def _tensors_data(doc: Doc, base: int, kind_ix: Dict[str, int]) -> Optional[Dict
 
 def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> Dict[str, Any]:
     base = _time_base(doc)
-    s = doc["series"]
     fr = doc.get("failed_request")
+    series = _series_data(doc, base)
+    order = axis.EventOrder(doc, base) if series["fine"] else None
+    marks = _marks(doc, base, order)
+    series["axis"] = axis.axis(series, marks, doc["time_ns"] - base)
     return {
         "label": model.process_label(doc), "file": name, "reason": doc["reason"], "seq": doc["seq"],
         "pid": doc["pid"], "rank": doc["process"].get("rank"),
@@ -862,10 +874,10 @@ def _doc_data(doc: Doc, name: str, frames: _Frames, kind_ix: Dict[str, int]) -> 
         "sites": _sites_data(doc),
         "stack_sites": _sites_data(doc, per_stack=True),
         "allocs": _allocs_data(doc, base, kind_ix),
-        "tensors": _tensors_data(doc, base, kind_ix),
-        "series": _series_data(doc, base),
+        "tensors": _tensors_data(doc, base, kind_ix, order),
+        "series": series,
         "history": {"events": len(doc["history"]["events"]), "dropped": doc["history"]["dropped"]},
-        "marks": _marks(doc, base),
+        "marks": marks,
     }
 
 

@@ -295,6 +295,36 @@ JS_TABLE = """(() => {
 })()"""
 
 
+# Each chart's box, its peak label's and its step labels' (left, top, right,
+# bottom, as the page lays them out), the labels from left to right.
+JS_STEP_LABELS = """[...document.querySelectorAll('#timeline-body svg.chart')].map(svg => {
+  const r = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+  const peak = svg.querySelector('g.peak text');
+  const labels = [...svg.querySelectorAll('g.step text')].map(t => ({text: t.textContent, box: r(t)}))
+    .sort((a, b) => a.box[0] - b.box[0]);
+  return {svg: r(svg), peak: peak ? r(peak) : null, labels: labels};
+})"""
+
+# Per chart: its axis, the x of its out-of-memory lines, the x of the last
+# change of its series (where the live bytes last moved) and the plot's
+# left and right edges, in the chart's own units.
+JS_AXIS = """[...document.querySelectorAll('#timeline-body svg.chart')].map(svg => {
+  const pts = svg.querySelector('polyline.ln').getAttribute('points').trim().split(' ')
+    .map(p => p.split(',').map(Number));
+  let last = pts[0][0];
+  for (let i = 1; i < pts.length; i++) if (pts[i][1] !== pts[i - 1][1]) last = pts[i][0];
+  const hover = svg.querySelector('rect.hover');
+  return {axis: svg.dataset.axis, oom: [...svg.querySelectorAll('g.oom line')].map(l => +l.getAttribute('x1')),
+          lastChange: last, left: +hover.getAttribute('x'),
+          right: +hover.getAttribute('x') + +hover.getAttribute('width'),
+          ticks: [...svg.querySelectorAll('.grid text')].map(t => t.textContent)};
+})"""
+
+
+def overlap(a: List[float], b: List[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
 class BrowserTest(unittest.TestCase):
     browser: Browser
 
@@ -330,6 +360,22 @@ class BrowserTest(unittest.TestCase):
         self.assertTrue(ok, f"nothing to click at {selector}")
         if settle:
             time.sleep(settle)
+
+    def check_step_labels(self) -> int:
+        """Every step label of the timeline lies wholly inside its chart,
+        clear of the peak's label and of the other labels; how many there are."""
+        charts = self.browser.eval(JS_STEP_LABELS)
+        for c in charts:
+            box = c["svg"]
+            for lab in c["labels"]:
+                self.assertTrue(box[0] <= lab["box"][0] and lab["box"][2] <= box[2],
+                                f"{lab['text']!r} clipped by its chart: {lab['box']} outside {box}")
+                if c["peak"]:
+                    self.assertFalse(overlap(lab["box"], c["peak"]),
+                                     f"{lab['text']!r} {lab['box']} over the peak's label {c['peak']}")
+            for a, b in zip(c["labels"], c["labels"][1:]):
+                self.assertFalse(overlap(a["box"], b["box"]), f"{a['text']!r} over {b['text']!r}")
+        return sum(len(c["labels"]) for c in charts)
 
     def type_into(self, selector: str, text: str, settle: float = 0.5) -> None:
         self.browser.eval(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
@@ -417,6 +463,11 @@ class TestSimulatorReport(BrowserTest):
         self.assertGreaterEqual(failing[1], 1)
         self.assertIn(f"out of memory: {model.fmt_bytes(fr['size'])}", failing[2])
         self.assertIn("peak ", failing[2])
+        # A long run (its series in windows) keeps the time axis; its step
+        # labels (the last falls just before the out-of-memory, at the right
+        # edge) are not cut off and stay clear of the peak's label.
+        self.assertEqual({c["axis"] for c in b.eval(JS_AXIS)}, {"time"})
+        self.assertGreater(self.check_step_labels(), 1)
 
         # Flame graph: every node of the tree, the root holding all live bytes.
         fg = b.eval("(() => { const g = document.querySelector('.fg'); "
@@ -563,6 +614,89 @@ class TestStepsReport(BrowserTest):
         self.assertEqual(ticks % 5, 0)
         self.assertGreater(ticks, 0)
         self.assertIn("step 5", self.browser.eval("document.getElementById('timeline-body').textContent"))
+
+
+def fail_later(path: str, dt_ns: int) -> str:
+    """A copy of the snapshot at path whose out-of-memory (its events, the
+    snapshot, the series' points from then on) came dt_ns later."""
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    oom = min(e["time_ns"] for e in raw["history"]["events"] if e["op"] == "oom")
+    for e in raw["history"]["events"]:
+        if e["time_ns"] >= oom:
+            e["time_ns"] += dt_ns
+    raw["series"]["time_ns"] = [t + dt_ns if t >= oom else t for t in raw["series"]["time_ns"]]
+    raw["time_ns"] += dt_ns
+    out = path.replace(".json", ".later.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(raw, f)
+    return out
+
+
+class TestShortRun(BrowserTest):
+    """A short program on the simulated GPU (tests/programs/oom_step: ten
+    steps of growing batches within a fraction of a millisecond), its
+    out-of-memory 10 ms later (moved there in the snapshot, so that the
+    shape does not hang on the machine's speed): its timeline is drawn in
+    event order and says so, the out-of-memory right after the growth; a
+    program whose allocations spread over its run (oom_growth, one every
+    25 ms) keeps time."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        env = {"GMTSIM_MEMORY": "256M", "GMTSIM_CONTEXT_BYTES": "0"}
+        out = os.path.join(OUT, "short")
+        shutil.rmtree(out, ignore_errors=True)
+        snap = fixtures.simulator_snapshots(BUILD, os.path.join(out, "step"), env=env,
+                                            program=os.path.join("tests", "programs", "oom_step"),
+                                            status=0, reasons=("oom",))["oom"]
+        snap = fail_later(snap, 10_000_000)
+        cls.doc = load.load(snap)
+        cls.path = write_report([cls.doc], "single", [snap], "short.html")
+        snap = fixtures.simulator_snapshots(BUILD, os.path.join(out, "growth"), env=env,
+                                            program=os.path.join("tests", "programs", "oom_growth"),
+                                            status=0, reasons=("oom",))["oom"]
+        cls.spread = write_report([load.load(snap)], "single", [snap], "spread.html")
+
+    def test_event_order(self) -> None:
+        b = self.browser
+        self.show(self.path)
+        b.screenshot(os.path.join(OUT, "short.png"))
+        charts = b.eval(JS_AXIS)
+        self.assertEqual([c["axis"] for c in charts], ["order"])
+        c = charts[0]
+        self.assertIn("event", c["ticks"])
+        note = b.eval("document.querySelector('#timeline-body .axis-choice').textContent")
+        self.assertIn("Axis: event order", note)
+        self.assertIn("time says little here: no event in 10.", note)
+        # The out-of-memory next to the growth, not across an empty stretch.
+        self.assertEqual(len(c["oom"]), 1)
+        gap = (c["oom"][0] - c["lastChange"]) / (c["right"] - c["left"])
+        self.assertGreaterEqual(gap, 0)
+        self.assertLess(gap, 0.02, f"the out-of-memory at {c['oom'][0]}, the last change at {c['lastChange']}")
+        # Steps 1 to 11, labels where they fit: the first and the last.
+        self.assertEqual(b.eval("document.querySelectorAll('#timeline-body g.step').length"), 11)
+        self.assertGreaterEqual(self.check_step_labels(), 2)
+        labels = b.eval("[...document.querySelectorAll('#timeline-body g.step text')].map(t => t.textContent)")
+        self.assertIn("step 11", labels)
+        # Time, one click away: then the growth is a sliver at the left.
+        self.click("#timeline-body .axis-choice input[value=time]")
+        charts = b.eval(JS_AXIS)
+        self.assertEqual([c["axis"] for c in charts], ["time"])
+        self.assertEqual(b.eval("document.querySelector('#timeline-body .axis-choice').dataset.axis"), "time")
+        self.assertIn("Axis: time", b.eval("document.querySelector('#timeline-body .axis-choice').textContent"))
+        self.check_step_labels()
+        self.assertEqual(b.errors(), [])
+
+    def test_spread_run_keeps_time(self) -> None:
+        b = self.browser
+        self.show(self.spread)
+        self.assertEqual([c["axis"] for c in b.eval(JS_AXIS)], ["time"])
+        self.assertEqual(b.eval("document.querySelector('#timeline-body .axis-choice').dataset.axis"), "time")
+        self.click("#timeline-body .axis-choice input[value=order]")
+        self.assertEqual([c["axis"] for c in b.eval(JS_AXIS)], ["order"])
+        self.assertEqual(b.errors(), [])
 
 
 class TestLargeReport(BrowserTest):

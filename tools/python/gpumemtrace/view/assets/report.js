@@ -270,19 +270,26 @@
     var devs = [];
     s.cols.forEach(function (c) { if (devs.indexOf(c.device) < 0) devs.push(c.device); });
     devs.sort(function (a, b) { return (a < 0) - (b < 0) || a - b; });
-    var tmax = Math.max(s.t[s.t.length - 1], d.end);
-    marks.oom.forEach(function (o) { tmax = Math.max(tmax, o[0]); });
-    var tmin = Math.min(0, s.t[0]);
     var tags = [];
     marks.tags.forEach(function (sp) { if (tags.indexOf(sp[0]) < 0) tags.push(sp[0]); });
-    devs.forEach(function (dev) {
-      var cols = s.cols.filter(function (c) { return c.device === dev; });
-      // An out-of-memory on a device without a series (pinned host memory) goes on the first chart.
-      var ooms = marks.oom.filter(function (o) {
-        return o[1] === dev || (devs.indexOf(o[1]) < 0 && dev === devs[0]);
+    var charts = el('div', 'charts');
+    function draw(byOrder) {
+      charts.textContent = '';
+      devs.forEach(function (dev) {
+        var cols = s.cols.filter(function (c) { return c.device === dev; });
+        // An out-of-memory on a device without a series (pinned host memory) goes on the first chart.
+        var ooms = marks.oom.filter(function (o) {
+          return o[1] === dev || (devs.indexOf(o[1]) < 0 && dev === devs[0]);
+        });
+        var fig = chart(d, dev, cols, ooms, tags, byOrder);
+        charts.appendChild(fig);
+        fitStepLabels(fig.querySelector('svg'));
       });
-      wrap.appendChild(chart(d, dev, cols, ooms, tags, tmin, tmax));
-    });
+    }
+    var order = s.axis.order;
+    if (order) wrap.appendChild(axisChoice(order, draw));
+    wrap.appendChild(charts);
+    draw(!!(order && order.default));
     var notes = [];
     if (s.dropped) {
       notes.push(fmtNum(s.dropped) + ' changes are not shown: more than 64 (device, kind) pairs occurred.');
@@ -295,11 +302,54 @@
     wrap.appendChild(el('p', 'muted small', notes.join(' ')));
   }
 
-  function chart(d, dev, cols, ooms, tags, tmin, tmax) {
-    var s = d.series, n = s.t.length;
+  // The axis of a timeline drawn from events (axis.py): event order or time,
+  // which one and why in words, and a switch to the other. It opens on
+  // event order where time says little (one stretch without events takes
+  // most of the time axis).
+  var axisChoices = 0;
+  function axisChoice(order, draw) {
+    var box = el('p', 'axis-choice small');
+    var note = el('span', 'axis-note');
+    var opts = el('span', 'axis-opts');
+    var name = 'axis-' + (axisChoices++);
+    function say(byOrder) {
+      box.dataset.axis = byOrder ? 'order' : 'time';
+      note.textContent = byOrder
+        ? 'Axis: event order (each allocation or free one step along, whatever the time between them)' +
+          (order.why ? ' \u2014 time says little here: ' + order.why + '. ' : '. ')
+        : 'Axis: time' + (order.why ? ' \u2014 ' + order.why + '. ' : '. ');
+    }
+    [['order', 'event order'], ['time', 'time']].forEach(function (o) {
+      var r = el('input');
+      r.type = 'radio';
+      r.name = name;
+      r.value = o[0];
+      r.checked = (o[0] === 'order') === !!order.default;
+      r.addEventListener('change', function () {
+        if (!r.checked) return;
+        say(o[0] === 'order');
+        draw(o[0] === 'order');
+      });
+      opts.appendChild(el('label', '', [r, ' ' + o[1]]));
+    });
+    say(!!order.default);  // the first drawing is the caller's
+    box.appendChild(note);
+    box.appendChild(opts);
+    return box;
+  }
+
+  // A chart of one device's live bytes, over time or (byOrder) in the order
+  // of the changes, each mark at its place in that order (html.py's marks).
+  function chart(d, dev, cols, ooms, tags, byOrder) {
+    var s = d.series, n = s.t.length, ax = s.axis;
+    var tmin = byOrder ? 0 : ax.lo, tmax = byOrder ? ax.order.points - 1 : ax.hi;
+    // Where point i, an out-of-memory, a step, a tag span lie on the axis.
+    function atPoint(i) { return byOrder ? i : s.t[i]; }
     var H = MT + TH + MB + tags.length * LANE + (tags.length ? 6 : 0);
     var root = svg('svg', { viewBox: '0 0 ' + TW + ' ' + H, role: 'img' }, 'chart');
-    root.setAttribute('aria-label', 'live bytes over time on ' + devName(dev));
+    root.setAttribute('aria-label', 'live bytes ' + (byOrder ? 'in event order' : 'over time') + ' on ' +
+      devName(dev));
+    root.dataset.axis = byOrder ? 'order' : 'time';
     // high: the highest within each window (the sum of the kinds' highest:
     // exact for one kind, and for a series drawn from events).
     var total = new Float64Array(n), high = new Float64Array(n), ymax = 1;
@@ -325,10 +375,20 @@
       grid.appendChild(svg('line', { x1: ML, x2: TW - MR, y1: Y(v), y2: Y(v) }));
       grid.appendChild(svgText(ML - 6, Y(v) + 4, fmtBytes(v), 'tick', 'end'));
     });
-    var step = niceStep(span / 1e9, 6) * 1e9;
-    for (var t = Math.ceil(tmin / step) * step; t <= tmax; t += step) {
-      grid.appendChild(svg('line', { x1: X(t), x2: X(t), y1: MT, y2: MT + TH }));
-      grid.appendChild(svgText(X(t), MT + TH + 15, fmtTick(t, step), 'tick', 'middle'));
+    if (byOrder) {
+      // The changes counted from the first; the axis named where the time's unit would be.
+      grid.appendChild(svgText(ML - 6, MT + TH + 15, 'event', 'tick axis-name', 'end'));
+      var every = Math.max(1, niceStep(span, 8));
+      for (var k = every; k <= tmax; k += every) {
+        grid.appendChild(svg('line', { x1: X(k), x2: X(k), y1: MT, y2: MT + TH }));
+        grid.appendChild(svgText(X(k), MT + TH + 15, fmtNum(k), 'tick', 'middle'));
+      }
+    } else {
+      var step = niceStep(span / 1e9, 6) * 1e9;
+      for (var t = Math.ceil(tmin / step) * step; t <= tmax; t += step) {
+        grid.appendChild(svg('line', { x1: X(t), x2: X(t), y1: MT, y2: MT + TH }));
+        grid.appendChild(svgText(X(t), MT + TH + 15, fmtTick(t, step), 'tick', 'middle'));
+      }
     }
     root.appendChild(grid);
     root.appendChild(svgText(ML, 11, devName(dev), 'chart-title'));
@@ -338,8 +398,9 @@
     function pts(vals) {
       var p = [];
       for (var i = 0; i < n; i++) {
-        if (s.fine && i > 0) p.push(X(s.t[i]).toFixed(1) + ',' + Y(vals[i - 1]).toFixed(1));
-        p.push(X(s.t[i]).toFixed(1) + ',' + Y(vals[i]).toFixed(1));
+        var x = X(atPoint(i)).toFixed(1);
+        if (s.fine && i > 0) p.push(x + ',' + Y(vals[i - 1]).toFixed(1));
+        p.push(x + ',' + Y(vals[i]).toFixed(1));
       }
       return p;
     }
@@ -357,12 +418,14 @@
     if (ts) ts.cols.forEach(function (c) { if (c.device === dev) tcol = c; });
     if (tcol) {
       var tp = [];
-      for (var k = 0; k < ts.t.length; k++) tp.push(X(ts.t[k]).toFixed(1) + ',' + Y(tcol.live[k]).toFixed(1));
+      for (var k = 0; k < ts.t.length; k++) {
+        tp.push(X(byOrder ? ts.at[k] : ts.t[k]).toFixed(1) + ',' + Y(tcol.live[k]).toFixed(1));
+      }
       root.appendChild(svg('polyline', { points: tp.join(' ') }, 'ln tensors'));
     }
 
     // The peak of this device's live bytes.
-    var px = X(s.t[peakI]), py = Y(high[peakI]);
+    var px = X(atPoint(peakI)), py = Y(high[peakI]);
     var pk = svg('g', {}, 'peak');
     pk.appendChild(svg('circle', { cx: px, cy: py, r: 4 }));
     var right = px > TW - 160, left = px < ML + 90;
@@ -372,7 +435,7 @@
 
     ooms.forEach(function (o) {
       var g = svg('g', {}, 'oom');
-      var x = X(o[0]);
+      var x = X(byOrder ? o[5] : o[0]);
       g.appendChild(svg('line', { x1: x, x2: x, y1: MT, y2: MT + TH }));
       g.appendChild(svgText(x - 5, MT + TH - 6, 'out of memory: ' + fmtBytes(o[2]), 'mark-label', 'end'));
       var r = svg('rect', { x: x - 4, y: MT, width: 8, height: TH }, 'hit');
@@ -386,14 +449,13 @@
       root.appendChild(g);
     });
 
-    // The program's steps (gmt_step): a tick at the top of the chart each.
-    (d.marks.steps || []).forEach(function (st, i, all) {
-      var x = X(st[0]);
+    // The program's steps (gmt_step): a tick at the top of the chart each,
+    // labelled where the label fits (fitStepLabels, once the chart is in the page).
+    (d.marks.steps || []).forEach(function (st) {
+      var x = X(byOrder ? st[2] : st[0]);
       var g = svg('g', {}, 'step');
       g.appendChild(svg('line', { x1: x, x2: x, y1: MT, y2: MT + 6 }));
-      if (i === 0 || i === all.length - 1 || all.length <= 12) {
-        g.appendChild(svgText(x + 2, MT + 14, 'step ' + st[1], 'tick', 'start'));
-      }
+      g.appendChild(svgText(x + 2, MT + 14, 'step ' + st[1], 'tick step-label', 'start'));
       var r = svg('rect', { x: x - 2, y: MT, width: 4, height: 8 }, 'hit');
       r.addEventListener('mousemove', function (ev) {
         showTip(ev, ['step ' + st[1] + ' (gmt_step)', fmtTime(st[0])]);
@@ -412,7 +474,7 @@
       g.appendChild(svgText(ML - 6, y + 9, tag.length > 11 ? tag.slice(0, 10) + '\u2026' : tag, 'tick', 'end'));
       d.marks.tags.forEach(function (sp) {
         if (sp[0] !== tag) return;
-        var x0 = X(sp[1]), w = Math.max(2, X(sp[2]) - x0);
+        var x0 = X(byOrder ? sp[4] : sp[1]), w = Math.max(2, X(byOrder ? sp[5] : sp[2]) - x0);
         var r = svg('rect', { x: x0, y: y, width: w, height: LANE - 3 }, 'span');
         r.addEventListener('mousemove', function (ev) {
           showTip(ev, ['tag ' + clean(tag), fmtTime(sp[1]) + ' \u2013 ' + fmtTime(sp[2]), fmtNum(sp[3]) + ' events']);
@@ -433,13 +495,17 @@
       var vx = (ev.clientX - box.left) / box.width * TW;
       var t = tmin + (vx - ML) / (TW - ML - MR) * span;
       var lo = 0, hi = n - 1;
-      while (lo < hi) {
-        var mid = (lo + hi) >> 1;
-        if (s.t[mid] < t) lo = mid + 1; else hi = mid;
+      if (byOrder) {
+        lo = Math.max(0, Math.min(n - 1, Math.round(t)));
+      } else {
+        while (lo < hi) {
+          var mid = (lo + hi) >> 1;
+          if (s.t[mid] < t) lo = mid + 1; else hi = mid;
+        }
+        if (lo > 0 && Math.abs(s.t[lo - 1] - t) < Math.abs(s.t[lo] - t)) lo--;
       }
-      if (lo > 0 && Math.abs(s.t[lo - 1] - t) < Math.abs(s.t[lo] - t)) lo--;
-      guide.setAttribute('x1', X(s.t[lo]));
-      guide.setAttribute('x2', X(s.t[lo]));
+      guide.setAttribute('x1', X(atPoint(lo)));
+      guide.setAttribute('x2', X(atPoint(lo)));
       guide.style.display = '';
       var lines = [fmtTime(s.t[lo]) + (s.fine ? ' (change ' : ' (window ') + (lo + 1) + ' of ' + n + ')'];
       cols.forEach(function (c) {
@@ -470,6 +536,36 @@
     if (ooms.length) legend.appendChild(key('oom-key', 'out of memory'));
     fig.appendChild(legend);
     return fig;
+  }
+
+  // The steps' labels of a chart in the page: the last (how far the run
+  // got), the first, then the others from the left, each kept only where it lies wholly inside the
+  // chart (one that would pass the right edge is put left of its tick) and
+  // clear of the peak's label and of the labels kept before it. A step
+  // without a label keeps its tick and its tooltip.
+  function fitStepLabels(root) {
+    var labels = Array.from(root.querySelectorAll('g.step text'));
+    if (!labels.length) return;
+    var peak = root.querySelector('g.peak text');
+    var kept = peak ? [peak.getBBox()] : [];
+    var GAP = 10;
+    function clash(b, o) {
+      return b.x < o.x + o.width + GAP && o.x < b.x + b.width + GAP && b.y < o.y + o.height && o.y < b.y + b.height;
+    }
+    var order = labels.length > 1 ? [labels[labels.length - 1], labels[0]].concat(labels.slice(1, -1)) : labels;
+    order.forEach(function (t) {
+      var b = t.getBBox();
+      if (b.x + b.width > TW) {
+        t.setAttribute('x', +t.getAttribute('x') - 4);
+        t.setAttribute('text-anchor', 'end');
+        b = t.getBBox();
+      }
+      if (b.x < 0 || b.x + b.width > TW || kept.some(function (o) { return clash(b, o); })) {
+        t.remove();
+      } else {
+        kept.push(b);
+      }
+    });
   }
 
   // A time of document d (ns from its base) as a step: between two of its

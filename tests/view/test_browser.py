@@ -689,6 +689,31 @@ class TestShortRun(BrowserTest):
         self.check_step_labels()
         self.assertEqual(b.errors(), [])
 
+    def test_verdict_on_one_line(self) -> None:
+        """The verdict's name never breaks, at a wide window or a narrow one,
+        and the table stays inside the diagnosis."""
+        b = self.browser
+        for width in (1400, 400):
+            with self.subTest(width=width):
+                self.show(self.path)
+                b.send("Emulation.setDeviceMetricsOverride",
+                       {"width": width, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
+                       session=b.session)
+                cells = b.eval("""[...document.querySelectorAll('table.verdicts tbody tr')].map(tr => {
+                  const td = tr.cells[0], r = document.createRange();
+                  r.selectNodeContents(td);
+                  return [td.textContent, r.getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight)];
+                })""")
+                self.assertTrue(cells)
+                for text, height, line in cells:
+                    self.assertLess(height, 1.5 * line, f"{text!r} takes {height} px, lines of {line} px")
+                inside = b.eval("(() => { const t = document.querySelector('table.verdicts'); "
+                                "const box = t.closest('.oom-box').getBoundingClientRect(); "
+                                "const w = (t.closest('.tbl-scroll') || t).getBoundingClientRect(); "
+                                "return [w.right, box.right]; })()")
+                self.assertLessEqual(inside[0], inside[1])
+                b.screenshot(os.path.join(OUT, f"short-{width}.png"))
+
     def test_spread_run_keeps_time(self) -> None:
         b = self.browser
         self.show(self.spread)

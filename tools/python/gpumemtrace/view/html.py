@@ -105,13 +105,13 @@ def _tag(tag: str, body: str, cls: str = "") -> str:
     return f"<{tag}{c}>{body}</{tag}>"
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "", num: Sequence[int] = ()) -> str:
-    """A static table; head and cells are HTML already; columns in num align right."""
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "", num: Sequence[int] = (),
+           nowrap: Sequence[int] = ()) -> str:
+    """A static table; head and cells are HTML already; columns in num align
+    right, those in nowrap (names such as allocator_fragmentation) never break."""
     th = "".join(f'<th class="num">{h}</th>' if i in num else f"<th>{h}</th>" for i, h in enumerate(head))
-    body = []
-    for r in rows:
-        body.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>"
-                                     for i, c in enumerate(r)) + "</tr>")
+    td = {**{i: ' class="num"' for i in num}, **{i: ' class="nowrap"' for i in nowrap}}
+    body = ["<tr>" + "".join(f"<td{td.get(i, '')}>{c}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows]
     c = f' class="{cls}"' if cls else ""
     return f"<table{c}><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -225,7 +225,9 @@ def _oom_html(doc: Doc) -> str:
                          _b(v.get("bytes")), esc(v.get("detail") or ""),
                          esc(", ".join(clean(x) for x in v.get("rests_on") or [] if isinstance(x, str)))])
         if rows:
-            out.append(_table(["verdict", "bytes", "detail", "rests on"], rows, "static verdicts", num=(1,)))
+            # The verdict's name on one line; a window too narrow for it scrolls the table.
+            out.append('<div class="tbl-scroll">' + _table(["verdict", "bytes", "detail", "rests on"], rows,
+                                                           "static verdicts", num=(1,), nowrap=(0,)) + "</div>")
         tries = []
         for r in dg.get("remedies") or []:
             where = f'<div class="muted">at {_site_cell(doc, r["stack"])}</div>' if r.get("stack") else ""

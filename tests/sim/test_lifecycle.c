@@ -114,7 +114,7 @@ static void run_no_context(void)
 
 /* The child of run_invalid_config: its exit status says what cuInit returned,
  * and it writes nothing itself on stderr. */
-enum { INIT_INVALID = 10, INIT_OK = 11, INIT_OTHER = 12 };
+enum { INIT_INVALID = 10, INIT_OK = 11, INIT_OTHER = 12, INIT_NO_DEVICE = 13 };
 
 static void run_init_child(void)
 {
@@ -122,35 +122,42 @@ static void run_init_child(void)
 
 	printf("cuInit returned %d (%s)\n", (int)r, simtest_result_name(r));
 	fflush(stdout);
-	exit(r == CUDA_ERROR_INVALID_VALUE ? INIT_INVALID : r == CUDA_SUCCESS ? INIT_OK : INIT_OTHER);
+	exit(r == CUDA_ERROR_INVALID_VALUE ? INIT_INVALID
+	     : r == CUDA_SUCCESS	   ? INIT_OK
+	     : r == CUDA_ERROR_NO_DEVICE  ? INIT_NO_DEVICE
+					  : INIT_OTHER);
 }
 
 struct config_case {
 	const char *env[3];   /* the variables set (NULL-terminated) */
 	const char *name;     /* the variable the message must name; NULL: valid */
 	const char *value;    /* the value the message must show */
+	bool no_device;       /* valid, and no device: cuInit says CUDA_ERROR_NO_DEVICE */
 };
 
 static const struct config_case config_cases[] = {
-	{ { "GMTSIM_MEMORY=12Q" }, "GMTSIM_MEMORY", "12Q" },
-	{ { "GMTSIM_MEMORY=" }, "GMTSIM_MEMORY", "" },
-	{ { "GMTSIM_MEMORY=-1G" }, "GMTSIM_MEMORY", "-1G" },
-	{ { "GMTSIM_MEMORY=8G,8G" }, "GMTSIM_MEMORY", "8G,8G" },
-	{ { "GMTSIM_DEVICES=2", "GMTSIM_MEMORY=1G,2G,3G" }, "GMTSIM_MEMORY", "1G,2G,3G" },
-	{ { "GMTSIM_DEVICES=0" }, "GMTSIM_DEVICES", "0" },
-	{ { "GMTSIM_DEVICES=17" }, "GMTSIM_DEVICES", "17" },
-	{ { "GMTSIM_DEVICES=two" }, "GMTSIM_DEVICES", "two" },
-	{ { "GMTSIM_OTHER_PROCESSES=lots" }, "GMTSIM_OTHER_PROCESSES", "lots" },
-	{ { "GMTSIM_CONTEXT_BYTES=1X" }, "GMTSIM_CONTEXT_BYTES", "1X" },
-	{ { "GMTSIM_DRIVER_VERSION=13.0" }, "GMTSIM_DRIVER_VERSION", "13.0" },
-	{ { "GMTSIM_OTHER_PID=0" }, "GMTSIM_OTHER_PID", "0" },
-	{ { "GMTSIM_OTHER_PID=4294967296" }, "GMTSIM_OTHER_PID", "4294967296" },
-	{ { "GMTSIM_OTHER_PID=12x" }, "GMTSIM_OTHER_PID", "12x" },
+	{ { "GMTSIM_MEMORY=12Q" }, "GMTSIM_MEMORY", "12Q", false },
+	{ { "GMTSIM_MEMORY=" }, "GMTSIM_MEMORY", "", false },
+	{ { "GMTSIM_MEMORY=-1G" }, "GMTSIM_MEMORY", "-1G", false },
+	{ { "GMTSIM_MEMORY=8G,8G" }, "GMTSIM_MEMORY", "8G,8G", false },
+	{ { "GMTSIM_DEVICES=2", "GMTSIM_MEMORY=1G,2G,3G" }, "GMTSIM_MEMORY", "1G,2G,3G", false },
+	{ { "GMTSIM_DEVICES=-1" }, "GMTSIM_DEVICES", "-1", false },
+	{ { "GMTSIM_DEVICES=17" }, "GMTSIM_DEVICES", "17", false },
+	{ { "GMTSIM_DEVICES=two" }, "GMTSIM_DEVICES", "two", false },
+	{ { "GMTSIM_OTHER_PROCESSES=lots" }, "GMTSIM_OTHER_PROCESSES", "lots", false },
+	{ { "GMTSIM_CONTEXT_BYTES=1X" }, "GMTSIM_CONTEXT_BYTES", "1X", false },
+	{ { "GMTSIM_DRIVER_VERSION=13.0" }, "GMTSIM_DRIVER_VERSION", "13.0", false },
+	{ { "GMTSIM_OTHER_PID=0" }, "GMTSIM_OTHER_PID", "0", false },
+	{ { "GMTSIM_OTHER_PID=4294967296" }, "GMTSIM_OTHER_PID", "4294967296", false },
+	{ { "GMTSIM_OTHER_PID=12x" }, "GMTSIM_OTHER_PID", "12x", false },
 	/* valid ones, so that the checks below are seen to tell them apart */
-	{ { "GMTSIM_MEMORY=12G" }, NULL, NULL },
-	{ { "GMTSIM_DEVICES=2", "GMTSIM_MEMORY=1G,3GiB" }, NULL, NULL },
-	{ { "GMTSIM_DEVICES=16", "GMTSIM_OTHER_PROCESSES=1M" }, NULL, NULL },
-	{ { "GMTSIM_OTHER_PID=4294967295" }, NULL, NULL },
+	{ { "GMTSIM_MEMORY=12G" }, NULL, NULL, false },
+	{ { "GMTSIM_DEVICES=2", "GMTSIM_MEMORY=1G,3GiB" }, NULL, NULL, false },
+	{ { "GMTSIM_DEVICES=16", "GMTSIM_OTHER_PROCESSES=1M" }, NULL, NULL, false },
+	{ { "GMTSIM_OTHER_PID=4294967295" }, NULL, NULL, false },
+	/* no device (all hidden): the per-device sizes are not read */
+	{ { "GMTSIM_DEVICES=0" }, NULL, NULL, true },
+	{ { "GMTSIM_DEVICES=0", "GMTSIM_MEMORY=1G,2G" }, NULL, NULL, true },
 };
 
 /* Reads all of `fd` from its start into buf (NUL-terminated). */
@@ -183,7 +190,7 @@ static void check_config_case(const struct config_case *c)
 
 	CHECK_INT(WIFEXITED(status), ==, 1);
 	if (!c->name) {
-		CHECK_INT(WEXITSTATUS(status), ==, INIT_OK);
+		CHECK_INT(WEXITSTATUS(status), ==, c->no_device ? INIT_NO_DEVICE : INIT_OK);
 		CHECK_U64(len, ==, 0);
 	} else {
 		CHECK_INT(WEXITSTATUS(status), ==, INIT_INVALID);

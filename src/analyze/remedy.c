@@ -190,7 +190,7 @@ static void free_growth(const struct gmt__diag_input *in, struct gmt__diagnosis 
 	char a[32], b[32], how[96];
 	struct gmt__remedy *r;
 
-	if (!listed(d, GMT_VERDICT_GROWTH) || in->growth_top_stack == 0 || g == 0)
+	if (!listed(d, GMT_VERDICT_GROWTH) || (in->growth_top_stack == 0 && !in->growth_top_unlined) || g == 0)
 		return;
 	r = offer(d, GMT_REMEDY_FREE_GROWTH, GMT_VERDICT_GROWTH, g, in->growth_top_stack, rests);
 	if (n > 0)
@@ -198,7 +198,13 @@ static void free_growth(const struct gmt__diag_input *in, struct gmt__diagnosis 
 			 gmt__human_bytes(b, sizeof(b), in->growth_top_step_bytes / n), (unsigned long long)n);
 	else
 		snprintf(how, sizeof(how), "it grew by %s while the program ran", gmt__human_bytes(a, sizeof(a), g));
-	if (in->fw_torch && in->growth_top_tensor && n > 0)
+	if (in->growth_top_unlined)
+		say(r,
+		    "find the line that keeps them: this run recorded PyTorch's tensors without their lines; run again "
+		    "with GPUMEMTRACE_TORCH_HISTORY=alloc (the default) to name it (%s) — a tensor kept across steps "
+		    "keeps its graph too: keep `loss.item()` or `loss.detach()`, `del` what a list holds",
+		    how);
+	else if (in->fw_torch && in->growth_top_tensor && n > 0)
 		say(r,
 		    "stop keeping what this line allocates across steps (%s): a tensor kept across steps keeps its "
 		    "graph too, so keep `loss.item()` or `loss.detach()` instead of the tensor, and `del` what a list "

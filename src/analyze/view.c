@@ -85,9 +85,10 @@ static int device_slot_of(const struct gmt__snapshot *s, int device)
 }
 
 /* Notes one growing site (document stack id) for the diagnosis: its growth
- * summed, the one that gained most, the 8 largest kept by id. */
+ * summed, the one that gained most, the 8 largest kept by id. unlined: the
+ * framework's tensors its history gave no lines of (stack 0). */
 static void note_growth(struct gmt__view *view, uint64_t *best, uint32_t id, uint64_t growth,
-			const struct gmt__history *h, const struct gmt__site *site)
+			const struct gmt__history *h, const struct gmt__site *site, bool unlined)
 {
 	int at;
 
@@ -96,6 +97,7 @@ static void note_growth(struct gmt__view *view, uint64_t *best, uint32_t id, uin
 	if (growth > view->diag_in.growth_top_bytes) {
 		view->diag_in.growth_top_bytes = growth;
 		view->diag_in.growth_top_stack = id;
+		view->diag_in.growth_top_unlined = unlined;
 		view->diag_in.growth_top_step_bytes = gmt__site_step_growth(h, site, &view->diag_in.growth_top_steps);
 	}
 	/* Insertion into the 8 largest, largest first. */
@@ -136,9 +138,11 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 			if (t->v[i].device != device || (seen[id / 8] & (1u << (id % 8))))
 				continue;
 			seen[id / 8] |= (uint8_t)(1u << (id % 8));
+			/* Stack 0: tensors without lines (GPUMEMTRACE_TORCH_HISTORY=events):
+			 * their growth is still PyTorch's, told without a line. */
 			site = gmt__history_site(t->history, id);
-			if (id != 0 && site != NULL && gmt__site_growing(t->history, site, &rises, &falls, &growth))
-				note_growth(view, best, gmt__tensor_stack_id(id), growth, t->history, site);
+			if (site != NULL && gmt__site_growing(t->history, site, &rises, &falls, &growth))
+				note_growth(view, best, gmt__tensor_stack_id(id), growth, t->history, site, id == 0);
 		}
 		free(seen);
 	}
@@ -158,7 +162,7 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 		seen[id / 8] |= (uint8_t)(1u << (id % 8));
 		site = gmt__history_site(h, id);
 		if (site != NULL && gmt__site_growing(h, site, &rises, &falls, &growth))
-			note_growth(view, best, id, growth, h, site);
+			note_growth(view, best, id, growth, h, site, false);
 	}
 	free(seen);
 }
@@ -421,7 +425,10 @@ void gmt__view_diagnose(struct gmt__view *view, const struct gmt__sites *sites, 
 	if (!view->have_diagnosis)
 		return;
 	ss = view->diag_in.growth_top_stack != 0 ? gmt__sites_of(sites, ids, view->diag_in.growth_top_stack) : NULL;
-	if (ss != NULL) {
+	if (view->diag_in.growth_top_unlined) {
+		view->diag_in.growth_top_label = "PyTorch's tensors, their lines not recorded (GPUMEMTRACE_TORCH_HISTORY)";
+		view->diag_in.growth_top_tensor = true;
+	} else if (ss != NULL) {
 		view->diag_in.growth_top_label = ss->label;
 		view->diag_in.growth_top_python = ss->python;
 		view->diag_in.growth_top_tensor = gmt__is_tensor_stack(view->diag_in.growth_top_stack);

@@ -733,6 +733,27 @@ static void test_remedies_growth(void)
 	CHECK(strstr(d.remedies[0].text, "stop keeping what this line allocates (it grew by 10.0 GiB while the "
 					 "program ran): if it runs the model for evaluation, wrap it in "
 					 "`with torch.no_grad():`") != NULL);
+
+	/* PyTorch's tensors without lines (stack 0): still a remedy, which
+	 * says how to name the line. */
+	in.growth_top_stack = 0;
+	in.growth_top_unlined = true;
+	in.growth_top_label = "PyTorch's tensors, their lines not recorded (GPUMEMTRACE_TORCH_HISTORY)";
+	in.growth_sites = 1;
+	in.growth_top_steps = 36;
+	in.growth_top_step_bytes = 9 * GIB;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(names(&d), "growth,exhaustion");
+	CHECK(strstr(d.v[0].detail, "a leak suspect): PyTorch's tensors, their lines not recorded") != NULL);
+	CHECK_STR(remedies(&d), "free_growing_site");
+	CHECK_INT(d.remedies[0].stack, 0);
+	CHECK(strstr(d.remedies[0].text, "run again with GPUMEMTRACE_TORCH_HISTORY=alloc (the default) to name it "
+					 "(256 MiB a step over 36 whole steps)") != NULL);
+	/* Stack 0 of the driver (no stack recorded): nothing to name. */
+	in.growth_top_unlined = false;
+	in.growth_top_label = NULL;
+	gmt__diagnose(&in, &d);
+	CHECK_STR(remedies(&d), "");
 }
 
 /* With the framework's tensors known, a growth that covers the shortfall is

@@ -125,8 +125,8 @@ static void query_others(int device, struct gmt__device_state *st)
 	st->others_why = nvml.why;
 	if (!nvml.ok) {
 		if (nvml.missing && simulated(device))
-			st->others_why = "NVML (libnvidia-ml.so.1) is not installed; the simulated GPU's is in the build's "
-					 "sim/nvml: add it to LD_LIBRARY_PATH (docs/simulator.md)";
+			st->others_why = "NVML (libnvidia-ml.so.1) is not installed (the simulated GPU's: the build's "
+					 "sim/nvml)";
 		return;
 	}
 	if (gmt__driver_pci_bus_id(device, bus, (int)sizeof(bus)) != CUDA_SUCCESS) {

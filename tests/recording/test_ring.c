@@ -471,6 +471,13 @@ static void test_doorbell_rules(void)
 	CHECK(gmt__ring_push(small, &ev));
 	CHECK(gmt__rings_sleep(SHORT_NS));
 	CHECK(!gmt__rings_may_sleep()); /* 1 held in a ring of 2 */
+
+	/* Empty again, the ring of 2 lets the consumer sleep: its stay-up
+	 * threshold (a check's worth below half, 0) is clamped to 1 event. */
+	CHECK(gmt__ring_peek(small) != NULL);
+	gmt__ring_pop(small);
+	CHECK(gmt__rings_may_sleep());
+	CHECK(!gmt__rings_sleep(SHORT_NS));
 	gmt__rings_after_fork(NULL); /* frees both */
 }
 

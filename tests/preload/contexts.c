@@ -1,6 +1,8 @@
 /* Memory the driver frees with a context: allocations in a created context go
  * when it is destroyed; releasing the primary context for the last time takes
- * its allocations (device, pinned host, stream-ordered) along. The tracer must
+ * its allocations (device, pinned host, stream-ordered) along, and the
+ * device's stream-ordered memory allocated in another context that lives on
+ * (the pool is the device's, not the context's). The tracer must
  * see them freed: its exit snapshot equals the ledger, which lists only what
  * was allocated afterwards. */
 #include <cuda.h>
@@ -18,8 +20,8 @@
 
 int main(void)
 {
-	CUcontext primary, created, popped;
-	CUdeviceptr a, b, c, s, d, kept;
+	CUcontext primary, created, other, popped;
+	CUdeviceptr a, b, c, s, o, d, kept;
 	void *host;
 
 	CK(cuInit(0));
@@ -36,9 +38,14 @@ int main(void)
 	CK(cuCtxDestroy(created));
 	(void)popped;
 
+	/* Stream-ordered memory from a context that outlives the primary one. */
+	CK(cuCtxCreate(&other, NULL, 0, 0));
+	CK(cuMemAllocAsync(&o, 1 << 20, NULL));
+
 	CK(cuCtxSetCurrent(primary));
 	CK(cuMemAlloc(&d, 5 << 20));
-	/* The last reference: the primary context and a, host, s, d go. */
+	/* The last reference: the primary context and a, host, s, d go, and o
+	 * with the device's pool. */
 	CK(cuDevicePrimaryCtxRelease(0));
 
 	CK(cuDevicePrimaryCtxRetain(&primary, 0));

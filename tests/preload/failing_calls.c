@@ -3,7 +3,10 @@
  * alone. Run with and without the tracer, the output must be the same. One of
  * the failing frees is of a live device pointer (cuMemFreeHost on it): the
  * tracer records a free only when the driver honoured it, so the exit snapshot
- * still lists it (tests/preload compares with the ledger). */
+ * still lists it (tests/preload compares with the ledger). The harness also
+ * counts: every refused free in stats.failed_frees (nine), and no free the
+ * tracer could not match in stats.unknown_frees: a free of NULL (cudaFree(0),
+ * the idiom that makes a context) frees nothing and is not recorded. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -53,6 +56,7 @@ int main(void)
 	CALL("cuMemAlloc_v2 of 2 MiB", cuMemAlloc(&freed, 2 << 20), none);
 	CALL("cuMemFree_v2 of it", cuMemFree(freed), none);
 	CALL("cuMemFree_v2 of it again", cuMemFree(freed), none);
+	CALL("cuMemFree_v2 of NULL", cuMemFree(0), none);
 	CALL("cuMemHostUnregister of an unknown range", cuMemHostUnregister(&none), none);
 	CALL("cuMemAllocAsync of 0 bytes", cuMemAllocAsync(&p, 0, 0), p);
 	CALL("cuMemFreeAsync of an unknown pointer", cuMemFreeAsync((CUdeviceptr)0x1234, 0), none);

@@ -165,7 +165,11 @@ def copy_tree(into: str) -> None:
                     continue
         except OSError:
             pass
-        shutil.copy2(src, dst)
+        # NOTE: a fresh mtime, not the source's (copy2): a file edited while
+        # the copy's build ran keeps an mtime older than its stale object,
+        # and ninja would never rebuild it.
+        shutil.copyfile(src, dst)
+        shutil.copymode(src, dst)
 
 
 class Runner:

@@ -541,6 +541,19 @@ class TestEdges(unittest.TestCase):
         self.assertIsNone(axis.says_little([], 0, 100))
         self.assertIsNone(axis.says_little([5], 5, 5))
 
+    def test_extent_and_marks_at_a_change(self) -> None:
+        """The time axis reaches an out-of-memory later than the last point
+        and the snapshot; a mark at the very time of a change falls after
+        it (the change happened by then), one before every change at 0.5."""
+        self.assertEqual(axis.extent([5, 20], 30, [80]), (0, 80))
+        self.assertEqual(axis.extent([-3, 20], 30, []), (-3, 30))
+        doc = {"history": {"events": [
+            {"op": op, "time_ns": t, "seq": q} for op, t, q in
+            (("alloc", 100, 1), ("alloc", 200, 2), ("free", 200, 3), ("alloc", 300, 4))]}}
+        order = axis.EventOrder(doc, 0)
+        self.assertEqual(order.n, 4)
+        self.assertEqual([order.at(t) for t in (50, 100, 200, 250, 300)], [0.5, 1.5, 3.5, 3.5, 4.5])
+
     def test_steps_marked(self) -> None:
         """The program's steps are marks of the timeline (200, evenly, and the
         last: a timeline aligned on steps reaches it)."""

@@ -212,8 +212,10 @@ def leaks_of_an_exit_snapshot() -> None:
     s = section(text, "Leak check")
     c = lk["totals"]["counted"]
     has(s, f"{fmt_bytes(c['bytes'])} in {c['count']} allocations count as leaks", "counted total")
-    for g in lk["sites"]:
-        has(s, f"{fmt_bytes(g['bytes'])} in {g['count']} allocation", f"leak site {g['stack']}")
+    flat = " ".join(s.split())
+    for i, g in enumerate(lk["sites"]):
+        word = {"leaked": "leaked", "referenced": "still referenced"}[g["class"]]
+        has(flat, f"{i + 1}. {word} {fmt_bytes(g['bytes'])} in {g['count']} allocation", f"leak site {g['stack']}")
     has(s, "held by global 'kept' (app)", "referenced_from")
     has(s, "no host memory holds its address", "a leaked site")
     has(s, "scan: 10 mappings, 1.00 MiB read", "scan note")
@@ -400,6 +402,74 @@ def an_older_snapshot_without_sites() -> None:
     eq(st["frames"][0]["role"], "user", "no roles: every frame the program's")
     text = summary.summary(doc, width=200)
     has(text, "site_1 (model1.c:10)", "named by that frame")
+
+
+@test
+def frames_for_the_three_largest_sites() -> None:
+    """--frames applies to the three largest sites; the others show their
+    site's frame alone (facts())."""
+    doc, _ = synthetic(n=600, sites=10, oom=False)
+    entries = site_entries(summary.summary(doc, width=200, top=5, frames=3))
+    eq([len(e.split("\n")) for e in entries], [4, 4, 4, 2, 2], "lines per entry: the site's, then its frames")
+
+
+@test
+def suspects_largest_growth_first() -> None:
+    raw, _ = fixtures.synthetic(n=400, sites=8, oom=False)
+    growth = {1: 2 << 20, 3: 5 << 20, 5: 9 << 20, 6: 1 << 20}
+    for row in raw["sites"]:
+        if row["stack"] in growth:
+            row.update(suspect=True, growth_bytes=growth[row["stack"]])
+    want = sorted(growth, key=lambda sid: -growth[sid])
+    doc = checked(raw)
+    eq([x["stack"] for x in summary.facts(doc)["suspects"]], want, "suspects, most growth first")
+    sus = section(summary.summary(doc, width=200), "Leak suspects")
+    eq([int(m.group(1)) for m in re.finditer(r"^  \+\S+ \S+  site_(\d+) \(", sus, re.M)], want, "their order shown")
+
+
+@test
+def a_tag_counts_once_per_site() -> None:
+    """A region pushed again inside itself (train › step › train) holds the
+    site's bytes once."""
+    raw, truth = fixtures.synthetic(n=400, sites=8, oom=False)
+    for st in raw["stacks"]:
+        if st["tags"]:
+            st["tags"] = ["train", "step", "train"]
+    tagged = sum(b for sid, (b, _) in truth["sites"].items() if sid % 2)
+    f = summary.facts(checked(raw))
+    eq(dict(f["tags"]), {"train": tagged, "step": tagged}, "bytes by tag")
+    eq(f["untagged_bytes"], truth["live_bytes"] - tagged, "untagged bytes")
+
+
+@test
+def devices_used_is_total_less_free() -> None:
+    """Memory used on a device is what the driver says (total - free), more
+    than the tracer's live bytes where another process or the context holds
+    some."""
+    raw, truth = fixtures.synthetic(n=400, sites=8)
+    d = raw["devices"][0]
+    d["free_bytes"] -= 3 << 30
+    live = sum(truth["devices"][0].values())
+    text = " ".join(section(summary.summary(checked(raw), width=200), "Devices").split())
+    has(text, f"GPU 0: {fmt_bytes(live)} live here; {fmt_bytes(d['total_bytes'])} total, "
+        f"{fmt_bytes(live + (3 << 30))} used, {fmt_bytes(d['free_bytes'])} free", "GPU 0's line")
+
+
+@test
+def size_classes_largest_kept() -> None:
+    """Beyond --top classes the histogram keeps those of most bytes, in
+    size order, each bound a power of two in binary units."""
+    raw, _ = fixtures.synthetic(n=400, sites=8)
+    MiB = 1 << 20
+    raw["devices"][0]["fragmentation"]["size_classes"] = [
+        {"min": 512, "max": 1023, "count": 2, "bytes": 1536},
+        {"min": 1024, "max": 2047, "count": 1, "bytes": 1024},
+        {"min": MiB, "max": 2 * MiB - 1, "count": 5, "bytes": 8 * MiB},
+        {"min": 4 * MiB, "max": 8 * MiB - 1, "count": 4, "bytes": 20 * MiB}]
+    frag = section(summary.summary(checked(raw), width=80, top=2), "Fragmentation on GPU 0")
+    rows = re.findall(r"^ +(\d+ \S+\u2013\d+ \S+) +(\d+) ", frag, re.M)
+    eq(rows, [("1 MiB\u20132 MiB", "5"), ("4 MiB\u20138 MiB", "4")], "the classes shown")
+    has(frag, "\u2026 2 smaller classes", "the classes left out")
 
 
 # --------------------------------------------------------------------------

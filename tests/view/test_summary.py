@@ -128,10 +128,11 @@ def _source_line(path: str, needle: str) -> int:
     raise AssertionError(f"{path}: no line holds {needle!r}")
 
 
-def site_entries(text: str) -> List[str]:
-    """The entries of "Top sites by live bytes", one string per site."""
+def site_entries(text: str, title: str = "Top sites by live bytes") -> List[str]:
+    """The numbered entries of the section `title` (the summary's top
+    sites unless told), one string per entry."""
     entries: List[str] = []
-    for line in section(text, "Top sites by live bytes").split("\n")[1:]:
+    for line in section(text, title).split("\n")[1:]:
         if re.match(r"^\s+\d+\. ", line):
             entries.append(line)
         elif entries and line.strip():
@@ -568,6 +569,48 @@ def diff_of_different_processes_and_no_change() -> None:
     has(text, "no site changed", "same sites")
 
 
+@test
+def diff_sorts_sites_by_what_changed() -> None:
+    """Sites of known changes: one whose memory is all freed is gone, one
+    with an allocation more (and the same bytes) grew, those that shrank are
+    listed most shrink first, and the rows past --top are summed."""
+    old = synthetic(n=400, sites=8, oom=False, seed=3)[0]
+    new = copy.deepcopy(old)
+    new["time_ns"] += 1_000_000_000
+    rows = {r["stack"]: r for r in new["sites"]}
+    big = [sid for sid, r in sorted(rows.items()) if r["live_bytes"] > 8 << 20][:5]
+    if len(big) < 5:
+        raise AssertionError(f"the fixture has too few sites above 8 MiB: {rows}")
+    gone, more = big[0], big[1]
+    shrink = {big[2]: 1 << 20, big[3]: 5 << 20, big[4]: 3 << 20}
+    rows[gone].update(live_bytes=0, live_count=0)
+    rows[more]["live_count"] += 1
+    for sid, b in shrink.items():
+        rows[sid]["live_bytes"] -= b
+    f = diff_view.diff_facts(old, new)
+    eq([r["stack"] for r in f["gone"]], [gone], "gone: nothing live there now")
+    eq([(r["stack"], r["delta_bytes"], r["delta_count"]) for r in f["grew"]], [(more, 0, 1)], "grew by a count")
+    want = sorted(shrink, key=lambda sid: -shrink[sid])
+    eq([(r["stack"], r["delta_bytes"]) for r in f["shrank"]], [(sid, -shrink[sid]) for sid in want],
+       "shrank, most first")
+    text = diff_view.diff_text(old, new, width=120, top=2)
+    shrank = section(text, "Shrank")
+    has(shrank.split("\n")[0], "3, top 2", "the heading")
+    has(shrank, f"\u2026 1 more, {fmt_delta(-shrink[want[2]])} together", "the rows past the top")
+    has(section(text, "Gone"), f"site_{gone} (", "the gone site")
+
+
+@test
+def diff_one_process_is_its_pid_on_its_host() -> None:
+    old = synthetic(n=200, sites=6, oom=False, pid=77)[0]
+    new = copy.deepcopy(old)
+    new["time_ns"] += 1_000_000_000
+    eq(diff_view.diff_facts(old, new)["same_process"], True, "the same pid on the same host")
+    new["process"]["host"] = "node8"
+    eq(diff_view.diff_facts(old, new)["same_process"], False, "the same pid on another host")
+    has(diff_view.diff_text(old, new), "different processes", "the note")
+
+
 # --------------------------------------------------------------------------
 # Several processes
 
@@ -604,6 +647,8 @@ def merge_of_four_ranks() -> None:
             raise AssertionError(f"rank {r} is not out of memory: {row}")
     has(section(text, "Out of memory"), "rank 2 (pid 5002 on node7):", "which rank")
     has(section(text, "Totals"), f"live: {fmt_bytes(f['live_bytes'])} in 1200 allocations", "totals")
+    has(section(text, "Totals"), f"peaks added up: {fmt_bytes(sum(t['live_bytes'] + (64 << 20) for t in truths))}",
+        "the peaks added up")
     sites = section(text, "Top sites across processes")
     for s in f["sites"]:
         for r, b in enumerate(s["by_process"]):
@@ -670,6 +715,35 @@ def merge_wording() -> None:
             st["live_bytes"], st["live_count"] = 0, 0
     f = merge_view.merge_facts(docs)
     eq(f["sites"], [], "no site with nothing live")
+
+
+@test
+def merge_sites_of_known_spread() -> None:
+    """Twelve identical ranks but for one site, which ranks 6 to 11 do not
+    hold: its largest is rank 0 (the first of equals, as the skew names
+    them), its smallest rank 6, its mean over all twelve."""
+    ranks = [synthetic(seed=4, rank=r, pid=7000 + r, oom=False, n=300, sites=6)[0] for r in range(12)]
+    row = ranks[0]["sites"][0]
+    sid, b = row["stack"], row["live_bytes"]
+    for d in ranks[6:]:
+        next(r for r in d["sites"] if r["stack"] == sid).update(live_bytes=0, live_count=0)
+    text = merge_view.merge_text(ranks, width=200, top=10)
+    entry = next(e for e in site_entries(text, "Top sites across processes") if f"site_{sid} (" in e)
+    has(" ".join(entry.split()), f"largest: rank 0 ({fmt_bytes(b)}) \u00b7 smallest: rank 6 (0 B) \u00b7 "
+        f"mean: {fmt_bytes(b * 6 // 12)}", f"site {sid}'s spread")
+    other = next(e for e in site_entries(text, "Top sites across processes") if f"site_{sid} (" not in e)
+    has(other, "largest: rank 0 (", "a site all hold alike: the first rank named")
+
+
+@test
+def merge_table_keeps_the_largest() -> None:
+    """Beyond the table's 16 rows: the out-of-memory process and the
+    largest others by live bytes."""
+    many, truths = _ranks(40, oom_rank=0)
+    procs = section(merge_view.merge_text(many, width=80, top=3), "Processes")
+    shown = sorted(int(m.group(1)) for m in re.finditer(r"^  (\d+) ", procs, re.M))
+    largest = sorted(range(1, 40), key=lambda r: (-truths[r]["live_bytes"], r))[:15]
+    eq(shown, sorted([0] + largest), "the ranks in the table")
 
 
 @test
@@ -911,7 +985,9 @@ def merge_ranks_at_a_glance() -> None:
             eq(own.get(m["sites"][g["site"]]["key"]), max(own.values()), f"rank {procs[i]['rank']}'s dominant site")
     text = merge_view.merge_text(ranks, width=120, top=5)
     flat = " ".join(section(text, "Ranks").split())
-    has(flat, "outliers: rank 7 (peak", "the outlier named")
+    seven = procs[fl["live"]["max_index"]]["peak_bytes"]
+    has(flat, f"outliers: rank 7 (peak {fmt_bytes(seven)}, +{fmt_bytes(seven - fl['peak']['median'])} from the median)",
+        "the outlier named, above the median")
     has(flat, "first out of memory: rank 7 at", "the first to run out named")
     has(flat, f"live: max {fmt_bytes(fl['live']['max'])} (rank 7), median", "the skew")
 

@@ -283,8 +283,8 @@ def _episode_html(doc: Doc) -> str:
                      _b(fl["size"]), esc(fl["api"]), _b(fl["live_bytes"]),
                      f"{_b(fl['freed_bytes'])} in {_n(fl['freed_count'])}" if fl["freed_bytes"] else "",
                      _site_cell(doc, fl["stack"])])
-    out.append(_table(["failure", "when", "asked", "by", "live then", "freed before it", "asked from"],
-                      rows, "static episode", num=(0, 2, 4)))
+    head = ["failure", "when", "asked", "by", "live then", "freed before it", "asked from"]
+    out.append(f'<div class="tbl-scroll">{_table(head, rows, "static episode", num=(0, 2, 4), nowrap=(3,))}</div>')
     fd = f["freed"]
     if fd["bytes"]:
         out.append(f"<p>The program freed <strong>{_b(fd['bytes'])}</strong> in {_n(fd['count'])} allocations "

@@ -704,33 +704,30 @@ class TestShortRun(BrowserTest):
                 b.send("Emulation.setDeviceMetricsOverride",
                        {"width": width, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
                        session=b.session)
-                cells = b.eval("""[...document.querySelectorAll('table.verdicts tbody tr')].map(tr => {
-                  const td = tr.cells[0], r = document.createRange();
-                  r.selectNodeContents(td);
-                  return [td.textContent, r.getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight)];
-                })""")
-                self.assertTrue(cells)
-                for text, height, line in cells:
-                    self.assertLess(height, 1.5 * line, f"{text!r} takes {height} px, lines of {line} px")
+                self.cells_on_one_line("table.verdicts", 0)
                 inside = b.eval("(() => { const t = document.querySelector('table.verdicts'); "
                                 "const box = t.closest('.oom-box').getBoundingClientRect(); "
                                 "const w = (t.closest('.tbl-scroll') || t).getBoundingClientRect(); "
                                 "return [w.right, box.right]; })()")
                 self.assertLessEqual(inside[0], inside[1])
                 # The episode's API names whole too, its table inside the page.
-                by = b.eval("""[...document.querySelectorAll('table.episode tbody tr')].map(tr => {
-                  const td = tr.cells[3], r = document.createRange();
-                  r.selectNodeContents(td);
-                  return [td.textContent, r.getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight)];
-                })""")
-                self.assertTrue(by)
-                for text, height, line in by:
-                    self.assertLess(height, 1.5 * line, f"{text!r} takes {height} px, lines of {line} px")
+                self.cells_on_one_line("table.episode", 3)
                 wide = b.eval("(() => { const t = document.querySelector('table.episode'); "
                               "return [(t.closest('.tbl-scroll') || t).getBoundingClientRect().right, "
                               "document.documentElement.clientWidth]; })()")
                 self.assertLessEqual(wide[0], wide[1])
                 b.screenshot(os.path.join(OUT, f"short-{width}.png"))
+
+    def cells_on_one_line(self, table: str, column: int) -> None:
+        """Every cell of a column of the table is one line high."""
+        cells = self.browser.eval(f"""[...document.querySelectorAll('{table} tbody tr')].map(tr => {{
+          const td = tr.cells[{column}], r = document.createRange();
+          r.selectNodeContents(td);
+          return [td.textContent, r.getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight)];
+        }})""")
+        self.assertTrue(cells, table)
+        for text, height, line in cells:
+            self.assertLess(height, 1.5 * line, f"{text!r} takes {height} px, lines of {line} px")
 
     def test_spread_run_keeps_time(self) -> None:
         b = self.browser

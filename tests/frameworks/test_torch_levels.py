@@ -620,6 +620,14 @@ def test_gate(launcher: str, source: str, env: Dict[str, str]) -> None:
               "level tensors in 1 of" in r.stderr,
               "gate: the kept losses are the one counted leak, at their line, in tensors",
               r.stderr[-1200:])
+        # Strict (still referenced memory counts too): the framework's
+        # segments, which PyTorch references, are containers of the tensors
+        # at this level, not leaks of their own.
+        r, _ = gate(launcher, env, tmp, "strict", 20, True, "--level", "tensors", "--strict")
+        leaks = [x for x in r.stderr.splitlines() if "check: leak:" in x]
+        check(r.returncode == 23 and len(leaks) == 1 and f"in 20 tensors (growing) at {label}" in leaks[0],
+              "gate: --strict at the tensor level counts the kept losses alone, not the segments holding them",
+              r.stderr[-1200:])
         r, base_path = gate(launcher, env, tmp, "base", 10, True, "--level", "tensors", "--max-leak-bytes", "1G")
         check(r.returncode == 0 and base_path, "gate: a leak within --max-leak-bytes passes", r.stderr[-600:])
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 enum form {
 	FORM_STRING,         /* "type": "string" */
@@ -35,6 +36,8 @@ static const struct key top_keys[] = {
 	{ "segments", FORM_ARRAY, true },
 	{ "truncated", FORM_BOOLEAN, false },
 	{ "pending_frees", FORM_OBJECT_OR_NULL, false },
+	{ "alloc_conf", FORM_STRING_OR_NULL, false },
+	{ "alloc_conf_from", FORM_STRING_OR_NULL, false },
 };
 
 static const struct key pending_keys[] = {
@@ -129,6 +132,10 @@ int gmt__framework_form_check(const json_t *doc)
 	const json_t *devices, *segments, *seg, *block;
 	size_t i, j;
 
+	const char *from = json_string_value(json_object_get(doc, "alloc_conf_from"));
+
+	if (from != NULL && strcmp(from, "pytorch") != 0 && strcmp(from, "environment") != 0)
+		return -EINVAL;
 	if (!keys_ok(doc, KEYS(top_keys)) || (json_is_object(oom) && !keys_ok(oom, KEYS(oom_keys))) ||
 	    (json_is_object(pending) && !keys_ok(pending, KEYS(pending_keys))))
 		return -EINVAL;

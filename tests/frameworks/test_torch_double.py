@@ -10,7 +10,9 @@ bootstrap uses), under `gpumemtrace run`:
   size, each joined), whose allocated and reserved bytes are what the
   program's torch.cuda.memory_allocated() and memory_reserved() said after
   the failure, and whose reserved-but-unallocated bytes are the toy
-  allocator's free bytes inside its segments; the episode has the two
+  allocator's free bytes inside its segments; its allocator_history is
+  PyTorch's history (segment events and failures too) and alloc_conf the
+  settings PyTorch's snapshot names (minor 14); the episode has the two
   failures (before and after the cache was released); the pickle beside it
   is PyTorch's snapshot; the exit snapshot has the state handed over at exit;
 - expandable: with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the
@@ -311,6 +313,23 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
             with open(pick, "rb") as f:
                 ok = "segments" in pickle.load(f)
         check(ok, "join: PyTorch's snapshot saved beside it", pick)
+        # minor 14: the history for the replay, every event of PyTorch's own
+        # (no snapshot entries here), and its settings.
+        hist = fw.get("allocator_history") or [{}]
+        traced = []
+        if ok:
+            with open(pick, "rb") as f:
+                traced = [[e["action"], e["addr"], e["size"], e["stream"]]
+                          for e in pickle.load(f)["device_traces"][0]]
+        check(len(hist) == 1 and hist[0].get("device") == 0 and hist[0].get("complete") is True and
+              hist[0].get("events") == traced and
+              {e[0] for e in traced} == {"alloc", "free_requested", "free_completed", "segment_alloc",
+                                         "segment_free", "oom"},
+              "join: allocator_history is PyTorch's history, segments and failures too",
+              (len(hist), len(hist[0].get("events") or []), len(traced)))
+        check((fw.get("alloc_conf"), fw.get("alloc_conf_from")) == ("", "pytorch"),
+              "join: the run's allocator settings, as PyTorch's snapshot says them",
+              (fw.get("alloc_conf"), fw.get("alloc_conf_from")))
         exits, exit_fw = exit_framework(tmp)
         check(exit_fw.get("reason") == "exit" and (exit_fw.get("devices") or [{}])[0].get("reserved_bytes") == reserved,
               "join: the exit snapshot has the state handed over at exit", exit_fw.get("reason"))

@@ -390,10 +390,28 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
         if _steps and not own and d["device"] in _step_allocated:
             d["step_allocated_bytes"] = _step_allocated[d["device"]]
     traces, stacks = trace_of(snap, _history_entries())
+    conf, conf_from = alloc_conf_of(snap)
     return {"name": "torch", "version": version, "reason": reason, "file": path, "oom": oom,
             "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated,
+            "alloc_conf": conf, "alloc_conf_from": conf_from,
             "traces": traces, "trace_stacks": stacks,
             "steps": [[n, t] for n, t in getattr(api, "_steps_marked", ())]}
+
+
+def alloc_conf_of(snap: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+    """The allocator's settings of the run, as a PYTORCH_CUDA_ALLOC_CONF
+    string, and where they were read: what PyTorch's snapshot says it last
+    applied (its allocator_settings, PyTorch 2.4 and later: the environment's
+    string, or the last _set_allocator_settings()), else the environment's
+    now (PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF); (None, None)
+    when neither says."""
+    settings = snap.get("allocator_settings")
+    if isinstance(settings, dict) and isinstance(settings.get("PYTORCH_CUDA_ALLOC_CONF"), str):
+        return settings["PYTORCH_CUDA_ALLOC_CONF"], "pytorch"
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        if name in os.environ:
+            return os.environ[name], "environment"
+    return None, None
 
 
 def frames_of(frames: Any) -> List[Dict[str, Any]]:
@@ -403,17 +421,22 @@ def frames_of(frames: Any) -> List[Dict[str, Any]]:
             for f in (frames or [])[:MAX_FRAMES]]
 
 
-# The history's events of the tensors themselves; segments are the driver's.
-_TENSOR_ACTIONS = ("alloc", "free_requested", "free_completed")
+# The history's events handed over: the tensors' own (the tensor level),
+# and the segments' and failures' (the replay of docs/whatif.md).
+_TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+                  "segment_unmap", "oom")
 
 
 def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any]], List[List[Dict[str, Any]]]]:
     """PyTorch's allocator history as the tracer replays it (the tensor
-    level, docs/guide.md "Two levels"): per device its tensor events, oldest
-    first, each [action, address, size asked, time_us or None, stack, stream]
-    — the stack an index into the second list (the allocating Python frames,
-    innermost first, each distinct chain once; -1 for a free, paired by
-    address) — and whether the history still holds its first entry (it
+    level, docs/guide.md "Two levels"; the segments' replay, docs/whatif.md):
+    per device its events of _TRACE_ACTIONS, oldest first, each [action,
+    address, size, time_us or None, stack, stream] — the size asked for a
+    tensor, the segment's or the range's for a segment event, the rounded
+    request for an oom, whose address is the device's free bytes as PyTorch
+    records it; the stack an index into the second list (the allocating
+    Python frames, innermost first, each distinct chain once; -1 for any
+    other event) — and whether the history still holds its first entry (it
     keeps at most max_entries)."""
     index: Dict[Tuple[Tuple[str, str, int], ...], int] = {}
     stacks: List[List[Dict[str, Any]]] = []
@@ -422,7 +445,7 @@ def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any
         events: List[List[Any]] = []
         for e in entries:
             action = e.get("action")
-            if action not in _TENSOR_ACTIONS:
+            if action not in _TRACE_ACTIONS:
                 continue
             stack = -1
             if action == "alloc":

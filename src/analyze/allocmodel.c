@@ -77,10 +77,7 @@ struct tokens {
 	size_t n;
 };
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+int gmt__am_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -110,7 +107,7 @@ static int tokenize(const char *s, struct tokens *t, char *err, size_t errlen)
 		if (*s == '\0')
 			return 0;
 		if (t->n >= MAX_TOKENS)
-			return fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: too long");
+			return gmt__am_fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: too long");
 		if (sep) {
 			if (*s != ' ' && *s != '\t' && *s != '\n') {
 				t->v[t->n][0] = *s;
@@ -120,7 +117,7 @@ static int tokenize(const char *s, struct tokens *t, char *err, size_t errlen)
 			continue;
 		}
 		if (len + 1 >= TOKEN_LEN)
-			return fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: a word too long");
+			return gmt__am_fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: a word too long");
 		t->v[t->n][len++] = *s;
 	}
 }
@@ -245,7 +242,7 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 
 	if (strcmp(tok(t, i), "[") != 0) {
 		if (!parse_u64(tok(t, i), &v) || !is_pow2(v))
-			return fail(err, errlen, -EINVAL, "%s: '%s' is not a power of 2", key, tok(t, i));
+			return gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not a power of 2", key, tok(t, i));
 		for (size_t k = 0; k < GMT_AM_DIV_INTERVALS; k++)
 			c->divisions[k] = (uint32_t)v;
 		return (long)i;
@@ -254,12 +251,12 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 		size_t at = i;
 
 		if (strcmp(tok(t, ++i), ":") != 0)
-			return fail(err, errlen, -EINVAL, "%s: expected ':' after '%s'", key, tok(t, at));
+			return gmt__am_fail(err, errlen, -EINVAL, "%s: expected ':' after '%s'", key, tok(t, at));
 		if (!parse_u64(tok(t, ++i), &v) || (v != 0 && !is_pow2(v)))
-			return fail(err, errlen, -EINVAL, "%s: divisions '%s' is not 0 or a power of 2", key,
+			return gmt__am_fail(err, errlen, -EINVAL, "%s: divisions '%s' is not 0 or a power of 2", key,
 				    tok(t, i));
 		if (v > UINT32_MAX)
-			return fail(err, errlen, -EINVAL, "%s: divisions '%s' too large", key, tok(t, i));
+			return gmt__am_fail(err, errlen, -EINVAL, "%s: divisions '%s' too large", key, tok(t, i));
 		if (!strcmp(tok(t, at), ">")) {
 			for (size_t k = last + 1; k < GMT_AM_DIV_INTERVALS; k++)
 				c->divisions[k] = (uint32_t)v;
@@ -267,7 +264,7 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 			size_t k;
 
 			if (!parse_u64(tok(t, at), &boundary) || !is_pow2(boundary))
-				return fail(err, errlen, -EINVAL, "%s: boundary '%s' is not a power of 2", key,
+				return gmt__am_fail(err, errlen, -EINVAL, "%s: boundary '%s' is not a power of 2", key,
 					    tok(t, at));
 			k = log2_floor(boundary);
 			if (k > GMT_AM_DIV_INTERVALS - 1)
@@ -281,10 +278,10 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 			last = k;
 		}
 		if (strcmp(tok(t, i + 1), "]") != 0 && strcmp(tok(t, ++i), ",") != 0)
-			return fail(err, errlen, -EINVAL, "%s: expected ',' or ']' at '%s'", key, tok(t, i));
+			return gmt__am_fail(err, errlen, -EINVAL, "%s: expected ',' or ']' at '%s'", key, tok(t, i));
 	}
 	if (i >= t->n)
-		return fail(err, errlen, -EINVAL, "%s: no closing ']'", key);
+		return gmt__am_fail(err, errlen, -EINVAL, "%s: no closing ']'", key);
 	return (long)i;
 }
 
@@ -294,9 +291,9 @@ static int parse_mb(const char *key, const char *s, uint64_t *out, char *err, si
 	uint64_t mb;
 
 	if (!parse_u64(s, &mb))
-		return fail(err, errlen, -EINVAL, "%s: '%s' is not a number of MiB", key, s);
+		return gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not a number of MiB", key, s);
 	if (mb < GMT_AM_LARGE_BUFFER >> 20)
-		return fail(err, errlen, -EINVAL, "%s: %s too small, must be >= %llu", key, s,
+		return gmt__am_fail(err, errlen, -EINVAL, "%s: %s too small, must be >= %llu", key, s,
 			    (unsigned long long)(GMT_AM_LARGE_BUFFER >> 20));
 	*out = mb > (UINT64_MAX >> 20) ? UINT64_MAX : mb << 20;
 	return 0;
@@ -312,9 +309,9 @@ static int parse_pair(const struct tokens *t, size_t *ip, struct gmt__am_config 
 	int rc = 0;
 
 	if (!known_key(key))
-		return fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: unknown key '%s'", key);
+		return gmt__am_fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: unknown key '%s'", key);
 	if (strcmp(tok(t, i + 1), ":") != 0)
-		return fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: expected ':' after '%s'", key);
+		return gmt__am_fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: expected ':' after '%s'", key);
 	i += 2;
 	val = tok(t, i);
 	if (!strcmp(key, "max_split_size_mb")) {
@@ -323,12 +320,12 @@ static int parse_pair(const struct tokens *t, size_t *ip, struct gmt__am_config 
 		rc = parse_mb(key, val, &c->max_non_split_rounding, err, errlen);
 	} else if (!strcmp(key, "garbage_collection_threshold")) {
 		if (!parse_double(val, &d) || !(d > 0 && d < 1))
-			rc = fail(err, errlen, -EINVAL, "%s: '%s' is not in (0.0, 1.0)", key, val);
+			rc = gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not in (0.0, 1.0)", key, val);
 		else
 			c->gc_threshold = d;
 	} else if (!strcmp(key, "per_process_memory_fraction")) {
 		if (!parse_double(val, &d) || !(d >= 0 && d <= 1))
-			rc = fail(err, errlen, -EINVAL, "%s: '%s' is not in [0.0, 1.0]", key, val);
+			rc = gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not in [0.0, 1.0]", key, val);
 		else
 			c->memory_fraction = d;
 	} else if (!strcmp(key, "roundup_power2_divisions")) {
@@ -338,20 +335,20 @@ static int parse_pair(const struct tokens *t, size_t *ip, struct gmt__am_config 
 		i = (size_t)r;
 	} else if (!strcmp(key, "expandable_segments")) {
 		if (parse_bool(val, &c->expandable_segments) < 0)
-			rc = fail(err, errlen, -EINVAL, "%s: '%s' is not True or False", key, val);
+			rc = gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not True or False", key, val);
 	} else if (!strcmp(key, "backend")) {
 		if (!strcmp(val, "cudaMallocAsync"))
-			rc = fail(err, errlen, -ENOTSUP,
+			rc = gmt__am_fail(err, errlen, -ENOTSUP,
 				  "backend:cudaMallocAsync: not the caching allocator this models");
 		else if (strcmp(val, "native") != 0)
-			rc = fail(err, errlen, -EINVAL, "backend: '%s' is not native or cudaMallocAsync",
+			rc = gmt__am_fail(err, errlen, -EINVAL, "backend: '%s' is not native or cudaMallocAsync",
 				  val);
 	} else {
 		note_ignored(c, key);
 		i = skip_value(t, i);
 	}
 	if (rc == 0 && i >= t->n)
-		rc = fail(err, errlen, -EINVAL, "%s: no value", key);
+		rc = gmt__am_fail(err, errlen, -EINVAL, "%s: no value", key);
 	*ip = i;
 	return rc;
 }
@@ -373,7 +370,7 @@ int gmt__am_config_parse(const char *conf, struct gmt__am_config *c, char *err, 
 	for (size_t i = 0; rc == 0 && i < t->n; i++) {
 		rc = parse_pair(t, &i, c, err, errlen);
 		if (rc == 0 && i + 1 < t->n && strcmp(tok(t, ++i), ",") != 0)
-			rc = fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: expected ',' at '%s'",
+			rc = gmt__am_fail(err, errlen, -EINVAL, "PYTORCH_CUDA_ALLOC_CONF: expected ',' at '%s'",
 				  tok(t, i));
 	}
 	free(t);
@@ -1173,6 +1170,96 @@ void gmt__am_set_fraction(struct gmt__allocmodel *m, double fraction)
 {
 	m->set_fraction = true;
 	m->allowed_max = (uint64_t)(fraction * (double)m->device_total);
+}
+
+/* ---- seeding ------------------------------------------------------------------------ */
+
+int gmt__am_seed_segment(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t stream, bool small)
+{
+	uint32_t id;
+
+	if (size == 0 || addr + size < addr)
+		return -EINVAL;
+	for (size_t i = 0; i < m->nb; i++) {
+		const struct block *b = &m->b[i];
+
+		if (b->used && b->addr < addr + size && addr < b->addr + b->size)
+			return -EINVAL;
+	}
+	id = block_new(m, addr, size, stream, small);
+	if (id == NONE)
+		return -ENOMEM;
+	reserve(m, size);
+	m->st.segments++;
+	if (addr + size > m->next_addr)
+		gmt__am_set_next_addr(m, addr + size);
+	return cache(m, id);
+}
+
+/* Cuts [at, at + size) off the front of free block id (which starts at at):
+ * the rest a new cached block after it. Returns the rest's id, id itself
+ * when nothing is left, or NONE. */
+static uint32_t cut_front(struct gmt__allocmodel *m, uint32_t id, uint64_t size)
+{
+	uint32_t rest;
+
+	if (m->b[id].size == size)
+		return id;
+	rest = block_new(m, m->b[id].addr + size, m->b[id].size - size, m->b[id].stream, m->b[id].small);
+	if (rest == NONE)
+		return NONE;
+	m->b[rest].prev = id;
+	m->b[rest].next = m->b[id].next;
+	if (m->b[id].next != NONE)
+		m->b[m->b[id].next].prev = rest;
+	m->b[id].next = rest;
+	m->b[id].size = size;
+	if (cache(m, rest) < 0)
+		return NONE;
+	return rest;
+}
+
+int gmt__am_seed_block(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t requested,
+		       uint32_t *out)
+{
+	uint32_t id = NONE;
+
+	size = size < GMT_AM_MIN_BLOCK ? GMT_AM_MIN_BLOCK : (size + GMT_AM_MIN_BLOCK - 1) / GMT_AM_MIN_BLOCK * GMT_AM_MIN_BLOCK;
+	for (size_t i = 0; i < m->nb && id == NONE; i++) {
+		const struct block *b = &m->b[i];
+
+		if (b->used && !b->allocated && b->mapped && b->es < 0 && b->addr <= addr &&
+		    addr + size <= b->addr + b->size)
+			id = (uint32_t)i;
+	}
+	if (id == NONE)
+		return -EINVAL;
+	set_erase(m, &pool_of(m, &m->b[id])->blocks, cmp_size, id);
+	if (m->b[id].addr < addr) {
+		uint32_t front = id;
+
+		id = cut_front(m, front, addr - m->b[front].addr);
+		if (id == NONE)
+			return -ENOMEM;
+		/* the front stays cached; the block is the rest, now cached too */
+		if (cache(m, front) < 0)
+			return -ENOMEM;
+		set_erase(m, &pool_of(m, &m->b[id])->blocks, cmp_size, id);
+	}
+	if (cut_front(m, id, size) == NONE)
+		return -ENOMEM;
+	m->b[id].allocated = true;
+	m->b[id].requested = requested;
+	m->st.allocated += m->b[id].size;
+	if (m->st.allocated > m->st.peak_allocated)
+		m->st.peak_allocated = m->st.allocated;
+	*out = id;
+	return 0;
+}
+
+void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr)
+{
+	m->next_addr = addr;
 }
 
 int gmt__am_create(const struct gmt__am_config *c, uint64_t device_total, struct gmt__allocmodel **out)

@@ -69,6 +69,10 @@ void gmt__am_config_default(struct gmt__am_config *c);
  * host memory and locking are accepted and listed in c->ignored. */
 int gmt__am_config_parse(const char *conf, struct gmt__am_config *c, char *err, size_t errlen);
 
+/* A one-line reason, as printf, into err[0..errlen) (err may be NULL);
+ * returns rc. The model's and the replay's errors. */
+int gmt__am_fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* What the driver saw, in order. */
 enum gmt__am_op {
 	GMT_AM_SEGMENT_ALLOC,  /* cudaMalloc of a segment */
@@ -140,6 +144,27 @@ const struct gmt__am_stats *gmt__am_stats(const struct gmt__allocmodel *m);
 
 /* The driver's events so far, in order; valid until the next call. */
 const struct gmt__am_event *gmt__am_events(const struct gmt__allocmodel *m, size_t *n);
+
+/* Seeding, for a replay whose history does not reach back to the program's
+ * start: the segments and live blocks that existed then.
+ *
+ * gmt__am_seed_segment: a cudaMalloc segment of size bytes at addr on
+ * stream, in the small pool or the large, held and wholly cached (no driver
+ * event recorded: it was there before). Returns 0, -EINVAL where it would
+ * overlap a segment of the model, -ENOMEM.
+ * gmt__am_seed_block: an allocated block of size bytes (rounded as a block
+ * is) at addr, requested bytes asked, cut from the cached block of a seeded
+ * segment that holds it, the rest staying cached. Returns 0 with *id, or
+ * -EINVAL where no free block holds it. Neither is for expandable segments. */
+int gmt__am_seed_segment(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t stream, bool small);
+int gmt__am_seed_block(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t requested,
+		       uint32_t *id);
+
+/* The address the next segment (or expandable reservation) takes; those
+ * after follow it as before (2 MiB steps). A replay hands the model the
+ * run's own addresses so that best fit breaks ties between equal blocks as
+ * the run did. */
+void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr);
 
 /* PyTorch's rounding of a request (round_size) and the segment a new one
  * would take (get_allocation_size), under c. */

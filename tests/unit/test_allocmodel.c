@@ -691,6 +691,52 @@ static void test_config(void)
 	CHECK_INT(c.divisions[15], 2);
 }
 
+/* ---- seeding (a replay whose history starts late) --------------------------------- */
+
+static void test_seed(void)
+{
+	struct gmt__allocmodel *m = model("", 80 * GiB);
+	const uint64_t base = 0x10000000;
+	uint32_t live = UINT32_MAX, id = UINT32_MAX, a;
+	size_t n;
+
+	/* A 20 MiB large segment with a 4 MiB tensor at +2 MiB: the segment
+	 * reserved, the tensor allocated, no driver event (it was there). */
+	CHECK_INT(gmt__am_seed_segment(m, base, 20 * MiB, 0, false), 0);
+	CHECK_INT(gmt__am_seed_block(m, base + 2 * MiB, 4 * MiB, 4 * MiB - 100, &live), 0);
+	CHECK_U64(gmt__am_stats(m)->reserved, 20 * MiB);
+	CHECK_U64(gmt__am_stats(m)->allocated, 4 * MiB);
+	CHECK_U64(addr_of(m, live), base + 2 * MiB);
+	(void)gmt__am_events(m, &n);
+	CHECK_U64(n, 0);
+	/* Overlapping the segment, or a tensor where no free block is: refused. */
+	CHECK_INT(gmt__am_seed_segment(m, base + 18 * MiB, 20 * MiB, 0, false), -EINVAL);
+	CHECK_INT(gmt__am_seed_block(m, base + 3 * MiB, 512, 512, &id), -EINVAL);
+	CHECK_INT(gmt__am_seed_block(m, base + 19 * MiB, 2 * MiB, 2 * MiB, &id), -EINVAL);
+	/* The free parts either side are cached: 2 MiB before, 14 MiB after. A
+	 * 2 MiB request takes the smaller, the front; 12 MiB the one after. */
+	a = alloc(m, 2 * MiB, 0);
+	CHECK_U64(addr_of(m, a), base);
+	a = alloc(m, 12 * MiB, 0);
+	CHECK_U64(addr_of(m, a), base + 6 * MiB);
+	(void)gmt__am_events(m, &n);
+	CHECK_U64(n, 0);
+	/* Freed, its block (allocated neighbours both sides) serves 4 MiB again. */
+	CHECK_INT(gmt__am_free(m, live), 0);
+	a = alloc(m, 4 * MiB, 0);
+	CHECK_U64(addr_of(m, a), base + 2 * MiB);
+	gmt__am_destroy(m);
+
+	/* The run's address for the next segment; the one after it follows. */
+	m = model("", 80 * GiB);
+	gmt__am_set_next_addr(m, 0x30000000);
+	a = alloc(m, 11 * MiB, 0);
+	CHECK_U64(addr_of(m, a), 0x30000000);
+	a = alloc(m, 2 * MiB + 1, 0);
+	CHECK_U64(addr_of(m, a), 0x30000000 + 12 * MiB);
+	gmt__am_destroy(m);
+}
+
 int main(void)
 {
 	test_rounding();
@@ -706,6 +752,7 @@ int main(void)
 	test_empty_cache();
 	test_release_retry();
 	test_config();
+	test_seed();
 	if (check_failed)
 		fprintf(stderr, "%d checks failed\n", check_failed);
 	return check_failed != 0;

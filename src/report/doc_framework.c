@@ -8,16 +8,13 @@
 #define _GNU_SOURCE
 #include "report/document.h"
 
+#include "analyze/replay.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const history_actions[] = {
-	"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
-	"segment_unmap", "oom",
-};
 
 /* One event of the hand-over's traces ([action, address, size, time_us,
  * stack, stream]) as the snapshot keeps it, [action, address, size,
@@ -26,12 +23,9 @@ static json_t *history_event(const json_t *ev)
 {
 	const char *action = json_string_value(json_array_get(ev, 0));
 	const json_t *addr = json_array_get(ev, 1), *size = json_array_get(ev, 2), *stream = json_array_get(ev, 5);
-	bool known = false;
 
-	for (size_t k = 0; action && k < sizeof(history_actions) / sizeof(history_actions[0]); k++)
-		known |= strcmp(action, history_actions[k]) == 0;
-	if (!known || !json_is_integer(addr) || json_integer_value(addr) < 0 || !json_is_integer(size) ||
-	    json_integer_value(size) < 0)
+	if (gmt__rp_op_of(action) < 0 || !json_is_integer(addr) || json_integer_value(addr) < 0 ||
+	    !json_is_integer(size) || json_integer_value(size) < 0)
 		return NULL;
 	return json_pack("[sIII]", action, json_integer_value(addr), json_integer_value(size),
 			 json_is_integer(stream) ? json_integer_value(stream) : (json_int_t)0);

@@ -50,6 +50,7 @@ LISTS = {
     "GMT_REASONS": lambda: x_list("src/analyze/capture.h", "GMT_REASONS"),
     "GMT_FRAME_ROLES": lambda: x_list("src/analyze/sites.h", "GMT_FRAME_ROLES"),
     "GMT_HIST_OPS": lambda: x_list("src/state/history.h", "GMT_HIST_OPS"),
+    "GMT_RP_ACTIONS": lambda: x_list("src/analyze/replay.h", "GMT_RP_ACTIONS"),
 }
 
 
@@ -128,6 +129,14 @@ class Vocabulary(unittest.TestCase):
     def test_history_ops(self) -> None:
         self.assertEqual(self.vocab.HIST_OPS, words("GMT_HIST_OPS"))
         self.assertEqual(schema_enum("$defs", "event", "properties", "op"), words("GMT_HIST_OPS"))
+
+    def test_allocator_history_actions(self) -> None:
+        """PyTorch's history actions: what the bootstrap hands over, what the
+        snapshot's allocator_history allows, what the replay reads."""
+        from gpumemtrace import frameworks
+        self.assertEqual(frameworks._TRACE_ACTIONS, words("GMT_RP_ACTIONS"))
+        self.assertEqual(schema_enum("$defs", "framework", "properties", "allocator_history", "items", "properties",
+                                     "events", "items", "prefixItems", 0), words("GMT_RP_ACTIONS"))
 
     def test_input_cap(self) -> None:
         # The gate and the viewer read a snapshot by one rule: the same cap.

@@ -1,0 +1,118 @@
+/* The replay of a recorded PyTorch run through the caching allocator model
+ * (allocmodel.h; docs/whatif.md): what a snapshot holds of PyTorch's
+ * allocator (its history, segments, live blocks, settings) is read once,
+ * then replayed under the run's own settings — which must reproduce every
+ * segment event the history recorded, or the replay answers nothing — and
+ * under others: peak reserved, reserved-but-unallocated at the failing
+ * request, whether that request fits, the first request that fails. Pure:
+ * no I/O. */
+#ifndef GMT_REPLAY_H
+#define GMT_REPLAY_H
+
+#include "analyze/allocmodel.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The history's actions, as PyTorch names them (and the snapshot's
+ * allocator_history, docs/snapshot.schema.json). alloc: a tensor, its
+ * address and the bytes asked; free_requested is not replayed (a block is
+ * reusable at its free_completed); oom: a request PyTorch failed, its
+ * rounded size. */
+#define GMT_RP_ACTIONS(X)                                                                 \
+	X(ALLOC, "alloc") X(FREE_REQUESTED, "free_requested") X(FREE, "free_completed")     \
+	X(SEGMENT_ALLOC, "segment_alloc") X(SEGMENT_FREE, "segment_free")                  \
+	X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap") X(OOM, "oom")
+
+enum gmt__rp_op {
+#define GMT_X(id, word) GMT_RP_##id,
+	GMT_RP_ACTIONS(GMT_X)
+#undef GMT_X
+	GMT_RP_OP_COUNT
+};
+
+/* The action's word, or NULL; the action of a word, or -1. */
+const char *gmt__rp_op_name(enum gmt__rp_op op);
+int gmt__rp_op_of(const char *word);
+
+struct gmt__rp_event {
+	enum gmt__rp_op op;
+	uint64_t addr, size, stream;
+};
+
+struct gmt__rp_segment {
+	uint64_t addr, size, stream;
+	bool small, expandable;
+};
+
+struct gmt__rp_block {
+	uint64_t addr, size, requested;
+};
+
+/* What a snapshot holds for the replay, of one device. */
+struct gmt__rp_input {
+	int device;
+	char *version;             /* PyTorch's */
+	char *conf;                /* the run's PYTORCH_CUDA_ALLOC_CONF; NULL when not known */
+	char *conf_from;           /* where it was read (alloc_conf_from) */
+	bool complete;             /* the history reaches back to PyTorch's start */
+	struct gmt__rp_event *ev;
+	size_t nev;
+	struct gmt__rp_segment *seg; /* the snapshot's segments */
+	size_t nseg;
+	struct gmt__rp_block *live;  /* its allocated blocks */
+	size_t nlive;
+	uint64_t snap_reserved, snap_allocated; /* PyTorch's counters at the snapshot */
+	bool snap_known;
+	uint64_t device_total;       /* the device's total; 0 when not known */
+	uint64_t device_bytes;       /* what PyTorch could have held in all in the run */
+	bool device_bytes_known;
+	char device_rule[256];       /* how device_bytes was had */
+};
+
+/* Reads a snapshot document (the whole of it) into *in (zeroed first).
+ * Returns 0; -EINVAL where doc is not a gpumemtrace snapshot, -ENOENT where
+ * it holds no PyTorch allocator history (minor 14), -ENOMEM; with a
+ * one-line reason in err. */
+int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t errlen);
+void gmt__rp_input_free(struct gmt__rp_input *in);
+
+/* What one replay found. Requests are numbered from 1 in the history's
+ * order (alloc and oom events). */
+struct gmt__rp_result {
+	bool own;                  /* under the run's own settings */
+	bool faithful;             /* own: every segment event reproduced, and the
+				    * reserved and allocated bytes at the snapshot */
+	char diverged[384];        /* own, not faithful: where and how */
+	size_t segment_events;     /* own: the run's segment events compared */
+	char assumed[384];         /* what was assumed before the history; "" when nothing */
+	size_t requests;           /* requests replayed */
+	uint64_t peak_reserved;    /* up to the end of the replay */
+	bool has_request;          /* the history holds a failing request (its last oom) */
+	uint64_t request_no, request_size;
+	bool request_reached;      /* the replay came to it (no earlier request failed) */
+	bool request_fits;         /* it was served within the device bytes */
+	uint64_t unallocated_at_request; /* reserved - allocated when it was asked */
+	bool failed;               /* a request failed */
+	/* fail_no 0: a tensor live before the history did not fit */
+	uint64_t fail_no, fail_size, fail_reserved, fail_allocated;
+	bool fail_is_request;      /* the first failure is the failing request */
+};
+
+/* Replays in under c on a device where PyTorch can hold limit bytes
+ * (GMT_AM_UNLIMITED: no limit). own: c is the run's own settings: the state
+ * before the history is rebuilt as it was, the model takes the run's
+ * segment addresses, and its segment events are compared with the run's
+ * (faithful, under the run's limit); otherwise the tensors live before the
+ * history are allocated first. The replay stops at the history's failing
+ * request (what follows is the program's answer to its failure) or at the
+ * first request the run served that fails (the program would have raised
+ * there). Returns 0, or a negative errno with a one-line reason in err
+ * where the state before the history cannot be rebuilt (expandable
+ * segments, a tensor in no segment) or memory runs out. */
+int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, bool own, uint64_t limit,
+		struct gmt__rp_result *r, char *err, size_t errlen);
+
+#endif /* GMT_REPLAY_H */

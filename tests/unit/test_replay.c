@@ -1,0 +1,336 @@
+/* The replay (src/analyze/replay.c) on made-up snapshots: each history is
+ * what PyTorch's caching allocator records for the requests beside it, its
+ * segment events derived by hand from the rules (c10/cuda/
+ * CUDACachingAllocator.cpp) in the comments; then the same histories edited
+ * so that they no longer are, and inputs that are no snapshot. */
+#include "analyze/replay.h"
+
+#include "../output/check.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MiB (1ull << 20)
+
+#define S1 0x10000000ull
+#define S2 0x20000000ull
+#define S3 0x30000000ull
+
+struct ev {
+	const char *action;
+	uint64_t addr, size;
+};
+
+struct seg {
+	uint64_t addr, size;
+	/* its blocks: address, size, active */
+	struct {
+		uint64_t addr, size;
+		bool active;
+	} blocks[4];
+};
+
+/* A snapshot of PyTorch on device 0: its history, segments, reserved bytes
+ * and the device's free bytes (at its out-of-memory when oom, else at the
+ * snapshot). */
+static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const struct seg *segs, size_t nseg,
+			uint64_t free_bytes, bool oom)
+{
+	json_t *events = json_array(), *segments = json_array();
+	uint64_t reserved = 0, allocated = 0;
+
+	for (size_t i = 0; i < nev; i++)
+		json_array_append_new(events, json_pack("[sIIi]", ev[i].action, (json_int_t)ev[i].addr,
+							(json_int_t)ev[i].size, 0));
+	for (size_t i = 0; i < nseg; i++) {
+		json_t *blocks = json_array();
+
+		for (size_t k = 0; k < 4 && segs[i].blocks[k].size; k++) {
+			allocated += segs[i].blocks[k].active ? segs[i].blocks[k].size : 0;
+			json_array_append_new(blocks, json_pack("{sIsIsIss}", "address", (json_int_t)segs[i].blocks[k].addr,
+								"size", (json_int_t)segs[i].blocks[k].size,
+								"requested_size", (json_int_t)segs[i].blocks[k].size,
+								"state", segs[i].blocks[k].active ? "active_allocated" : "inactive"));
+		}
+		json_array_append_new(segments, json_pack("{sisIsIsisssbso}", "device", 0, "address", (json_int_t)segs[i].addr,
+							  "total_size", (json_int_t)segs[i].size, "stream", 0,
+							  "segment_type", segs[i].size == 2 * MiB ? "small" : "large",
+							  "is_expandable", 0, "blocks", blocks));
+		reserved += segs[i].size;
+	}
+	/* PyTorch's observer tells the free bytes at an out-of-memory; an exit
+	 * snapshot has the driver's (as an api one would). */
+	return json_pack("{sssisis[{sisIso}]s{sssssssos[{sisIsI}]sosssss[{sisbso}]}}",
+			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 14,
+			 "devices", "index", 0, "total_bytes", (json_int_t)(reserved + free_bytes + 300 * MiB), "free_bytes",
+			 oom ? json_null() : json_integer((json_int_t)free_bytes),
+			 "framework", "name", "torch", "version", "2.5.1", "reason", oom ? "oom" : "exit",
+			 "oom", oom ? json_pack("{sisI}", "device", 0, "device_free_bytes", (json_int_t)free_bytes) : json_null(),
+			 "devices", "device", 0, "reserved_bytes", (json_int_t)reserved, "allocated_bytes",
+			 (json_int_t)allocated,
+			 "segments", segments, "alloc_conf", "", "alloc_conf_from", "pytorch",
+			 "allocator_history", "device", 0, "complete", complete, "events", events);
+}
+
+static struct gmt__rp_input read_ok(json_t *doc)
+{
+	struct gmt__rp_input in;
+	char err[256] = "";
+
+	if (doc == NULL) {
+		fprintf(stderr, "the made-up snapshot did not pack\n");
+		exit(1);
+	}
+	CHECK_INT(gmt__rp_read(doc, &in, err, sizeof(err)), 0);
+	if (err[0])
+		fprintf(stderr, "read: %s\n", err);
+	json_decref(doc);
+	return in;
+}
+
+static struct gmt__rp_result replay(const struct gmt__rp_input *in, const char *conf, bool own, uint64_t limit)
+{
+	struct gmt__am_config c;
+	struct gmt__rp_result r;
+	char err[256] = "";
+
+	CHECK_INT(gmt__am_config_parse(conf, &c, err, sizeof(err)), 0);
+	CHECK_INT(gmt__rp_run(in, &c, own, limit, &r, err, sizeof(err)), 0);
+	if (err[0])
+		fprintf(stderr, "replay: %s\n", err);
+	return r;
+}
+
+static void check_faithful(const char *what, const struct gmt__rp_result *r, size_t segment_events)
+{
+	if (!r->faithful)
+		fprintf(stderr, "%s: not faithful: %s\n", what, r->diverged);
+	CHECK(r->faithful);
+	CHECK_U64(r->segment_events, segment_events);
+}
+
+/* ---- a fragmented device: three 30 MiB segments, one freed, 50 MiB asked ---------------- */
+
+/* Device bytes 100 MiB. Each 30 MiB request (>= 10 MiB) takes a segment of
+ * its own size rounded up to 2 MiB: 30 MiB, whole (nothing left to split).
+ * The fourth, 50 MiB: no cached block holds it; a new segment would make
+ * 140 MiB > 100: the cache goes back (S2, whole: 60 MiB), 110 MiB > 100
+ * still: out of memory, with 40 MiB free on the device. */
+static const struct ev frag[] = {
+	{ "segment_alloc", S1, 30 * MiB }, { "alloc", S1, 30 * MiB },
+	{ "segment_alloc", S2, 30 * MiB }, { "alloc", S2, 30 * MiB },
+	{ "segment_alloc", S3, 30 * MiB }, { "alloc", S3, 30 * MiB },
+	{ "free_requested", S2, 30 * MiB }, { "free_completed", S2, 30 * MiB },
+	{ "segment_free", S2, 30 * MiB }, { "oom", 40 * MiB, 50 * MiB },
+};
+static const struct seg frag_segs[] = {
+	{ S1, 30 * MiB, { { S1, 30 * MiB, true } } },
+	{ S3, 30 * MiB, { { S3, 30 * MiB, true } } },
+};
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static void test_faithful(void)
+{
+	struct gmt__rp_input in = read_ok(snapshot(frag, N(frag), true, frag_segs, N(frag_segs), 40 * MiB, true));
+	struct gmt__rp_result r;
+
+	CHECK(in.device_bytes_known);
+	CHECK_U64(in.device_bytes, 100 * MiB);
+	CHECK_STR(in.conf, "");
+	r = replay(&in, "", true, in.device_bytes);
+	check_faithful("fragmented", &r, 4);
+	CHECK_STR(r.assumed, "");
+	CHECK_U64(r.peak_reserved, 90 * MiB);
+	CHECK(r.has_request && r.request_reached && !r.request_fits);
+	CHECK_U64(r.request_no, 4);
+	CHECK_U64(r.request_size, 50 * MiB);
+	/* asked with 90 MiB reserved, 60 MiB of it allocated */
+	CHECK_U64(r.unallocated_at_request, 30 * MiB);
+	CHECK(r.failed && r.fail_is_request);
+	CHECK_U64(r.fail_no, 4);
+	CHECK_U64(r.fail_reserved, 60 * MiB);
+
+	/* On 130 MiB the run is not reproduced: its failure would not be. */
+	r = replay(&in, "", true, 130 * MiB);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at request #4 (52428800 bytes): the run failed it, the replay serves it");
+	/* On 130 MiB: the release leaves 60 MiB, 60 + 50 fits; peak 110 MiB. */
+	r = replay(&in, "", false, 130 * MiB);
+	CHECK(r.request_reached && r.request_fits && !r.failed);
+	CHECK_U64(r.peak_reserved, 110 * MiB);
+	CHECK_U64(r.requests, 4);
+	gmt__rp_input_free(&in);
+}
+
+/* The same history edited: a segment of another size, a release the run
+ * never made, a tensor at another place. Each is not faithful, and says
+ * where. */
+static void test_diverging(void)
+{
+	struct ev edited[N(frag)];
+	struct gmt__rp_input in;
+	struct gmt__rp_result r;
+
+	memcpy(edited, frag, sizeof(frag));
+	edited[2].size = 32 * MiB;
+	in = read_ok(snapshot(edited, N(edited), true, frag_segs, N(frag_segs), 40 * MiB, true));
+	r = replay(&in, "", true, in.device_bytes);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at request #2 (31457280 bytes): the run did segment_alloc of 33554432 bytes, the "
+			      "replay segment_alloc of 31457280 bytes (after 1 of its segment events matched)");
+	gmt__rp_input_free(&in);
+
+	/* no release before the failure: the model's cudaFree of S2 is its own */
+	in = read_ok(snapshot((const struct ev[]){ frag[0], frag[1], frag[2], frag[3], frag[4], frag[5], frag[6],
+						   frag[7], frag[9] },
+			      9, true, frag_segs, N(frag_segs), 40 * MiB, true));
+	r = replay(&in, "", true, in.device_bytes);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at request #4 (52428800 bytes): the run did no segment event, the replay "
+			      "segment_free of 31457280 bytes (after 3 of its segment events matched)");
+	gmt__rp_input_free(&in);
+
+	memcpy(edited, frag, sizeof(frag));
+	edited[3].addr = S2 + 512;
+	edited[6].addr = edited[7].addr = S2 + 512;
+	in = read_ok(snapshot(edited, N(edited), true, frag_segs, N(frag_segs), 40 * MiB, true));
+	r = replay(&in, "", true, in.device_bytes);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at request #2 (31457280 bytes): the run placed it at 0x20000200, the replay at "
+			      "0x20000000");
+	gmt__rp_input_free(&in);
+
+	/* every event as the run's, but the snapshot's S3 holds a 20 MiB
+	 * block (PyTorch would not have split 30 MiB off a 30 MiB segment) */
+	in = read_ok(snapshot(frag, N(frag), true,
+			      (const struct seg[]){ frag_segs[0], { S3, 30 * MiB, { { S3, 20 * MiB, true },
+										     { S3 + 20 * MiB, 10 * MiB, false } } } },
+			      2, 40 * MiB, true));
+	r = replay(&in, "", true, in.device_bytes);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at the snapshot: the run had 62914560 bytes reserved, 52428800 allocated; the "
+			      "replay 62914560, 62914560");
+	gmt__rp_input_free(&in);
+}
+
+/* ---- a history that starts late, and an empty_cache() ----------------------------------- */
+
+/* Before the history: S1 (20 MiB) holds t0, 9 MiB at S1, the 11 MiB after
+ * it cached. #1, 9 MiB: the cached 11 MiB, split (2 MiB > 1 MiB left).
+ * t0 freed. #2, 12 MiB: no cached block holds it (9 and 2 MiB): a 12 MiB
+ * segment S2, freed again, and the program's empty_cache() returns it (S1
+ * is split: it stays). #3, 4 MiB: best fit is t0's 9 MiB, split (5 MiB
+ * left). The exit snapshot: S1 with 4 MiB at S1 and 9 MiB at S1 + 9 MiB
+ * allocated; 80 MiB free on the device. */
+static const struct ev late[] = {
+	{ "alloc", S1 + 9 * MiB, 9 * MiB },
+	{ "free_requested", S1, 9 * MiB }, { "free_completed", S1, 9 * MiB },
+	{ "segment_alloc", S2, 12 * MiB }, { "alloc", S2, 12 * MiB },
+	{ "free_requested", S2, 12 * MiB }, { "free_completed", S2, 12 * MiB },
+	{ "segment_free", S2, 12 * MiB },
+	{ "alloc", S1, 4 * MiB },
+};
+static const struct seg late_segs[] = {
+	{ S1, 20 * MiB, { { S1, 4 * MiB, true }, { S1 + 4 * MiB, 5 * MiB, false }, { S1 + 9 * MiB, 9 * MiB, true },
+			  { S1 + 18 * MiB, 2 * MiB, false } } },
+};
+
+static void test_late_start(void)
+{
+	struct gmt__rp_input in = read_ok(snapshot(late, N(late), false, late_segs, N(late_segs), 80 * MiB, false));
+	struct gmt__rp_result r;
+
+	CHECK(!in.complete);
+	CHECK_U64(in.device_bytes, 100 * MiB);
+	CHECK_STR(in.device_rule, "PyTorch's reserved bytes and the device's free bytes at the snapshot");
+	r = replay(&in, "", true, in.device_bytes);
+	check_faithful("late start", &r, 2);
+	CHECK_STR(r.assumed, "the history does not reach back to PyTorch's start: its first event found 1 segments "
+			     "(20971520 bytes) and 1 tensors (9437184 bytes), rebuilt from the snapshot with the "
+			     "history undone (a tensor freed in it sized as asked)");
+	CHECK(!r.has_request && !r.failed);
+	CHECK_U64(r.peak_reserved, 32 * MiB);
+	CHECK_U64(r.requests, 3);
+
+	/* Under other settings the tensor live then is allocated first. */
+	r = replay(&in, "max_split_size_mb:20", false, in.device_bytes);
+	CHECK(!r.failed);
+	CHECK(strstr(r.assumed, "the 1 tensors (9437184 bytes) live at its first event were allocated first") != NULL);
+	gmt__rp_input_free(&in);
+}
+
+/* ---- another setting that fails earlier ------------------------------------------------- */
+
+/* Device bytes 90 MiB. 33 MiB takes a 34 MiB segment, whole (1 MiB left is
+ * not split); two of them, 68 MiB; 40 MiB more is 108: out of memory. Under
+ * roundup_power2_divisions:2, 33 MiB rounds to 48 MiB (the interval
+ * 32-64 MiB in two steps of 16): the second request makes 96 > 90 and
+ * fails first; the run's failing request is never reached. */
+static void test_earlier_failure(void)
+{
+	static const struct ev ev[] = {
+		{ "segment_alloc", S1, 34 * MiB }, { "alloc", S1, 33 * MiB },
+		{ "segment_alloc", S2, 34 * MiB }, { "alloc", S2, 33 * MiB },
+		{ "oom", 22 * MiB, 40 * MiB },
+	};
+	static const struct seg segs[] = {
+		{ S1, 34 * MiB, { { S1, 34 * MiB, true } } },
+		{ S2, 34 * MiB, { { S2, 34 * MiB, true } } },
+	};
+	struct gmt__rp_input in = read_ok(snapshot(ev, N(ev), true, segs, N(segs), 22 * MiB, true));
+	struct gmt__rp_result r;
+
+	r = replay(&in, "", true, in.device_bytes);
+	check_faithful("earlier failure, own", &r, 2);
+	CHECK(r.request_reached && !r.request_fits && r.fail_is_request);
+	r = replay(&in, "roundup_power2_divisions:2", false, in.device_bytes);
+	CHECK(r.has_request && !r.request_reached && r.failed && !r.fail_is_request);
+	CHECK_U64(r.fail_no, 2);
+	CHECK_U64(r.fail_size, 33 * MiB);
+	CHECK_U64(r.fail_reserved, 48 * MiB);
+	gmt__rp_input_free(&in);
+}
+
+/* ---- not a snapshot, no history --------------------------------------------------------- */
+
+static void test_bad_input(void)
+{
+	struct gmt__rp_input in;
+	char err[256];
+	json_t *doc;
+
+	doc = json_pack("{ss}", "format", "something-else");
+	CHECK_INT(gmt__rp_read(doc, &in, err, sizeof(err)), -EINVAL);
+	CHECK_STR(err, "not a gpumemtrace snapshot");
+	json_decref(doc);
+
+	doc = json_pack("{sss{ss}}", "format", "gpumemtrace-snapshot", "framework", "name", "cupy");
+	CHECK_INT(gmt__rp_read(doc, &in, err, sizeof(err)), -ENOENT);
+	CHECK_STR(err, "no PyTorch allocator history (framework.allocator_history, snapshot minor 14)");
+	json_decref(doc);
+
+	doc = snapshot(frag, N(frag), true, frag_segs, N(frag_segs), 40 * MiB, true);
+	json_array_set_new(json_object_get(json_array_get(json_object_get(json_object_get(doc, "framework"),
+									  "allocator_history"), 0), "events"),
+			   3, json_pack("[sI]", "alloc", (json_int_t)S2));
+	CHECK_INT(gmt__rp_read(doc, &in, err, sizeof(err)), -EINVAL);
+	CHECK_STR(err, "allocator_history event 3 is not [action, address, size, stream]");
+	json_decref(doc);
+}
+
+int main(void)
+{
+	test_faithful();
+	test_diverging();
+	test_late_start();
+	test_earlier_failure();
+	test_bad_input();
+	if (check_failed)
+		fprintf(stderr, "%d checks failed\n", check_failed);
+	return check_failed != 0;
+}

@@ -70,6 +70,7 @@ static void usage(FILE *f)
 		"Usage: gpumemtrace run [options] -- command [argument...]\n"
 		"  or:  gpumemtrace check [options] -- command [argument...]\n"
 		"  or:  gpumemtrace view [options] FILE...\n"
+		"  or:  gpumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--device-bytes N]\n"
 		"  or:  gpumemtrace --help | --version\n");
 }
 
@@ -166,6 +167,26 @@ void cli_help(void)
 	       "--pytorch export for those viewers (gpumemtrace view --help, docs/viewer.md).\n"
 	       "It is Python (3.9 or newer), run with the python3 on PATH.\n"
 	       "\n"
+	       "gpumemtrace whatif replays the PyTorch run a snapshot recorded (its\n"
+	       "allocator's history, snapshot minor 14) through a model of PyTorch's caching\n"
+	       "allocator: first under the run's own settings, which must reproduce every\n"
+	       "segment the run allocated and freed (sizes, order) or nothing is answered;\n"
+	       "then under each --alloc-conf. For each setting it prints the peak reserved\n"
+	       "bytes, the reserved but unallocated bytes at the failing request, whether\n"
+	       "that request fits on the device, and the first request that fails\n"
+	       "(docs/whatif.md).\n"
+	       "  --alloc-conf CONF    a PYTORCH_CUDA_ALLOC_CONF to replay under\n"
+	       "                       (expandable_segments:True, max_split_size_mb:N,\n"
+	       "                       roundup_power2_divisions:N, ...); repeatable\n"
+	       "  --device-bytes N     what PyTorch could hold on the device in all\n"
+	       "                       (default: its reserved bytes plus the device's free\n"
+	       "                       bytes when its out-of-memory was reported: the device\n"
+	       "                       less the context, other processes and memory outside\n"
+	       "                       PyTorch)\n"
+	       "Exit status of whatif: 0 the replay reproduced the run; 1 it did not (or\n"
+	       "could not start from the run's state), nothing answered; 2 bad input (not\n"
+	       "a snapshot, no PyTorch history, a bad CONF).\n"
+	       "\n"
 	       "The library is looked for beside this program: in its directory and the\n"
 	       "one above (build tree), in ../lib, ../" GMT_LIBDIR_REL ", ../lib/<multiarch>,\n"
 	       "../lib64 (installed tree)%s%s.\n"
@@ -188,7 +209,8 @@ void cli_help(void)
 	       "\n"
 	       "Documentation: " GMT_DOCDIR " (docs/ of the source tree):\n"
 	       "guide.md (the user's guide: the options, snapshots, allocation sites, the\n"
-	       "leak check, the API), ci.md (check), viewer.md (view), snapshot-format.md,\n"
+	       "leak check, the API), ci.md (check), viewer.md (view), whatif.md (whatif),\n"
+	       "snapshot-format.md,\n"
 	       "tracing.md (how every allocation is seen); and\n"
 	       "man gpumemtrace.\n",
 	       GMT_LIBDIR[0] != '\0' ? ", and in " : "", GMT_LIBDIR);
@@ -643,5 +665,7 @@ int main(int argc, char **argv)
 		return cli_check(argc, argv);
 	if (strcmp(cmd, "view") == 0)
 		return view(argc, argv);
+	if (strcmp(cmd, "whatif") == 0)
+		return cli_whatif(argc, argv);
 	cli_die(GMT_EXIT_USAGE, "unknown command '%s' (see gpumemtrace --help)", cmd);
 }

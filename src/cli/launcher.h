@@ -64,4 +64,10 @@ void cli_help(void);
  * Returns the exit status. */
 int cli_check(int argc, char **argv);
 
+/* `gpumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--device-bytes N]`
+ * (whatif.c); argv[1] is "whatif". Returns the exit status: 0 when the
+ * replay reproduced the run, 1 when it did not (no answers), 2 for bad
+ * input. */
+int cli_whatif(int argc, char **argv);
+
 #endif /* GMT_LAUNCHER_H */

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""gpumemtrace whatif (docs/whatif.md) on runs of the PyTorch double
+(fake_torch/, whose allocator follows PyTorch's segment sizes, splitting,
+best fit and cache release) on the simulated GPU:
+
+- faithful: a run of mixed sizes, frees and empty_cache() calls to an
+  out-of-memory, replayed under its own settings: every segment event of
+  its history matched (the count printed is the history's), the failing
+  request does not fit, as in the run;
+- late: the same with a history of the last 40 entries: still faithful,
+  the state before it rebuilt and said (assumed);
+- fragmentation: freed blocks between live ones, then 128 MiB asked:
+  under the run's settings it does not fit; under expandable_segments:True
+  the replay says it fits — and the double run with that setting does not
+  run out of memory;
+- edited: the snapshot's history with one segment's size changed: not
+  faithful, where, and no answers (exit 1);
+- bad input: a file that is not JSON, a snapshot without PyTorch's
+  history, a CONF PyTorch would refuse or that names another allocator, an
+  unknown option: one line on stderr naming it, exit 2, nothing on stdout.
+
+Usage: test_whatif.py LAUNCHER SOURCE_ROOT"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_torch_double as td  # noqa: E402 - its environment, runner and checks
+
+check = td.check
+
+MIXED = r'''
+import random
+import torch
+MIB = 1 << 20
+random.seed(7)
+live = []
+for step in range(60):
+    n = random.choice([100, 4000, 300 * 1024, 900 * 1024, 2 * MIB + 5, 3 * MIB, 7 * MIB, 12 * MIB + 100,
+                       33 * MIB, 64 * MIB])
+    live.append(torch.empty(n))
+    if len(live) > 6:
+        del live[random.randrange(len(live))]
+    if step % 17 == 16:
+        torch.cuda.empty_cache()
+try:
+    big = [torch.empty(200 * MIB) for _ in range(8)]
+except torch.cuda.OutOfMemoryError:
+    pass
+'''
+
+# The double's fragmentation (td.FRAGMENTED), saying whether it ran out.
+FRAGMENTED = td.FRAGMENTED.replace("except torch.cuda.OutOfMemoryError:\n    pass\n",
+                                   "except torch.cuda.OutOfMemoryError:\n    print('OOM')\n")
+
+
+def whatif(launcher: str, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([launcher, "whatif", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def oom_run(launcher: str, env: dict, tmp: str, text: str, name: str) -> str:
+    """The oom snapshot of a run, or "" (a failed check)."""
+    r = td.run(launcher, env, tmp, text, name, on="oom")
+    ooms = glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json"))
+    check(len(ooms) == 1, f"{name}: one oom snapshot", (r.stdout, r.stderr[-400:], ooms))
+    return ooms[0] if len(ooms) == 1 else ""
+
+
+def segment_events(path: str) -> int:
+    """The segment events of the snapshot's history up to its last oom."""
+    with open(path, encoding="utf-8") as f:
+        events = json.load(f)["framework"]["allocator_history"][0]["events"]
+    last = max(i for i, e in enumerate(events) if e[0] == "oom")
+    return sum(1 for e in events[:last + 1] if e[0].startswith("segment_"))
+
+
+def section(out: str, title: str) -> str:
+    """The lines of one setting's answers."""
+    m = re.search(r"^" + re.escape(title) + r"[^\n]*\n((?:  [^\n]*\n)*)", out, re.M)
+    return m.group(1) if m else ""
+
+
+def test_faithful(launcher: str, env: dict) -> None:
+    for history, name in (("100000", "mixed"), ("40", "late")):
+        with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+            path = oom_run(launcher, dict(env, GPUMEMTRACE_HISTORY=history), tmp, MIXED, f"{name}.py")
+            if not path:
+                continue
+            w = whatif(launcher, env, path)
+            own = section(w.stdout, "the run's own settings")
+            n = segment_events(path)
+            check(w.returncode == 0 and f"faithful: the run's {n} segment events reproduced" in own and n > 0,
+                  f"{name}: faithful, every segment event of the history ({n})", w.stdout + w.stderr)
+            check(re.search(r"the failing request \(#\d+, 200 MiB \(209715200 bytes\)\): does not fit", own)
+                  is not None, f"{name}: the failing request does not fit, as in the run", own)
+            assumed = "assumed: the history does not reach back to PyTorch's start" in own
+            check(assumed == (name == "late"), f"{name}: what was assumed is said (only) for a late history",
+                  own)
+
+
+def test_fragmentation(launcher: str, env: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        path = oom_run(launcher, env, tmp, FRAGMENTED, "frag.py")
+        if not path:
+            return
+        w = whatif(launcher, env, path, "--alloc-conf", "expandable_segments:True")
+        own = section(w.stdout, "the run's own settings")
+        exp = section(w.stdout, "expandable_segments:True:")
+        request = "the failing request (#11, 128 MiB (134217728 bytes))"
+        check(w.returncode == 0 and "faithful:" in own and f"{request}: does not fit" in own,
+              "fragmentation: faithful, the request does not fit under the run's settings", w.stdout + w.stderr)
+        check(f"{request}: fits" in exp and "first request that fails: none" in exp,
+              "fragmentation: under expandable_segments:True the replay says it fits", exp)
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, FRAGMENTED,
+                   "frag.py", on="oom")
+        # (the driver may fail once: the double then releases its cache
+        # and maps again, as PyTorch does)
+        check(r.returncode == 0 and "STATE" in r.stdout and "OOM" not in r.stdout and "OOM" in FRAGMENTED,
+              "fragmentation: the double run with expandable_segments:True fits too (no out-of-memory raised)",
+              (r.returncode, r.stdout, r.stderr[-400:]))
+
+
+def test_edited(launcher: str, env: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        path = oom_run(launcher, env, tmp, MIXED, "edited.py")
+        if not path:
+            return
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        events = doc["framework"]["allocator_history"][0]["events"]
+        k = [i for i, e in enumerate(events) if e[0] == "segment_alloc"][2]
+        events[k][2] += 2 << 20
+        edited = os.path.join(tmp, "edited.json")
+        with open(edited, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        w = whatif(launcher, env, edited, "--alloc-conf", "expandable_segments:True")
+        check(w.returncode == 1 and re.search(r"not faithful: at request #\d+ \(\d+ bytes\): the run did segment_alloc "
+                                              rf"of {events[k][2]} bytes, the replay segment_alloc of "
+                                              rf"{events[k][2] - (2 << 20)} bytes", w.stdout) is not None,
+              "edited: not faithful, where it diverged", w.stdout + w.stderr)
+        check("peak reserved" not in w.stdout and "expandable_segments:True:" not in w.stdout and
+              "no answers" in w.stdout, "edited: no answers", w.stdout)
+
+
+def test_bad_input(launcher: str, env: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        junk = os.path.join(tmp, "junk.json")
+        with open(junk, "w", encoding="utf-8") as f:
+            f.write("not json\n")
+        bare = os.path.join(tmp, "bare.json")
+        with open(bare, "w", encoding="utf-8") as f:
+            json.dump({"format": "gpumemtrace-snapshot", "version": 1, "framework": {"name": "cupy"}}, f)
+        cases: List[tuple] = [
+            ((junk,), junk, "junk: not JSON"),
+            ((bare,), "no PyTorch allocator history", "bare: no PyTorch history"),
+            ((os.path.join(tmp, "missing.json"),), "missing.json", "missing: no such file"),
+            ((bare, "--alloc-conf", "max_split_size_mb:5"), "max_split_size_mb", "conf: below PyTorch's minimum"),
+            ((bare, "--alloc-conf", "backend:cudaMallocAsync"), "cudaMallocAsync", "conf: another allocator"),
+            ((bare, "--alloc-conf", "colour:blue"), "unknown key 'colour'", "conf: an unknown key"),
+            ((bare, "--device-bytes", "lots"), "--device-bytes", "device bytes: not a size"),
+            ((bare, "--frobnicate"), "--frobnicate", "an unknown option"),
+            ((), "no snapshot given", "no snapshot"),
+        ]
+        for args, named, what in cases:
+            w = whatif(launcher, env, *args)
+            lines = w.stderr.strip().splitlines()
+            check(w.returncode == 2 and w.stdout == "" and len(lines) == 1 and named in lines[0] and
+                  lines[0].startswith("gpumemtrace: whatif: "), f"bad input: {what}: one line naming it, exit 2",
+                  (w.returncode, w.stdout[-300:], w.stderr[-300:]))
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    launcher, source = os.path.abspath(argv[0]), argv[1]
+    env = td.base_env(source)
+    test_faithful(launcher, env)
+    test_fragmentation(launcher, env)
+    test_edited(launcher, env)
+    test_bad_input(launcher, env)
+    print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")
+    return 1 if td.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

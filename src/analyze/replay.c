@@ -571,19 +571,19 @@ static void diverge(struct replay *p, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Whether the run's segment frees queued before a request are that
- * request's release-and-retry (PyTorch frees cached segments only when the
- * driver refused a new one), not an empty_cache() of the program's: in the
- * run, a new segment for the request (512-byte rounding) would have passed
- * the device bytes. */
-static bool frees_are_the_requests(const struct replay *p, uint64_t size)
+/* Whether the run's segment frees queued before request e are its
+ * release-and-retry (PyTorch frees cached segments only when the driver
+ * refused a new one), not an empty_cache() of the program's: in the run, a
+ * new segment for the request (512-byte rounding) would have passed the
+ * device bytes; where those are not known, when the request failed. */
+static bool frees_are_the_requests(const struct replay *p, const struct gmt__rp_event *e)
 {
-	uint64_t rounded = (size + GMT_AM_MIN_BLOCK - 1) / GMT_AM_MIN_BLOCK * GMT_AM_MIN_BLOCK;
+	uint64_t rounded = (e->size + GMT_AM_MIN_BLOCK - 1) / GMT_AM_MIN_BLOCK * GMT_AM_MIN_BLOCK;
 
 	if (leading_releases(p) == 0)
 		return true;
 	if (!p->in->device_bytes_known)
-		return false;
+		return e->op == GMT_RP_OOM;
 	return p->run_reserved + gmt__am_segment_size(rounded) > p->in->device_bytes;
 }
 
@@ -638,7 +638,7 @@ static bool request(struct replay *p, const struct gmt__rp_event *e, bool is_req
 
 	p->request++;
 	snprintf(when, sizeof(when), "at request #%" PRIu64 " (%" PRIu64 " bytes)", p->request, e->size);
-	if (!frees_are_the_requests(p, e->size))
+	if (!frees_are_the_requests(p, e))
 		empty_cache(p, "at an empty_cache() before it");
 	if (p->r->own) {
 		/* The run's addresses for the model's new segments. */

@@ -111,7 +111,9 @@ int cli_whatif(int argc, char **argv)
 	json_decref(doc);
 	if (rc < 0)
 		cli_die(GMT_EXIT_USAGE, "%s: %s", path, err);
-	run_limit = in.device_bytes_known ? in.device_bytes : GMT_AM_UNLIMITED;
+	/* The faithful check runs on the run's device bytes, or, where the
+	 * snapshot does not say them, on those asked about. */
+	run_limit = in.device_bytes_known ? in.device_bytes : have_device_bytes ? device_bytes : GMT_AM_UNLIMITED;
 	limit = have_device_bytes ? device_bytes : run_limit;
 	if (gmt__am_config_parse(in.conf, &own, err, sizeof(err)) != 0)
 		cli_die(GMT_EXIT_USAGE, "%s: the run's own PYTORCH_CUDA_ALLOC_CONF '%s': %s", path, in.conf, err);
@@ -137,6 +139,10 @@ int cli_whatif(int argc, char **argv)
 	}
 	if (!r.faithful) {
 		printf("  not faithful: %s\n", r.diverged);
+		if (!in.device_bytes_known && r.has_request)
+			printf("  (the run's device bytes are not in the snapshot%s)\n",
+			       have_device_bytes ? ": the replay took --device-bytes for them"
+						 : ": give them with --device-bytes");
 		printf("no answers: a replay that does not reproduce the run says nothing of other settings\n");
 		gmt__rp_input_free(&in);
 		return 1;

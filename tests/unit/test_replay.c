@@ -155,6 +155,16 @@ static void test_faithful(void)
 	CHECK_U64(r.fail_no, 4);
 	CHECK_U64(r.fail_reserved, 60 * MiB);
 
+	/* Without the device's free bytes (an exit snapshot's) the failure
+	 * cannot be reproduced without a limit; with the run's, it is. */
+	in.device_bytes_known = false;
+	r = replay(&in, "", true, GMT_AM_UNLIMITED);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at request #4 (52428800 bytes): the run failed it, the replay serves it");
+	r = replay(&in, "", true, 100 * MiB);
+	check_faithful("fragmented, device bytes given", &r, 4);
+	in.device_bytes_known = true;
+
 	/* On 130 MiB the run is not reproduced: its failure would not be. */
 	r = replay(&in, "", true, 130 * MiB);
 	CHECK(!r.faithful);

@@ -332,10 +332,6 @@ def base_env(build: str, launchers: str, fakebin: str, launch_log: str) -> Dict[
         PYTHONDONTWRITEBYTECODE="1",
         GMTSIM_MEMORY="2G",
         GMT_TEST_LAUNCH_LOG=launch_log,
-        # NOTE: README's first screen was made with the double's rules from
-        # before it followed PyTorch's segment sizes (fake_torch's
-        # torch/cuda/__init__.py, _TOY); drop this when it is made again.
-        FAKE_TORCH_ALLOCATOR="toy",
     )
     return env
 

@@ -47,6 +47,9 @@ PLATFORM = {
 }
 # The NVIDIA driver's libraries: the GPU machine's own, never copied.
 DRIVER = {"libcuda.so", "libcuda.so.1", "libnvidia-ml.so", "libnvidia-ml.so.1"}
+# The CUDA runtime, whose name the tracer looks for among a program's
+# libraries (a runtime loaded without a driver): the program's, never copied.
+RUNTIME = {"libcudart.so"}
 # What the bundle itself provides.
 OURS = {"libgpumemtrace.so"}
 
@@ -193,7 +196,7 @@ def ldconfig_cache() -> dict[str, str]:
 
 def carried(sonames: dict[str, str]) -> dict[str, str]:
     """Of soname -> path, those the bundle must carry."""
-    return {s: p for s, p in sonames.items() if s not in PLATFORM | DRIVER | OURS}
+    return {s: p for s, p in sonames.items() if s not in PLATFORM | DRIVER | RUNTIME | OURS}
 
 
 def dependencies(binaries: list[str], cache: dict[str, str], dlopened: bool) -> dict[str, str]:

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The golden traces' check (tests/gpu/whatif_golden.py check) proven on
+fixtures of the PyTorch double, recorded by the same recorder
+(whatif_golden.py record --double) on the simulated GPU into a temporary
+directory. The double follows PyTorch's segment sizes, splitting, best fit
+and cache release, but its expandable segments are its own and it ignores
+max_split_size_mb and garbage_collection_threshold: it is recorded only under
+settings where it is PyTorch (the defaults; a threshold, inert without a
+memory fraction; a max_split_size_mb above every block), so every prediction
+here is of a run the double made the same way. What it shows is that the
+check works, not that the model predicts a real GPU's runs.
+
+- the recorded fixtures pass: faithful under their own settings, their peak
+  reserved the run's max_memory_reserved(), each prediction within 1 %;
+- planted: a fixture's max_memory_reserved() 8 MiB higher: the check fails,
+  naming it (faithful, but the peak differs) and the predictions of it;
+- planted: a segment's size in a fixture's history changed: not faithful,
+  the check fails;
+- no fixture: exit 77 and one line.
+
+Usage: test_whatif_golden.py LAUNCHER SOURCE_ROOT"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_torch_double as td  # noqa: E402 - its environment and checks
+
+check = td.check
+
+
+def golden(source: str, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(source, "tests", "gpu", "whatif_golden.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def edit(path: str, change) -> None:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    change(doc)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def resize_segment(doc: dict) -> None:
+    for h in doc["snapshot"]["framework"]["allocator_history"]:
+        for e in h["events"]:
+            if e[0] == "segment_alloc":
+                e[2] += 2 << 20
+                return
+
+
+def main(argv: list) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    launcher, source = argv
+    env = td.base_env(source)
+    with tempfile.TemporaryDirectory(prefix="gmt-golden-double-") as tmp:
+        good = os.path.join(tmp, "good")
+        r = golden(source, env, "record", "--double", "--launcher", launcher, "--out", good)
+        print(r.stdout, end="")
+        check(r.returncode == 0, "record --double: every run recorded", r.stderr[-800:])
+        names = sorted(os.listdir(good)) if os.path.isdir(good) else []
+        check(len(names) == 5, "five fixtures (mixed under three settings, fragment under two)", names)
+        big = max((os.path.getsize(os.path.join(good, n)) for n in names), default=0)
+        check(big < 64 * 1024, "each fixture under 64 KiB", big)
+
+        r = golden(source, env, "check", "--launcher", launcher, good)
+        print(r.stdout, end="")
+        check(r.returncode == 0, "check: the double's fixtures hold", r.stderr[-800:])
+        check(r.stdout.count("faithful, peak reserved") == 5, "check: every fixture faithful, peak exact", r.stdout)
+        check(r.stdout.count(" predicted, ") == 8, "check: the predictions between settings compared",
+              r.stdout)
+
+        planted = os.path.join(tmp, "peak")
+        shutil.copytree(good, planted)
+        victim = os.path.join(planted, "mixed.max-split-size-mb-4096.json.gz")
+        edit(victim, lambda d: d.__setitem__("max_memory_reserved", d["max_memory_reserved"] + (8 << 20)))
+        r = golden(source, env, "check", "--launcher", launcher, planted)
+        check(r.returncode == 1, "planted peak: the check fails", r.stdout[-800:])
+        check("FAIL mixed [max_split_size_mb:4096]" in r.stdout and "faithful, but peak reserved" in r.stdout,
+              "planted peak: the fixture named", r.stdout[-800:])
+        check("FAIL mixed: [max_split_size_mb:4096] predicted from [default]" in r.stdout,
+              "planted peak: its prediction from the defaults fails", r.stdout[-1200:])
+
+        planted = os.path.join(tmp, "segment")
+        shutil.copytree(good, planted)
+        edit(os.path.join(planted, "fragment.default.json.gz"), resize_segment)
+        r = golden(source, env, "check", "--launcher", launcher, planted)
+        check(r.returncode == 1, "planted segment size: the check fails", r.stdout[-800:])
+        check("FAIL fragment [default]" in r.stdout and "not faithful" in r.stdout,
+              "planted segment size: not faithful, named", r.stdout[-800:])
+
+        empty = os.path.join(tmp, "none")
+        os.makedirs(empty)
+        r = golden(source, env, "check", "--launcher", launcher, empty)
+        check(r.returncode == 77 and len(r.stdout.splitlines()) == 1 and r.stdout.startswith("SKIP"),
+              "no fixture: exit 77, one line", (r.returncode, r.stdout))
+    return 1 if td.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

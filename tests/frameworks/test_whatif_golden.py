@@ -11,7 +11,14 @@ here is of a run the double made the same way. What it shows is that the
 check works, not that the model predicts a real GPU's runs.
 
 - the recorded fixtures pass: faithful under their own settings, their peak
-  reserved the run's max_memory_reserved(), each prediction within 1 %;
+  reserved the run's max_memory_reserved(), each prediction within 1 %
+  (fragment runs out of memory under both settings: its oom snapshot, the
+  peak up to that request);
+- a fragment run edited to say it did not run out of memory: its
+  prediction, which fails at that request, is not compared, and the reason
+  is printed;
+- a run edited to ask one byte less once (the same block): its four
+  pairs not compared, the reason printed (the runs' requests differ);
 - planted: a fixture's max_memory_reserved() 8 MiB higher: the check fails,
   naming it (faithful, but the peak differs) and the predictions of it;
 - planted: a segment's size in a fixture's history changed: not faithful,
@@ -58,6 +65,16 @@ def resize_segment(doc: dict) -> None:
                 return
 
 
+def ask_one_byte_less(doc: dict) -> None:
+    """The first request a byte smaller: the same block (sizes round up to
+    512 bytes), another request."""
+    for h in doc["snapshot"]["framework"]["allocator_history"]:
+        for e in h["events"]:
+            if e[0] == "alloc" and e[2] % 512 == 0:
+                e[2] -= 1
+                return
+
+
 def main(argv: list) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -78,8 +95,24 @@ def main(argv: list) -> int:
         print(r.stdout, end="")
         check(r.returncode == 0, "check: the double's fixtures hold", r.stderr[-800:])
         check(r.stdout.count("faithful, peak reserved") == 5, "check: every fixture faithful, peak exact", r.stdout)
-        check(r.stdout.count(" predicted, ") == 8, "check: the predictions between settings compared",
-              r.stdout)
+        check(r.stdout.count(" predicted, ") == 8, "check: the predictions between settings compared", r.stdout)
+
+        planted = os.path.join(tmp, "no-oom")
+        shutil.copytree(good, planted)
+        edit(os.path.join(planted, "fragment.max-split-size-mb-4096.json.gz"),
+             lambda d: d.__setitem__("ended_in_oom", False))
+        r = golden(source, env, "check", "--launcher", launcher, planted)
+        check(r.returncode == 0 and "note fragment: [max_split_size_mb:4096] predicted from [default]: not comparable: "
+              "the replay under it stops at a failing request" in r.stdout,
+              "a run said not to have run out, its replay failing: not compared, the reason printed", r.stdout[-1200:])
+
+        planted = os.path.join(tmp, "requests")
+        shutil.copytree(good, planted)
+        edit(os.path.join(planted, "mixed.default.json.gz"), ask_one_byte_less)
+        r = golden(source, env, "check", "--launcher", launcher, planted)
+        check(r.returncode == 0 and r.stdout.count("not comparable: the runs' requests differ from request #1") == 4,
+              "a run that asked a byte less once: still faithful, its pairs not compared, the reason printed",
+              r.stdout[-1500:])
 
         planted = os.path.join(tmp, "peak")
         shutil.copytree(good, planted)

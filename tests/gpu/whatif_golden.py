@@ -70,6 +70,7 @@ class Steps:
     def __init__(self, torch):
         self.torch = torch
         self.rows: list = []
+        self.oom = False   # the workload ended in PyTorch's OutOfMemoryError
 
     def step(self) -> None:
         t = self.torch
@@ -122,6 +123,7 @@ def run_loss_kept(torch, steps: Steps) -> None:
             del x, y, loss
             steps.step()
     except torch.cuda.OutOfMemoryError:
+        steps.oom = True
         steps.step()
     del blocker, losses
 
@@ -129,7 +131,7 @@ def run_loss_kept(torch, steps: Steps) -> None:
 def run_fragment(torch, steps: Steps) -> None:
     """The suite's fragment (torch_memory.py): a 600 MiB tensor freed, eight
     64 MiB tensors cut from its segment and every other one freed, the
-    device taken but 64 MiB (where it can be asked), then 128 MiB."""
+    device taken but 64 MiB, then 128 MiB."""
     old = torch.empty(600 * MIB, dtype=torch.uint8, device="cuda")
     del old
     steps.step()
@@ -137,13 +139,15 @@ def run_fragment(torch, steps: Steps) -> None:
     del blocks[::2]
     steps.step()
     free = free_bytes(torch)
-    blocker = torch.empty(max(0, free - 64 * MIB), dtype=torch.uint8, device="cuda") if free else None
+    # The double (no mem_get_info, a 1 GiB simulated device): 400 MiB more.
+    held = max(0, free - 64 * MIB) if free is not None else 400 * MIB
+    blocker = torch.empty(held, dtype=torch.uint8, device="cuda")
     steps.step()
     try:
         made = torch.empty(128 * MIB, dtype=torch.uint8, device="cuda")
         del made
     except torch.cuda.OutOfMemoryError:
-        pass
+        steps.oom = True
     steps.step()
     del blocks, blocker
 
@@ -187,7 +191,7 @@ def workload(name: str, out: str) -> int:
         json.dump({"torch": torch.__version__,
                    "device": getattr(props, "name", "the simulated GPU (the PyTorch double)"),
                    "device_total": getattr(props, "total_memory", None),
-                   "steps": steps.rows, "max_memory_reserved": torch.cuda.max_memory_reserved(0)}, f)
+                   "steps": steps.rows, "ended_in_oom": steps.oom, "max_memory_reserved": torch.cuda.max_memory_reserved(0)}, f)
     return 0
 
 
@@ -229,18 +233,23 @@ def record_one(launcher: str, name: str, conf: str, out: str) -> str:
         if r.returncode != 0 or not os.path.exists(steps_file):
             print(f"FAIL {name} [{conf or 'default'}]: exit {r.returncode}: {(r.stdout + r.stderr)[-600:]}")
             return ""
+        # Its last oom snapshot when it ended in PyTorch's OutOfMemoryError;
+        # else its exit snapshot (an oom snapshot then is of a failure
+        # PyTorch recovered from, and its history stops there).
         ooms = sorted(glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json")),
                       key=lambda p: int(p.rsplit(".", 2)[-2]))
         exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
-        chosen = ooms[-1] if ooms else (exits[0] if exits else "")
+        with open(steps_file, encoding="utf-8") as f:
+            run = json.load(f)
+        chosen = (ooms or [""])[-1] if run["ended_in_oom"] else (exits or [""])[0]
         if not chosen:
-            print(f"FAIL {name} [{conf or 'default'}]: no snapshot: {os.listdir(tmp)}")
+            print(f"FAIL {name} [{conf or 'default'}]: no {'oom' if run['ended_in_oom'] else 'exit'} snapshot: "
+                  f"{sorted(os.listdir(tmp))}")
             return ""
         with open(chosen, encoding="utf-8") as f:
             snap = json.load(f)
-        with open(steps_file, encoding="utf-8") as f:
-            run = json.load(f)
-    fixture = {"golden": 1, "workload": name, "alloc_conf": conf, "snapshot_kind": "oom" if ooms else "exit",
+    fixture = {"golden": 1, "workload": name, "alloc_conf": conf,
+               "snapshot_kind": "oom" if run["ended_in_oom"] else "exit",
                **run, "snapshot": trim(snap)}
     path = os.path.join(out, f"{name}.{slug(conf)}.json.gz")
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
@@ -367,9 +376,16 @@ def check(args: argparse.Namespace) -> int:
                     print(f"note {pair}: not comparable: the runs' requests differ from request #{k + 1} "
                           f"({len(mine)} and {len(theirs)} requests)")
                     continue
+                # Under B the replay stops at the first request that fails:
+                # its peak is the whole run's only where that is the
+                # history's own failing request and B's run ran out there too.
                 fails = first_failing(lines)
-                if fails and not fails.startswith("none"):
-                    print(f"note {pair}: not comparable: under it the replay stops at a failing request ({fails})")
+                failed = bool(fails) and not fails.startswith("none")
+                if failed != bool(other.doc.get("ended_in_oom")) or (failed and "the failing request" not in fails):
+                    print(f"note {pair}: not comparable: the replay under it "
+                          + (f"stops at a failing request ({fails})" if failed else "runs to the end")
+                          + f", the run under it {'ran' if other.doc.get('ended_in_oom') else 'did not run'}"
+                          + " out of memory")
                     continue
                 want, got = other.doc["max_memory_reserved"], number(lines, "peak reserved")
                 if got is None or abs(got - want) > max(TOLERANCE * want, TOLERANCE_BYTES):

@@ -38,6 +38,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -188,7 +189,7 @@ def workload(name: str, out: str) -> int:
     WORKLOADS[name](torch, steps)
     props = torch.cuda.get_device_properties(0) if hasattr(torch.cuda, "get_device_properties") else None
     with open(out, "w", encoding="utf-8") as f:
-        json.dump({"torch": torch.__version__,
+        json.dump({"torch": torch.__version__, "cuda": getattr(getattr(torch, "version", None), "cuda", None),
                    "device": getattr(props, "name", "the simulated GPU (the PyTorch double)"),
                    "device_total": getattr(props, "total_memory", None),
                    "steps": steps.rows, "ended_in_oom": steps.oom, "max_memory_reserved": torch.cuda.max_memory_reserved(0)}, f)
@@ -201,12 +202,19 @@ def slug(conf: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", conf).strip("-").lower() or "default"
 
 
-def trim(node):
-    """The snapshot without what the replay does not read: frames, stacks."""
+# The snapshot's parts the replay reads (src/analyze/replay.c), and what
+# names it; the rest (the tracer's own history, allocations, series,
+# diagnosis, modules) is left out, so a fixture is no longer a valid snapshot.
+KEPT = ("format", "version", "minor", "producer", "reason", "devices", "framework")
+
+
+def trim(node, top: bool = True):
+    """The snapshot with only what the replay reads: no frames or stacks."""
     if isinstance(node, dict):
-        return {k: trim(v) for k, v in node.items() if k not in ("frames", "stacks", "stack", "sites", "frame_table")}
+        return {k: trim(v, False) for k, v in node.items()
+                if (not top or k in KEPT) and k not in ("frames", "stacks", "stack")}
     if isinstance(node, list):
-        return [trim(v) for v in node]
+        return [trim(v, False) for v in node]
     return node
 
 
@@ -223,6 +231,7 @@ def record_one(launcher: str, name: str, conf: str, out: str) -> str:
     env["PYTHONUNBUFFERED"] = "1"
     if conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"gmt-golden-{name}-") as tmp:
         steps_file = os.path.join(tmp, "steps.json")
         cmd = [launcher, "run", "--dir", tmp, "--snapshot-on", "oom,exit", "--",
@@ -255,15 +264,15 @@ def record_one(launcher: str, name: str, conf: str, out: str) -> str:
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
         json.dump(fixture, f, separators=(",", ":"))
     print(f"ok   {name} [{conf or 'default'}]: {len(run['steps'])} steps, max_memory_reserved "
-          f"{run['max_memory_reserved']}, {fixture['snapshot_kind']} snapshot, {os.path.getsize(path)} bytes "
-          f"-> {path}")
+          f"{run['max_memory_reserved']}, {fixture['snapshot_kind']} snapshot, {os.path.getsize(path)} bytes, "
+          f"{time.monotonic() - began:.1f} s -> {path}")
     return path
 
 
 def record(args: argparse.Namespace) -> int:
     plan = DOUBLE_PLAN if args.double else GPU_PLAN
     os.makedirs(args.out, exist_ok=True)
-    failed = 0
+    failed, began = 0, time.monotonic()
     for name, confs in plan.items():
         if args.only and name not in args.only:
             continue
@@ -273,6 +282,8 @@ def record(args: argparse.Namespace) -> int:
             except Skip as e:
                 print(e)
                 return 77
+    print(f"{'FAILED: ' + str(failed) + ' run(s) not recorded' if failed else 'every run recorded'}, "
+          f"{time.monotonic() - began:.0f} s in all")
     return 1 if failed else 0
 
 

@@ -342,7 +342,7 @@ def first_failing(lines: list) -> str:
 def check(args: argparse.Namespace) -> int:
     paths = sorted(glob.glob(os.path.join(args.dir, "*.json.gz")))
     if not paths:
-        print(f"SKIP no golden trace in {args.dir}: record them on a GPU (docs/gpu-suite.md, 'Golden traces')")
+        print(f"SKIP no golden trace in {args.dir}: record them on a GPU (docs/gpu-suite.md, 'Golden traces for the replay')")
         return 77
     fixtures = [Fixture(p) for p in paths]
     by_workload: dict = {}

@@ -131,9 +131,12 @@ struct gmt__diag_input {
 	 * and whether it is a stack of the framework's tensors. */
 	const char *growth_top_label;
 	bool growth_top_python, growth_top_tensor;
-	/* It is the framework's tensors whose lines its history did not record
-	 * (PyTorch's under GPUMEMTRACE_TORCH_HISTORY=events): stack 0. */
-	bool growth_top_unlined;
+	/* It is the framework's tensors its history gave no line of (stack 0):
+	 * with tensors_lined, those of a run that recorded lines for others
+	 * (made in autograd's backward or C++ code, with no Python frame);
+	 * without, a run that recorded none (PyTorch's under
+	 * GPUMEMTRACE_TORCH_HISTORY=events). */
+	bool growth_top_unlined, tensors_lined;
 	/* The framework's tensors are known (analyze/tensors.h): growth, the
 	 * largest stack and the step's memory above are those of its tensors
 	 * and of the memory that is not the framework's, and a growth that

@@ -198,7 +198,13 @@ static void free_growth(const struct gmt__diag_input *in, struct gmt__diagnosis 
 			 gmt__human_bytes(b, sizeof(b), in->growth_top_step_bytes / n), (unsigned long long)n);
 	else
 		snprintf(how, sizeof(how), "it grew by %s while the program ran", gmt__human_bytes(a, sizeof(a), g));
-	if (in->growth_top_unlined)
+	if (in->growth_top_unlined && in->tensors_lined)
+		say(r,
+		    "find what keeps these tensors: PyTorch recorded no Python line for them (made in autograd's "
+		    "backward or in C++ code) (%s) — a tensor kept across steps keeps its graph too: keep "
+		    "`loss.item()` or `loss.detach()`, `del` what a list holds",
+		    how);
+	else if (in->growth_top_unlined)
 		say(r,
 		    "find the line that keeps them: this run recorded PyTorch's tensors without their lines; run again "
 		    "with GPUMEMTRACE_TORCH_HISTORY=alloc (the default) to name it (%s) — a tensor kept across steps "

@@ -129,6 +129,8 @@ static void growth_on_device(const struct gmt__snapshot *s, const struct gmt__en
 	uint8_t *seen;
 
 	if (t->known && t->history != NULL) {
+		/* [0] is the stack of no frames: others mean lines were recorded */
+		view->diag_in.tensors_lined = t->nstacks > 1;
 		seen = calloc(t->nstacks / 8 + 1, 1);
 		for (size_t i = 0; seen != NULL && i < t->n; i++) {
 			const struct gmt__site *site;
@@ -426,7 +428,9 @@ void gmt__view_diagnose(struct gmt__view *view, const struct gmt__sites *sites, 
 		return;
 	ss = view->diag_in.growth_top_stack != 0 ? gmt__sites_of(sites, ids, view->diag_in.growth_top_stack) : NULL;
 	if (view->diag_in.growth_top_unlined) {
-		view->diag_in.growth_top_label = "PyTorch's tensors, their lines not recorded (GPUMEMTRACE_TORCH_HISTORY)";
+		view->diag_in.growth_top_label = view->diag_in.tensors_lined
+							 ? "PyTorch's tensors with no Python line (autograd's backward, C++ code)"
+							 : "PyTorch's tensors, their lines not recorded (GPUMEMTRACE_TORCH_HISTORY)";
 		view->diag_in.growth_top_tensor = true;
 	} else if (ss != NULL) {
 		view->diag_in.growth_top_label = ss->label;

@@ -749,6 +749,14 @@ static void test_remedies_growth(void)
 	CHECK_INT(d.remedies[0].stack, 0);
 	CHECK(strstr(d.remedies[0].text, "run again with GPUMEMTRACE_TORCH_HISTORY=alloc (the default) to name it "
 					 "(256 MiB a step over 36 whole steps)") != NULL);
+	/* The same in a run that recorded lines for other tensors: made where
+	 * no Python frame was (the backward), not a setting to change. */
+	in.tensors_lined = true;
+	gmt__diagnose(&in, &d);
+	CHECK(strstr(d.remedies[0].text, "PyTorch recorded no Python line for them (made in autograd's backward") !=
+	      NULL);
+	CHECK(strstr(d.remedies[0].text, "GPUMEMTRACE_TORCH_HISTORY") == NULL);
+	in.tensors_lined = false;
 	/* Stack 0 of the driver (no stack recorded): nothing to name. */
 	in.growth_top_unlined = false;
 	in.growth_top_label = NULL;

@@ -758,6 +758,8 @@ def main() -> int:
     ap.add_argument("--rank", type=int, metavar="R",
                     help="every snapshot is named ...rank<R>.json and says process.rank R")
     ap.add_argument("--timeout", type=int, default=120, help="seconds the traced run may take")
+    ap.add_argument("--skip-under-asan", metavar="WHY",
+                    help="skip (77) in a build under AddressSanitizer, for this reason")
     ap.add_argument("--stat-max", action="append", default=[], metavar="NAME=N",
                     help="the exit snapshots must count at most N in stats.NAME")
     ap.add_argument("--stat-min", action="append", default=[], metavar="NAME=N",
@@ -766,6 +768,9 @@ def main() -> int:
     program_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.args = program_args
+    if args.skip_under_asan and os.environ.get("GMT_TEST_ASAN_RUNTIME"):
+        print(f"SKIP: {args.skip_under_asan}")
+        return 77
 
     expect = load(args.expect)
     extra_env = dict(kv.split("=", 1) for kv in args.env)

@@ -316,8 +316,9 @@ def torch_cost(build: str, steps: int, entries: int, blocks: int, repeat: int) -
     """bench/torch_handover.py under `gpumemtrace run` on the PyTorch double,
     the bootstrap off (GPUMEMTRACE_FRAMEWORKS=0) and on: an optimizer step
     (the step hook's mark), the hand-over of a history of `entries` entries
-    and `blocks` live tensors, and gpumemtrace.dump() (the hand-over and the
-    tensor level's analysis and document); medians."""
+    and `blocks` live tensors, gpumemtrace.dump() (the hand-over and the
+    tensor level's analysis and document) and an out-of-memory (the same,
+    and the replay the diagnosis cites); medians."""
     doubles = os.path.join(HERE, "..", "tests", "frameworks")
     path = os.pathsep.join(os.path.join(doubles, d, "site-packages") for d in ("fake_torch", "fake_common"))
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
@@ -336,7 +337,8 @@ def torch_cost(build: str, steps: int, entries: int, blocks: int, repeat: int) -
     return {"steps": steps, "entries": entries, "blocks": blocks, "step_off_ns": round(off["step_ns"], 1),
             "step_on_ns": round(on["step_ns"], 1), "handover_s": round(on["handover_s"], 4),
             "handover_bytes": int(on["handover_bytes"]), "trace_events": int(on["trace_events"]),
-            "dump_off_s": round(off["dump_s"], 4), "dump_on_s": round(on["dump_s"], 4)}
+            "dump_off_s": round(off["dump_s"], 4), "dump_on_s": round(on["dump_s"], 4),
+            "oom_off_s": round(off["oom_s"], 4), "oom_on_s": round(on["oom_s"], 4)}
 
 
 def scan_runs(build: str, cmd: list[str], repeat: int) -> dict[str, Any]:
@@ -585,6 +587,9 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                          f"{t['trace_events']:,} tensor events); at a snapshot only"))
     rows.append(row(sec, "gpumemtrace.dump() with the tensor level", "s", t["dump_off_s"], t["dump_on_s"],
                     note="the hand-over, the replay of the history and the tensors section"))
+    rows.append(row(sec, "an out-of-memory with that history", "s", t["oom_off_s"], t["oom_on_s"],
+                    note="the tracer's snapshot; on: the hand-over at PyTorch's observer and the snapshot made "
+                         "again, with the allocator model's replay the diagnosis cites"))
     sec = "exit leak scan (GPUMEMTRACE_LEAK_CHECK=1), seconds"
     for w in result["leak_scan"]:
         rows.append(row(sec, f"{w['live']:,} live, {w['host_mib']:,} MiB heap", "s", w["untraced_seconds"], None,

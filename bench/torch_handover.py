@@ -10,8 +10,12 @@ under `gpumemtrace run` (or untraced) by bench/run.py:
   as trace_of() packs them, each stack once, the steps) as JSON, for a
   history of ENTRIES entries and BLOCKS live tensors;
 - dump_s: gpumemtrace.dump() with that state (the hand-over, and the tracer's
-  analysis: the tensors, the replay of the history, the document) — or
-  without it; the difference is the tensor level's.
+  analysis: the tensors, the document) — or without it; the difference is
+  the tensor level's;
+- oom_s: an out-of-memory with that history (a request past the device):
+  the tracer's snapshot, and with the bootstrap the hand-over and the
+  snapshot made again with it, the replay of the history through
+  the allocator model that the diagnosis cites included.
 
 Prints "name value" lines. The double's own history (Python frames taken by
 traceback at each allocation) stands in for PyTorch's, whose cost per
@@ -60,6 +64,15 @@ def main() -> int:
         t0 = time.perf_counter()
         gpumemtrace.dump()
         print(f"dump_s {time.perf_counter() - t0:.4f}")
+    # An out-of-memory with that history: the tracer's snapshot at the
+    # driver's failure and, with the bootstrap, the hand-over at PyTorch's
+    # observer and the snapshot made again with it (the tensors, the
+    # replay of the history the diagnosis cites, the document).
+    t0 = time.perf_counter()
+    try:
+        torch.empty(8 << 30)  # past the 4 GiB device bench/run.py gives
+    except torch.cuda.OutOfMemoryError:
+        print(f"oom_s {time.perf_counter() - t0:.4f}")
     del kept
     return 0
 

@@ -35,6 +35,7 @@
 #define _GNU_SOURCE
 #include "analyze/diagnose.h"
 #include "analyze/remedy.h"
+#include "analyze/replay.h"
 #include "util/parse.h"
 #include "util/xlist.h"
 
@@ -57,6 +58,38 @@ static void rests(struct gmt__diag_verdict *v, const char *a, const char *b, con
 	v->rests_on[3] = d;
 	v->rests_on[4] = e;
 	v->rests_on[5] = NULL;
+}
+
+/* What the replay of the run under expandable segments (replay.h) says of
+ * the allocator's fragmentation where they would not have served the
+ * request: the verdict's detail says so (the remedy is then not offered). */
+static void replay_clause(const struct gmt__diag_input *in, struct gmt__diag_verdict *v)
+{
+	const struct gmt__rp_expandable *rp = in->replay;
+	size_t at = strlen(v->detail), k = 0;
+	char a[32], b[32];
+
+	if (rp == NULL || !rp->replayed || rp->fits)
+		return;
+	while (k < 4 && v->rests_on[k] != NULL)
+		k++;
+	v->rests_on[k] = "replay_fits";
+	v->rests_on[k + 1] = NULL;
+	if (rp->failed && rp->fail_no == 0)
+		snprintf(v->detail + at, sizeof(v->detail) - at,
+			 "; replayed with expandable segments it would not have helped: a tensor live before the "
+			 "history (%s) does not fit",
+			 gmt__human_bytes(a, sizeof(a), rp->fail_size));
+	else if (rp->failed && rp->fail_no < rp->request_no)
+		snprintf(v->detail + at, sizeof(v->detail) - at,
+			 "; replayed with expandable segments it would not have helped: request #%llu (%s) fails "
+			 "before it",
+			 (unsigned long long)rp->fail_no, gmt__human_bytes(a, sizeof(a), rp->fail_size));
+	else
+		snprintf(v->detail + at, sizeof(v->detail) - at,
+			 "; replayed with expandable segments it would not have helped: the request still fails, "
+			 "%s reserved of the %s PyTorch could hold",
+			 gmt__human_bytes(a, sizeof(a), rp->fail_reserved), gmt__human_bytes(b, sizeof(b), rp->device_bytes));
 }
 
 /* Fills the verdict's detail and the numbers it rests on. */
@@ -104,6 +137,7 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 				 gmt__human_bytes(a, sizeof(a), in->growth_top_bytes),
 				 gmt__human_bytes(b, sizeof(b), in->fw_reserved_unallocated + in->growth_top_bytes));
 		}
+		replay_clause(in, v);
 		break;
 	case GMT_VERDICT_FRAMEWORK_LIMIT:
 		rests(v, "framework_requested_bytes", "framework_allocated_bytes", "framework_limit_bytes", "free_bytes",

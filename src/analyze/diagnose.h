@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gmt__rp_expandable; /* analyze/replay.h */
+
 /* When the driver gives no granularity. */
 #define GMT_DEFAULT_GRANULARITY (2u << 20)
 
@@ -66,7 +68,7 @@ struct gmt__remedy {
 	uint64_t bytes;           /* the memory it would give back (or the request's size) */
 	uint32_t stack;           /* the site it names (0: none) */
 	const char *rests_on[6];  /* names of diagnosis.numbers it reads, NULL-terminated */
-	char text[384];
+	char text[512];
 };
 
 /* Page occupancy of one device's plain device memory (kind "device") at the
@@ -145,6 +147,10 @@ struct gmt__diag_input {
 	/* step_live_bytes is what the live tensors allocated since the step's
 	 * mark hold. */
 	bool step_tensors;
+	/* PyTorch's history replayed under its settings with expandable
+	 * segments (replay.h), or NULL where there was none to replay or its
+	 * segments are expandable already. */
+	const struct gmt__rp_expandable *replay;
 };
 
 struct gmt__diag_verdict {

@@ -324,6 +324,47 @@ static int episode_stacks(struct gmt__idset *ids, const struct gmt__episode *ep)
 	return 0;
 }
 
+/* The replay of PyTorch's history (replay.h) the diagnosis of an
+ * out-of-memory cites: asked where the framework is PyTorch, its history
+ * is on the failing device and its segments there are not expandable
+ * already (the diagnosis offers expandable segments only then). */
+static int replay_expandable(struct gmt__model *d, const struct gmt__snapshot *s)
+{
+	struct gmt__rp_device devs[GMT_SNAPSHOT_MAX_DEVICES];
+	struct gmt__rp_input in;
+	size_t n = 0;
+	bool expandable = false;
+	char err[256];
+	int rc;
+
+	if (d->fw_history == NULL)
+		return 0;
+	for (int i = 0; i < s->ndevices && i < GMT_SNAPSHOT_MAX_DEVICES; i++) {
+		const struct gmt__device_state *st = s->devices[i].state;
+
+		devs[n] = (struct gmt__rp_device){ .index = s->devices[i].index };
+		if (st != NULL && st->have_mem) {
+			devs[n].have_total = devs[n].have_free = true;
+			devs[n].total = st->total_bytes;
+			devs[n].free = st->free_bytes;
+		}
+		n++;
+	}
+	rc = gmt__rp_read_framework(d->framework, d->fw_history, devs, n, &in, err, sizeof(err));
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc < 0)
+		return 0;
+	for (size_t i = 0; i < in.nseg; i++)
+		expandable |= in.seg[i].expandable;
+	if (in.device == s->failed->device && !expandable) {
+		d->replay_asked = true;
+		gmt__rp_try_expandable(&in, &d->replay);
+	}
+	gmt__rp_input_free(&in);
+	return 0;
+}
+
 int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 {
 	const struct gmt__history *h = s->history;
@@ -350,12 +391,18 @@ int gmt__model_build(struct gmt__model *d, const struct gmt__snapshot *s)
 		d->framework = json_loads(s->framework, 0, NULL);
 		if (d->framework == NULL)
 			return -ENOMEM;
+		/* NULL: no traces, or memory (checked JSON holds an array) */
+		d->fw_history = gmt__rp_history(json_object_get(d->framework, "traces"));
+		if (d->fw_history == NULL && json_is_array(json_object_get(d->framework, "traces")))
+			return -ENOMEM;
 		if ((r = join_segments(d)) < 0 ||
 		    (r = gmt__tensors_build(&d->tensors, d->framework, d->live, d->hi0, d->live + d->hi1,
 					    d->nlive - d->hi1)) < 0)
 			return r;
 	}
-	gmt__view_build(s, d->live, d->hi0, d->framework, &d->tensors, d->view);
+	if (s->failed != NULL && (r = replay_expandable(d, s)) < 0)
+		return r;
+	gmt__view_build(s, d->live, d->hi0, d->framework, &d->tensors, d->replay_asked ? &d->replay : NULL, d->view);
 	if (s->leaks != NULL) {
 		r = gmt__leakcheck_collect(&d->lw, d->live, d->hi0, d->live + d->hi1, d->nlive - d->hi1, h, &d->tensors,
 					   &d->ids);
@@ -418,6 +465,7 @@ void gmt__model_free(struct gmt__model *d)
 	gmt__leakcheck_free(&d->lw);
 	gmt__tensors_free(&d->tensors);
 	json_decref(d->framework);
+	json_decref(d->fw_history);
 	gmt__sites_free(&d->stack_sites);
 	free(d->sites);
 	free(d->view);

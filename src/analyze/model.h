@@ -12,6 +12,7 @@
 #include "analyze/capture.h"
 #include "analyze/frames.h"
 #include "analyze/leakcheck.h"
+#include "analyze/replay.h"
 #include "analyze/sites.h"
 #include "analyze/tensors.h"
 #include "analyze/view.h"
@@ -51,6 +52,13 @@ struct gmt__model {
 	 * the driver's memory ("allocation", "segments_joined"); NULL: none. */
 	json_t *framework;
 	struct gmt__tensors tensors;  /* the framework's level (tensors.h) */
+	/* PyTorch's allocator history as the document keeps it (replay.h),
+	 * NULL: none; for an out-of-memory, what its replay says of
+	 * expandable segments (the diagnosis reads it; asked: there was a
+	 * history to replay). */
+	json_t *fw_history;
+	bool replay_asked;
+	struct gmt__rp_expandable replay;
 	struct gmt__leak_work lw;     /* exit snapshots (s->leaks): the leak check */
 };
 

@@ -7,7 +7,10 @@
  *   model sharded.
  * - expandable_segments: allocator_fragmentation of PyTorch's allocator whose
  *   segments on the device are not expandable already: free inside its
- *   segments ≥ its request > its largest free block.
+ *   segments ≥ its request > its largest free block. Where its history
+ *   replays the run faithfully (replay.h), offered only when the replay
+ *   under the run's settings with expandable segments serves the failing
+ *   request, with the peak reserved it reached of what PyTorch could hold.
  * - smaller_batch, checkpointing: exhaustion is primary (the process's own
  *   memory fills the device), the program marks its steps (gmt_step) and the
  *   memory allocated since the current step began and still live — the
@@ -41,6 +44,7 @@
  * memory is gradients) are not in a snapshot. */
 #define _GNU_SOURCE
 #include "analyze/remedy.h"
+#include "analyze/replay.h"
 #include "analyze/tensors.h"
 #include "util/parse.h"
 #include "util/xlist.h"
@@ -123,18 +127,33 @@ static void expandable(const struct gmt__diag_input *in, struct gmt__diagnosis *
 {
 	static const char *const rests[] = { "reserved_unallocated_bytes", "largest_free_block_bytes",
 					     "framework_requested_bytes", "framework_expandable", NULL };
+	static const char *const rests_replayed[] = { "reserved_unallocated_bytes", "largest_free_block_bytes",
+						      "framework_requested_bytes", "replay_peak_reserved_bytes",
+						      "replay_device_bytes", NULL };
+	const struct gmt__rp_expandable *rp = in->replay;
+	bool replayed = rp != NULL && rp->replayed;
 	char a[32], b[32], c[32];
 	struct gmt__remedy *r;
+	size_t at;
 
 	if (d->primary != GMT_VERDICT_ALLOCATOR_FRAGMENTATION || !in->fw_torch || in->fw_expandable == 1)
 		return;
-	r = offer(d, GMT_REMEDY_EXPANDABLE, GMT_VERDICT_ALLOCATOR_FRAGMENTATION, in->fw_reserved_unallocated, 0, rests);
+	/* The replay of the run says it would not have helped. */
+	if (replayed && !rp->fits)
+		return;
+	r = offer(d, GMT_REMEDY_EXPANDABLE, GMT_VERDICT_ALLOCATOR_FRAGMENTATION, in->fw_reserved_unallocated, 0,
+		  replayed ? rests_replayed : rests);
 	say(r,
 	    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: PyTorch holds %s free inside its segments, more than the "
 	    "%s it needed, but its largest free block is %s; expandable segments grow in place instead of leaving "
 	    "free pieces between blocks",
 	    gmt__human_bytes(a, sizeof(a), in->fw_reserved_unallocated), gmt__human_bytes(b, sizeof(b), in->fw_requested),
 	    gmt__human_bytes(c, sizeof(c), in->fw_largest_free));
+	if (!replayed)
+		return;
+	at = strlen(r->text);
+	snprintf(r->text + at, sizeof(r->text) - at, " (replayed: fits, peak reserved %s of %s)",
+		 gmt__human_bytes(a, sizeof(a), rp->peak_reserved), gmt__human_bytes(b, sizeof(b), rp->device_bytes));
 }
 
 static void step_memory(const struct gmt__diag_input *in, struct gmt__diagnosis *d)

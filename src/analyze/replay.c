@@ -111,36 +111,37 @@ static int read_segments(const json_t *segments, struct gmt__rp_input *in)
  * everything that was not PyTorch's (the context, the process's memory
  * outside PyTorch, other processes) as it was at the snapshot: PyTorch's
  * reserved bytes plus the driver's free bytes, both from the same moment. */
-static void read_device_bytes(const json_t *doc, const json_t *fw, struct gmt__rp_input *in)
+static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *devs, size_t ndevs,
+			      struct gmt__rp_input *in)
 {
 	const json_t *oom = json_object_get(fw, "oom"), *d;
+	const struct gmt__rp_device *dev = NULL;
 	const char *rule = NULL;
-	uint64_t reserved = 0, free_bytes = 0, dev = 0;
+	uint64_t reserved = 0, free_bytes = 0, index = 0;
 	bool have_reserved = false;
 	size_t i;
 
 	json_array_foreach(json_object_get(fw, "devices"), i, d) {
-		if (u64_of(json_object_get(d, "device"), &dev) && dev == (uint64_t)in->device) {
+		if (u64_of(json_object_get(d, "device"), &index) && index == (uint64_t)in->device) {
 			have_reserved = u64_of(json_object_get(d, "reserved_bytes"), &reserved);
 			in->snap_known = have_reserved &&
 					 u64_of(json_object_get(d, "allocated_bytes"), &in->snap_allocated);
 			in->snap_reserved = reserved;
 		}
 	}
-	json_array_foreach(json_object_get(doc, "devices"), i, d) {
-		if (u64_of(json_object_get(d, "index"), &dev) && dev == (uint64_t)in->device)
-			(void)u64_of(json_object_get(d, "total_bytes"), &in->device_total);
+	for (i = 0; i < ndevs; i++) {
+		if (devs[i].index == in->device)
+			dev = &devs[i];
 	}
+	if (dev != NULL && dev->have_total)
+		in->device_total = dev->total;
 	if (!have_reserved)
 		return;
 	if (json_is_object(oom) && u64_of(json_object_get(oom, "device_free_bytes"), &free_bytes)) {
 		rule = "PyTorch's reserved bytes and the device's free bytes when its out-of-memory observer ran";
-	} else {
-		json_array_foreach(json_object_get(doc, "devices"), i, d) {
-			if (u64_of(json_object_get(d, "index"), &dev) && dev == (uint64_t)in->device &&
-			    u64_of(json_object_get(d, "free_bytes"), &free_bytes))
-				rule = "PyTorch's reserved bytes and the device's free bytes at the snapshot";
-		}
+	} else if (dev != NULL && dev->have_free) {
+		free_bytes = dev->free;
+		rule = "PyTorch's reserved bytes and the device's free bytes at the snapshot";
 	}
 	if (rule == NULL)
 		return;
@@ -154,18 +155,15 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
-int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t errlen)
+int gmt__rp_read_framework(const json_t *fw, const json_t *hist, const struct gmt__rp_device *devs, size_t ndevs,
+			   struct gmt__rp_input *in, char *err, size_t errlen)
 {
-	const json_t *fw = json_object_get(doc, "framework"), *hist, *h, *chosen = NULL, *oom;
-	const char *format = json_string_value(json_object_get(doc, "format"));
+	const json_t *h, *chosen = NULL, *oom;
 	uint64_t dev = 0;
 	size_t i;
 	int rc;
 
 	memset(in, 0, sizeof(*in));
-	if (!json_is_object(doc) || format == NULL || strcmp(format, "gpumemtrace-snapshot") != 0)
-		return gmt__am_fail(err, errlen, -EINVAL, "not a gpumemtrace snapshot");
-	hist = json_object_get(fw, "allocator_history");
 	if (!json_is_object(fw) || !json_is_string(json_object_get(fw, "name")) ||
 	    strcmp(json_string_value(json_object_get(fw, "name")), "torch") != 0 || !json_is_array(hist))
 		return gmt__am_fail(err, errlen, -ENOENT,
@@ -195,12 +193,85 @@ int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t 
 	if (rc == 0)
 		rc = read_segments(json_object_get(fw, "segments"), in);
 	if (rc == 0)
-		read_device_bytes(doc, fw, in);
+		read_device_bytes(fw, devs, ndevs, in);
 	if (rc == -ENOMEM)
 		gmt__am_fail(err, errlen, rc, "out of memory");
 	if (rc < 0)
 		gmt__rp_input_free(in);
 	return rc;
+}
+
+int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t errlen)
+{
+	const json_t *fw = json_object_get(doc, "framework"), *d;
+	const char *format = json_string_value(json_object_get(doc, "format"));
+	struct gmt__rp_device *devs;
+	size_t i, n = 0;
+	int rc;
+
+	memset(in, 0, sizeof(*in));
+	if (!json_is_object(doc) || format == NULL || strcmp(format, "gpumemtrace-snapshot") != 0)
+		return gmt__am_fail(err, errlen, -EINVAL, "not a gpumemtrace snapshot");
+	devs = calloc(json_array_size(json_object_get(doc, "devices")) + 1, sizeof(*devs));
+	if (devs == NULL)
+		return gmt__am_fail(err, errlen, -ENOMEM, "out of memory");
+	json_array_foreach(json_object_get(doc, "devices"), i, d) {
+		uint64_t index;
+
+		if (!u64_of(json_object_get(d, "index"), &index) || index > INT16_MAX)
+			continue;
+		devs[n].index = (int)index;
+		devs[n].have_total = u64_of(json_object_get(d, "total_bytes"), &devs[n].total);
+		devs[n].have_free = u64_of(json_object_get(d, "free_bytes"), &devs[n].free);
+		n++;
+	}
+	rc = gmt__rp_read_framework(fw, json_object_get(fw, "allocator_history"), devs, n, in, err, errlen);
+	free(devs);
+	return rc;
+}
+
+/* One event of the hand-over's traces as the snapshot keeps it, or NULL
+ * where it is not of that form. */
+static json_t *history_event(const json_t *ev)
+{
+	const char *action = json_string_value(json_array_get(ev, 0));
+	const json_t *addr = json_array_get(ev, 1), *size = json_array_get(ev, 2), *stream = json_array_get(ev, 5);
+
+	if (gmt__rp_op_of(action) < 0 || !json_is_integer(addr) || json_integer_value(addr) < 0 ||
+	    !json_is_integer(size) || json_integer_value(size) < 0)
+		return NULL;
+	return json_pack("[sIII]", action, json_integer_value(addr), json_integer_value(size),
+			 json_is_integer(stream) ? json_integer_value(stream) : (json_int_t)0);
+}
+
+json_t *gmt__rp_history(const json_t *traces)
+{
+	json_t *out, *tr, *ev;
+	size_t i, j;
+
+	if (!json_is_array(traces) || (out = json_array()) == NULL)
+		return NULL;
+	json_array_foreach(traces, i, tr) {
+		const json_t *device = json_object_get(tr, "device");
+		json_t *events, *one;
+
+		if (!json_is_integer(device) || json_integer_value(device) < 0)
+			continue;
+		events = json_array();
+		json_array_foreach(json_object_get(tr, "events"), j, ev) {
+			one = history_event(ev);
+			if (one != NULL && json_array_append_new(events, one) < 0)
+				goto nomem;
+		}
+		if (json_array_append_new(out, json_pack("{sIsbso}", "device", json_integer_value(device), "complete",
+							 json_is_true(json_object_get(tr, "complete")), "events",
+							 events)) < 0)
+			goto nomem;
+	}
+	return out;
+nomem:
+	json_decref(out);
+	return NULL;
 }
 
 void gmt__rp_input_free(struct gmt__rp_input *in)
@@ -780,4 +851,59 @@ out:
 	free(p.q.v);
 	gmt__am_destroy(p.m);
 	return rc;
+}
+
+/* ---- for the diagnosis ------------------------------------------------------------- */
+
+void gmt__rp_try_expandable(const struct gmt__rp_input *in, struct gmt__rp_expandable *out)
+{
+	struct gmt__am_config own, exp;
+	struct gmt__rp_result r;
+	char err[256];
+
+	memset(out, 0, sizeof(*out));
+	snprintf(out->setting, sizeof(out->setting), "%s%sexpandable_segments:True", in->conf ? in->conf : "",
+		 in->conf && in->conf[0] ? "," : "");
+	if (!in->device_bytes_known) {
+		snprintf(out->why, sizeof(out->why), "the device bytes of the run are not known");
+		return;
+	}
+	out->device_bytes = in->device_bytes;
+	if (gmt__am_config_parse(in->conf, &own, err, sizeof(err)) != 0) {
+		snprintf(out->why, sizeof(out->why), "the run's PYTORCH_CUDA_ALLOC_CONF: %s", err);
+		return;
+	}
+	if (own.expandable_segments) {
+		snprintf(out->why, sizeof(out->why), "the run's own settings have expandable segments already");
+		return;
+	}
+	if (gmt__rp_run(in, &own, true, in->device_bytes, &r, err, sizeof(err)) < 0) {
+		snprintf(out->why, sizeof(out->why), "not replayed under the run's own settings: %s", err);
+		return;
+	}
+	if (!r.has_request) {
+		snprintf(out->why, sizeof(out->why), "PyTorch's history holds no failing request");
+		return;
+	}
+	if (!r.faithful) {
+		snprintf(out->why, sizeof(out->why), "the replay under the run's own settings is not faithful: %s",
+			 r.diverged);
+		return;
+	}
+	exp = own;
+	exp.expandable_segments = true;
+	if (gmt__rp_run(in, &exp, false, in->device_bytes, &r, err, sizeof(err)) < 0) {
+		snprintf(out->why, sizeof(out->why), "not replayed under %s: %s", out->setting, err);
+		return;
+	}
+	out->replayed = true;
+	out->fits = r.request_reached && r.request_fits;
+	out->peak_reserved = r.peak_reserved;
+	out->request_no = r.request_no;
+	out->request_size = r.request_size;
+	out->failed = r.failed;
+	out->fail_no = r.fail_no;
+	out->fail_size = r.fail_size;
+	out->fail_reserved = r.fail_reserved;
+	snprintf(out->assumed, sizeof(out->assumed), "%s", r.assumed);
 }

@@ -77,6 +77,25 @@ struct gmt__rp_input {
  * it holds no PyTorch allocator history (minor 14), -ENOMEM; with a
  * one-line reason in err. */
 int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t errlen);
+
+/* A device as the driver told it at the snapshot. */
+struct gmt__rp_device {
+	int index;
+	bool have_total, have_free;
+	uint64_t total, free;
+};
+
+/* The same from a framework's state before it is a document (the tracer's
+ * model): fw the bootstrap's hand-over, history its allocator_history (as
+ * gmt__rp_history makes it), devs what the driver said. */
+int gmt__rp_read_framework(const json_t *fw, const json_t *history, const struct gmt__rp_device *devs, size_t ndevs,
+			   struct gmt__rp_input *in, char *err, size_t errlen);
+
+/* The snapshot's allocator_history (per device: complete, events as
+ * [action, address, size, stream]) from the hand-over's traces ([action,
+ * address, size, time_us, stack, stream]); NULL when there are none or
+ * memory ran out. */
+json_t *gmt__rp_history(const json_t *traces);
 void gmt__rp_input_free(struct gmt__rp_input *in);
 
 /* What one replay found. Requests are numbered from 1 in the history's
@@ -114,5 +133,26 @@ struct gmt__rp_result {
  * segments, a tensor in no segment) or memory runs out. */
 int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, bool own, uint64_t limit,
 		struct gmt__rp_result *r, char *err, size_t errlen);
+
+/* What the diagnosis asks of the replay (docs/whatif.md, "In the
+ * diagnosis"): would the failing request have fit under the run's own
+ * settings with expandable_segments:True, on the device bytes of the run.
+ * Answered only where the replay under the run's own settings is faithful. */
+struct gmt__rp_expandable {
+	bool replayed;             /* answered; else why says why not */
+	char why[640];
+	char setting[256];         /* the setting replayed, as PYTORCH_CUDA_ALLOC_CONF */
+	uint64_t device_bytes;     /* what PyTorch could hold in all */
+	bool fits;                 /* the failing request served */
+	uint64_t peak_reserved;    /* up to it */
+	uint64_t request_no, request_size;
+	bool failed;               /* a request failed, the failing one or earlier */
+	/* the first that failed (0: a tensor live before the history), its
+	 * bytes, and the bytes reserved when it did */
+	uint64_t fail_no, fail_size, fail_reserved;
+	char assumed[384];         /* what was assumed before the history; "" when nothing */
+};
+
+void gmt__rp_try_expandable(const struct gmt__rp_input *in, struct gmt__rp_expandable *out);
 
 #endif /* GMT_REPLAY_H */

@@ -366,7 +366,8 @@ static void framework_on_device(const json_t *doc, int device, struct gmt__diag_
 }
 
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-		     const json_t *framework, const struct gmt__tensors *tensors, struct gmt__view *view)
+		     const json_t *framework, const struct gmt__tensors *tensors,
+		     const struct gmt__rp_expandable *replay, struct gmt__view *view)
 {
 	struct page_walk walks[GMT_SNAPSHOT_MAX_DEVICES] = { 0 };
 	int ndev = s->ndevices < GMT_SNAPSHOT_MAX_DEVICES ? s->ndevices : GMT_SNAPSHOT_MAX_DEVICES;
@@ -408,6 +409,7 @@ void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *con
 		view->diag_in.pages = view->pages[d];
 		view->diag_in.fw_expandable = -1;
 		view->diag_in.tensors = tensors->known;
+		view->diag_in.replay = replay;
 		growth_on_device(s, v, n, s->failed->device, tensors, view);
 		framework_on_device(framework, s->failed->device, &view->diag_in);
 		own_on_device(s, v, n, s->failed->device, tensors, &view->diag_in);

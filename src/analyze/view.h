@@ -34,10 +34,12 @@ struct gmt__view {
 };
 
 /* Fills the view from the live allocations v[0..n) (sorted by address), the
- * framework's state (parsed, may be NULL) and its tensors (tensors.h): all
- * but the diagnosis itself, whose labels need the sites. */
+ * framework's state (parsed, may be NULL), its tensors (tensors.h) and the
+ * replay of its history (replay.h, may be NULL): all but the diagnosis
+ * itself, whose labels need the sites. */
 void gmt__view_build(const struct gmt__snapshot *s, const struct gmt__entry *const *v, size_t n,
-		     const json_t *framework, const struct gmt__tensors *tensors, struct gmt__view *view);
+		     const json_t *framework, const struct gmt__tensors *tensors,
+		     const struct gmt__rp_expandable *replay, struct gmt__view *view);
 
 /* The diagnosis of an out-of-memory snapshot, once the sites of the stacks
  * (ids[0..], ascending) are decided: the growing site's label and words. */

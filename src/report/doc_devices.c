@@ -5,6 +5,7 @@
 
 #include "analyze/diagnose.h"
 #include "analyze/remedy.h"
+#include "analyze/replay.h"
 #include "record/event.h"
 
 #include <string.h>
@@ -191,12 +192,50 @@ static char *put_rests_on(char *p, const char *const *names)
 	return gmt__put_lit(p, "]");
 }
 
+/* The diagnosis's "replay": what the replay of PyTorch's history under its
+ * settings with expandable segments said (analyze/replay.h), or null where
+ * there was nothing to replay. */
+static void doc_replay(struct gmt__json *o, const struct gmt__rp_expandable *rp)
+{
+	static const char *const request_keys[] = { "number", "bytes" };
+	static const char *const failure_keys[] = { "request", "bytes", "reserved_bytes" };
+	char *p;
+
+	if (rp == NULL) {
+		gmt__json_str(o, "null");
+		return;
+	}
+	gmt__json_str(o, "{\"setting\": ");
+	gmt__json_string(o, rp->setting);
+	gmt__json_str(o, ", \"replayed\": ");
+	gmt__json_str(o, rp->replayed ? "true" : "false");
+	gmt__json_str(o, ", \"why\": ");
+	gmt__json_string_or_null(o, rp->replayed ? NULL : rp->why);
+	p = gmt__json_room(o, GMT_JSON_RECORD_BYTES);
+	p = gmt__put_lit(p, ",\n   \"device_bytes\": ");
+	p = gmt__put_u64_or_null(p, rp->replayed, rp->device_bytes);
+	p = gmt__put_lit(p, ", \"fits\": ");
+	p = gmt__put_lit(p, !rp->replayed ? "null" : rp->fits ? "true" : "false");
+	p = gmt__put_lit(p, ", \"peak_reserved_bytes\": ");
+	p = gmt__put_u64_or_null(p, rp->replayed, rp->peak_reserved);
+	p = gmt__put_lit(p, ", \"failing_request\": ");
+	p = gmt__put_u64_object(p, rp->replayed, request_keys, (const uint64_t[]){ rp->request_no, rp->request_size }, 2);
+	p = gmt__put_lit(p, ", \"first_failure\": ");
+	p = gmt__put_u64_object(p, rp->replayed && rp->failed, failure_keys,
+				(const uint64_t[]){ rp->fail_no, rp->fail_size, rp->fail_reserved }, 3);
+	p = gmt__put_lit(p, ", \"assumed\": ");
+	gmt__json_commit(o, p);
+	gmt__json_string_or_null(o, rp->replayed && rp->assumed[0] ? rp->assumed : NULL);
+	gmt__json_str(o, "}");
+}
+
 void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 {
 	const struct gmt__diagnosis *d = &view->diag;
 	const struct gmt__diag_input *in = &view->diag_in;
 	const struct gmt__device_state *st = in->state;
-	bool mem = d->have_mem, others = st != NULL && st->have_others;
+	const struct gmt__rp_expandable *rp = in->replay;
+	bool mem = d->have_mem, others = st != NULL && st->have_others, replayed = rp != NULL && rp->replayed;
 	char *p;
 
 	gmt__json_str(o, " \"diagnosis\": {\"verdict\": \"");
@@ -331,6 +370,14 @@ void gmt__doc_diagnosis(struct gmt__json *o, const struct gmt__view *view)
 						       : "\"driver\"");
 	p = gmt__put_lit(p, ", \"framework_expandable\": ");
 	p = gmt__put_lit(p, in->fw_expandable < 0 ? "null" : in->fw_expandable ? "true" : "false");
-	p = gmt__put_lit(p, "}},\n");
+	p = gmt__put_lit(p, ",\n   \"replay_fits\": ");
+	p = gmt__put_lit(p, !replayed ? "null" : rp->fits ? "true" : "false");
+	p = gmt__put_lit(p, ", \"replay_peak_reserved_bytes\": ");
+	p = gmt__put_u64_or_null(p, replayed, replayed ? rp->peak_reserved : 0);
+	p = gmt__put_lit(p, ", \"replay_device_bytes\": ");
+	p = gmt__put_u64_or_null(p, replayed, replayed ? rp->device_bytes : 0);
+	p = gmt__put_lit(p, "},\n  \"replay\": ");
 	gmt__json_commit(o, p);
+	doc_replay(o, rp);
+	gmt__json_str(o, "},\n");
 }

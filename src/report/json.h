@@ -104,4 +104,19 @@ static inline char *gmt__put_u64_or_null(char *p, bool have, uint64_t v)
 	return have ? gmt__put_u64(p, v) : gmt__put_lit(p, "null");
 }
 
+/* {"keys[0]": v[0], ...} of n numbers, or null when not `have` (within a
+ * record's room: a few keys). */
+static inline char *gmt__put_u64_object(char *p, bool have, const char *const *keys, const uint64_t *v, size_t n)
+{
+	if (!have)
+		return gmt__put_lit(p, "null");
+	for (size_t k = 0; k < n; k++) {
+		p = gmt__put_lit(p, k ? ", \"" : "{\"");
+		p = gmt__put_lit(p, keys[k]);
+		p = gmt__put_lit(p, "\": ");
+		p = gmt__put_u64(p, v[k]);
+	}
+	return gmt__put_lit(p, "}");
+}
+
 #endif /* GMT_JSON_H */

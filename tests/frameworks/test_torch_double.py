@@ -602,9 +602,10 @@ def test_expandable(launcher: str, source: str, env: Dict[str, str]) -> None:
               [(s.get("address"), s.get("allocation")) for s in fw.get("segments", [])])
         dg = doc.get("diagnosis") or {}
         check(dg.get("numbers", {}).get("framework_expandable") is True and
-              "expandable_segments" not in [x["name"] for x in dg.get("remedies") or []],
-              "expandable: the segments are expandable already, not offered as the remedy",
-              (dg.get("numbers", {}).get("framework_expandable"), dg.get("remedies")))
+              "expandable_segments" not in [x["name"] for x in dg.get("remedies") or []] and
+              "replay" in dg and dg["replay"] is None,
+              "expandable: the segments are expandable already, not offered as the remedy nor replayed",
+              (dg.get("numbers", {}).get("framework_expandable"), dg.get("remedies"), dg.get("replay")))
         schema_ok(source, ooms, "expandable")
 
 

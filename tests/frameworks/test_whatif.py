@@ -13,6 +13,12 @@ best fit and cache release) on the simulated GPU:
   under the run's settings it does not fit; under expandable_segments:True
   the replay says it fits — and the double run with that setting does not
   run out of memory;
+- the diagnosis cites the replay: the fragmentation run's snapshot offers
+  expandable_segments with the replay's peak reserved and device bytes
+  (whatif's); pinned: 5 MiB tensors, every other freed, whose holes leave
+  no whole page of an expandable segment to unmap — not offered, the
+  verdict says the replay's no, and the double run with the setting runs
+  out too;
 - edited: the snapshot's history with one segment's size changed: not
   faithful, where, and no answers (exit 1);
 - bad input: a file that is not JSON, a snapshot without PyTorch's
@@ -107,19 +113,28 @@ def test_faithful(launcher: str, env: dict) -> None:
                   own)
 
 
+def run_and_replay(launcher: str, env: dict, tmp: str, text: str, name: str) -> tuple:
+    """The run's oom snapshot ("" when not one), whatif's answer under
+    expandable_segments:True, and that setting's lines."""
+    path = oom_run(launcher, env, tmp, text, name)
+    if not path:
+        return "", None, ""
+    w = whatif(launcher, env, path, "--alloc-conf", "expandable_segments:True")
+    return path, w, section(w.stdout, "expandable_segments:True:")
+
+
 def test_fragmentation(launcher: str, env: dict) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
-        path = oom_run(launcher, env, tmp, FRAGMENTED, "frag.py")
+        path, w, exp = run_and_replay(launcher, env, tmp, FRAGMENTED, "frag.py")
         if not path:
             return
-        w = whatif(launcher, env, path, "--alloc-conf", "expandable_segments:True")
         own = section(w.stdout, "the run's own settings")
-        exp = section(w.stdout, "expandable_segments:True:")
         request = "the failing request (#11, 128 MiB (134217728 bytes))"
         check(w.returncode == 0 and "faithful:" in own and f"{request}: does not fit" in own,
               "fragmentation: faithful, the request does not fit under the run's settings", w.stdout + w.stderr)
         check(f"{request}: fits" in exp and "first request that fails: none" in exp,
               "fragmentation: under expandable_segments:True the replay says it fits", exp)
+        diagnosis_cites(path, w.stdout, exp, True, "fragmentation")
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, FRAGMENTED,
                    "frag.py", on="oom")
@@ -127,6 +142,75 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         # and maps again, as PyTorch does)
         check(r.returncode == 0 and "STATE" in r.stdout and "OOM" not in r.stdout and "OOM" in FRAGMENTED,
               "fragmentation: the double run with expandable_segments:True fits too (no out-of-memory raised)",
+              (r.returncode, r.stdout, r.stderr[-400:]))
+
+
+def number(text: str, label: str) -> int:
+    """The bytes whatif printed after label, or -1."""
+    m = re.search(re.escape(label) + r"[^\n(]*\((\d+) bytes\)", text)
+    return int(m.group(1)) if m else -1
+
+
+def diagnosis_cites(path: str, out: str, exp: str, fits: bool, name: str) -> None:
+    """The snapshot's diagnosis cites the replay whatif prints: the same
+    answer, peak reserved and device bytes; expandable_segments offered
+    with them where it fits, not offered where it does not."""
+    with open(path, encoding="utf-8") as f:
+        dg = json.load(f)["diagnosis"]
+    rp, nums = dg.get("replay") or {}, dg.get("numbers") or {}
+    peak, device = number(exp, "peak reserved:"), number(out, "device bytes of the run:")
+    check(dg.get("verdict") == "allocator_fragmentation" and rp.get("replayed") is True and rp.get("fits") is fits and
+          rp.get("setting") == "expandable_segments:True" and
+          (nums.get("replay_fits"), nums.get("replay_peak_reserved_bytes"), nums.get("replay_device_bytes")) ==
+          (fits, peak, device) and peak > 0 and device > 0,
+          f"{name}: the diagnosis's replay is whatif's ({'fits' if fits else 'does not fit'}, peak, device bytes)",
+          (dg.get("verdict"), rp, peak, device))
+    offered = [x for x in dg.get("remedies") or [] if x["name"] == "expandable_segments"]
+    if fits:
+        def human(b: int) -> str:
+            return f"{b >> 20} MiB" if b < 1 << 30 else f"{b / (1 << 30):.2f} GiB"
+        want = f"(replayed: fits, peak reserved {human(peak)} of {human(device)})"
+        check(len(offered) == 1 and offered[0]["text"].endswith(want) and
+              "replay_peak_reserved_bytes" in offered[0]["rests_on"],
+              f"{name}: expandable_segments offered with the replay's numbers", (offered, want))
+    else:
+        detail = dg["verdicts"][0]["detail"]
+        check(not offered and "replayed with expandable segments it would not have helped" in detail and
+              "replay_fits" in dg["verdicts"][0]["rests_on"],
+              f"{name}: expandable_segments not offered, the verdict says the replay's no", (offered, detail))
+
+
+# 5 MiB tensors fill 20 MiB segments four apiece (1 GiB device: 180 of them,
+# 900 MiB), every other one freed: 450 MiB free inside the segments in
+# 5 MiB pieces, 128 MiB asked. With expandable segments the same tensors
+# lie four to each 20 MiB page, and every page keeps two: nothing to
+# unmap, the request fails as well.
+PINNED = r'''
+import torch
+MIB = 1 << 20
+keep = [torch.empty(5 * MIB) for _ in range(180)]
+del keep[1::2]
+try:
+    torch.empty(128 * MIB)
+except torch.cuda.OutOfMemoryError:
+    print('OOM')
+'''
+
+
+def test_no_help(launcher: str, env: dict, source: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        path, w, exp = run_and_replay(launcher, env, tmp, PINNED, "pinned.py")
+        if not path:
+            return
+        check(w.returncode == 0 and "faithful:" in w.stdout and "128 MiB (134217728 bytes)): does not fit" in exp,
+              "no help: under expandable_segments:True the replay says it does not fit", w.stdout + w.stderr)
+        diagnosis_cites(path, w.stdout, exp, False, "no help")
+        td.schema_ok(source, [path], "no help")
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, PINNED,
+                   "pinned.py", on="oom")
+        check(r.returncode == 0 and "OOM" in r.stdout,
+              "no help: the double run with expandable_segments:True runs out too",
               (r.returncode, r.stdout, r.stderr[-400:]))
 
 
@@ -187,6 +271,7 @@ def main(argv: List[str]) -> int:
     env = td.base_env(source)
     test_faithful(launcher, env)
     test_fragmentation(launcher, env)
+    test_no_help(launcher, env, source)
     test_edited(launcher, env)
     test_bad_input(launcher, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")

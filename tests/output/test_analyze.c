@@ -79,7 +79,7 @@ static void test_pages(void)
 	CHECK(view != NULL);
 	if (view == NULL)
 		return;
-	gmt__view_build(&s, v, 4, NULL, &none, view);
+	gmt__view_build(&s, v, 4, NULL, &none, NULL, view);
 	CHECK_U64(view->pages[0].granularity, 2 * MiB);
 	CHECK(!view->pages[0].granularity_known);
 	CHECK_U64(view->pages[0].pages, 5);

@@ -6,6 +6,7 @@
 #include "analyze/diagnose.h"
 #include "analyze/tensors.h"
 #include "analyze/remedy.h"
+#include "analyze/replay.h"
 #include "util/parse.h"
 
 #define MIB (1ull << 20)
@@ -670,6 +671,48 @@ static void test_remedies_verdicts(void)
 	gmt__diagnose(&in, &d);
 	CHECK_STR(remedies(&d), "");
 	in.fw_expandable = -1;
+
+	/* The replay of the run (analyze/replay.h): where it serves the
+	 * request the remedy cites it; where it does not, no remedy and the
+	 * verdict says why; where it could not answer, as without it. */
+	{
+		struct gmt__rp_expandable rp = { .replayed = true, .fits = true, .peak_reserved = 920 * MIB,
+						 .device_bytes = 1 * GIB, .request_no = 11, .request_size = 2 * GIB };
+
+		in.replay = &rp;
+		gmt__diagnose(&in, &d);
+		CHECK_STR(remedies(&d), "expandable_segments");
+		CHECK(remedy_rests_on(&d.remedies[0], "replay_peak_reserved_bytes") &&
+		      remedy_rests_on(&d.remedies[0], "replay_device_bytes"));
+		CHECK(strstr(d.remedies[0].text, "between blocks (replayed: fits, peak reserved 920 MiB of 1.00 GiB)") !=
+		      NULL);
+		CHECK(strstr(d.v[0].detail, "replayed") == NULL);
+		rp.fits = false;
+		rp.failed = true;
+		rp.fail_no = 11;
+		rp.fail_size = 2 * GIB;
+		rp.fail_reserved = 900 * MIB;
+		gmt__diagnose(&in, &d);
+		CHECK_STR(remedies(&d), "");
+		CHECK_STR(gmt__verdict_name(d.primary), "allocator_fragmentation");
+		CHECK(strstr(d.v[0].detail, "its segments are fragmented; replayed with expandable segments it would "
+					    "not have helped: the request still fails, 900 MiB reserved of the 1.00 GiB "
+					    "PyTorch could hold") != NULL);
+		CHECK(strstr(d.summary, "would not have helped") != NULL);
+		CHECK(rests_on(&d.v[0], "replay_fits"));
+		rp.fail_no = 7;
+		rp.fail_size = 64 * MIB;
+		gmt__diagnose(&in, &d);
+		CHECK(strstr(d.v[0].detail, "it would not have helped: request #7 (64.0 MiB) fails before it") != NULL);
+		rp.fail_no = 0;
+		gmt__diagnose(&in, &d);
+		CHECK(strstr(d.v[0].detail, "a tensor live before the history (64.0 MiB) does not fit") != NULL);
+		rp.replayed = false;
+		gmt__diagnose(&in, &d);
+		CHECK_STR(remedies(&d), "expandable_segments");
+		CHECK(strstr(d.remedies[0].text, "replayed") == NULL && strstr(d.v[0].detail, "replayed") == NULL);
+		in.replay = NULL;
+	}
 	in.fw_torch = false;
 	gmt__diagnose(&in, &d);
 	CHECK_STR(remedies(&d), "");

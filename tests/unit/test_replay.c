@@ -65,7 +65,7 @@ static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const st
 	/* PyTorch's observer tells the free bytes at an out-of-memory; an exit
 	 * snapshot has the driver's (as an api one would). */
 	return json_pack("{sssisis[{sisIso}]s{sssssssos[{sisIsI}]sosssss[{sisbso}]}}",
-			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 14,
+			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 15,
 			 "devices", "index", 0, "total_bytes", (json_int_t)(reserved + free_bytes + 300 * MiB), "free_bytes",
 			 oom ? json_null() : json_integer((json_int_t)free_bytes),
 			 "framework", "name", "torch", "version", "2.5.1", "reason", oom ? "oom" : "exit",
@@ -306,6 +306,153 @@ static void test_earlier_failure(void)
 	gmt__rp_input_free(&in);
 }
 
+/* ---- what the diagnosis asks: expandable segments ---------------------------------------- */
+
+/* Device bytes 100 MiB. #1, 60 MiB: a segment S1 of its size, freed (cached).
+ * #2-#5, 12 MiB each: split off S1's cached block in turn (a rest of more
+ * than 1 MiB stays), at S1 + 0, 12, 24, 36; 12 MiB left at S1 + 48. #3 and
+ * #5 freed: free [12, 24) and [36, 60) inside S1 — 36 MiB, the largest 24.
+ * #6, 30 MiB: no free block holds it, a segment S2 (90 MiB reserved). #7,
+ * 30 MiB: a new segment would make 120 MiB; nothing whole to release: out
+ * of memory with 10 MiB free, 36 MiB free inside the segments. */
+static const struct ev pieces[] = {
+	{ "segment_alloc", S1, 60 * MiB }, { "alloc", S1, 60 * MiB },
+	{ "free_requested", S1, 60 * MiB }, { "free_completed", S1, 60 * MiB },
+	{ "alloc", S1, 12 * MiB }, { "alloc", S1 + 12 * MiB, 12 * MiB },
+	{ "alloc", S1 + 24 * MiB, 12 * MiB }, { "alloc", S1 + 36 * MiB, 12 * MiB },
+	{ "free_requested", S1 + 12 * MiB, 12 * MiB }, { "free_completed", S1 + 12 * MiB, 12 * MiB },
+	{ "free_requested", S1 + 36 * MiB, 12 * MiB }, { "free_completed", S1 + 36 * MiB, 12 * MiB },
+	{ "segment_alloc", S2, 30 * MiB }, { "alloc", S2, 30 * MiB },
+	{ "oom", 10 * MiB, 30 * MiB },
+};
+static const struct seg pieces_segs[] = {
+	{ S1, 60 * MiB, { { S1, 12 * MiB, true }, { S1 + 12 * MiB, 12 * MiB, false },
+			  { S1 + 24 * MiB, 12 * MiB, true }, { S1 + 36 * MiB, 24 * MiB, false } } },
+	{ S2, 30 * MiB, { { S2, 30 * MiB, true } } },
+};
+
+/* Under expandable segments: one segment of the large pool mapped in 20 MiB
+ * pages at the lowest place where free and unmapped space hold the request,
+ * any rest split off. pieces: #1 maps [0, 60), freed; #2-#5 at 0, 12, 24,
+ * 36 as before; #3, #5 freed: [12, 24) and [36, 60) free. #6, 30 MiB: the
+ * lowest place is 36 with the unmapped space after 60: one page more (80
+ * mapped), at [36, 66). #7: [66, 80) free and one page more: 100 MiB, the
+ * peak, within the 100 — it fits.
+ *
+ * frag: #1, 30 MiB: two pages (40), #2 at [30, 60) (60 mapped), #3 at
+ * [60, 90) (100 mapped). #2 freed. #4, 50 MiB: the lowest place is the
+ * free [90, 100) and two pages more: 140 > 100; the release unmaps the one
+ * whole free page, [40, 60): 80 mapped, and two pages make 120 > 100: it
+ * still fails, 80 MiB reserved. */
+static void test_expandable_answer(void)
+{
+	struct gmt__rp_input in = read_ok(snapshot(pieces, N(pieces), true, pieces_segs, N(pieces_segs), 10 * MiB,
+						  true));
+	struct gmt__rp_expandable a;
+	struct gmt__rp_result r;
+	struct ev edited[N(frag)];
+	char *conf;
+
+	r = replay(&in, "", true, in.device_bytes);
+	check_faithful("pieces", &r, 2);
+	CHECK(r.request_reached && !r.request_fits);
+	gmt__rp_try_expandable(&in, &a);
+	if (!a.replayed)
+		fprintf(stderr, "expandable: %s\n", a.why);
+	CHECK(a.replayed && a.fits && !a.failed);
+	CHECK_STR(a.setting, "expandable_segments:True");
+	CHECK_U64(a.device_bytes, 100 * MiB);
+	CHECK_U64(a.peak_reserved, 100 * MiB);
+	CHECK_U64(a.request_no, 7);
+	CHECK_U64(a.request_size, 30 * MiB);
+	CHECK_STR(a.assumed, "");
+	gmt__rp_input_free(&in);
+
+	in = read_ok(snapshot(frag, N(frag), true, frag_segs, N(frag_segs), 40 * MiB, true));
+	gmt__rp_try_expandable(&in, &a);
+	CHECK(a.replayed && !a.fits && a.failed);
+	CHECK_U64(a.fail_no, 4);
+	CHECK_U64(a.fail_size, 50 * MiB);
+	CHECK_U64(a.fail_reserved, 80 * MiB);
+	CHECK_U64(a.peak_reserved, 100 * MiB);
+
+	/* The run's own settings come with it; a replay under them that does
+	 * not reproduce the run (on 130 MiB its failure would not be) answers
+	 * nothing. */
+	conf = in.conf;
+	in.conf = (char *)"max_split_size_mb:200";
+	in.device_bytes = 130 * MiB;
+	gmt__rp_try_expandable(&in, &a);
+	CHECK_STR(a.setting, "max_split_size_mb:200,expandable_segments:True");
+	CHECK(!a.replayed);
+	CHECK_STR(a.why, "the replay under the run's own settings is not faithful: at request #4 (52428800 bytes): "
+			 "the run failed it, the replay serves it");
+	in.device_bytes = 100 * MiB;
+
+	/* Not asked of a run that had them; not answered without the device
+	 * bytes. */
+	in.conf = (char *)"expandable_segments:True";
+	gmt__rp_try_expandable(&in, &a);
+	CHECK(!a.replayed);
+	CHECK_STR(a.why, "the run's own settings have expandable segments already");
+	in.conf = conf;
+	in.device_bytes_known = false;
+	gmt__rp_try_expandable(&in, &a);
+	CHECK(!a.replayed);
+	CHECK_STR(a.why, "the device bytes of the run are not known");
+	gmt__rp_input_free(&in);
+
+	/* A history the model does not reproduce answers nothing. */
+	memcpy(edited, frag, sizeof(frag));
+	edited[2].size = 32 * MiB;
+	in = read_ok(snapshot(edited, N(edited), true, frag_segs, N(frag_segs), 40 * MiB, true));
+	gmt__rp_try_expandable(&in, &a);
+	CHECK(!a.replayed);
+	CHECK_STR(a.why, "the replay under the run's own settings is not faithful: at request #2 (31457280 bytes): "
+			 "the run did segment_alloc of 33554432 bytes, the replay segment_alloc of 31457280 bytes "
+			 "(after 1 of its segment events matched)");
+	gmt__rp_input_free(&in);
+
+	/* An exit snapshot's history holds no failing request. */
+	in = read_ok(snapshot(late, N(late), false, late_segs, N(late_segs), 80 * MiB, false));
+	gmt__rp_try_expandable(&in, &a);
+	CHECK(!a.replayed);
+	CHECK_STR(a.why, "PyTorch's history holds no failing request");
+	gmt__rp_input_free(&in);
+}
+
+/* The tracer's way in: the framework's state and the driver's devices, the
+ * history made from the hand-over's traces. */
+static void test_from_framework(void)
+{
+	json_t *doc = snapshot(frag, N(frag), true, frag_segs, N(frag_segs), 40 * MiB, true);
+	json_t *fw = json_object_get(doc, "framework"), *traces = json_array(), *handed, *history;
+	const json_t *ev;
+	struct gmt__rp_device dev = { .index = 0, .have_total = true, .total = 400 * MiB };
+	struct gmt__rp_input in;
+	char err[256] = "";
+	size_t i;
+
+	json_array_foreach(json_object_get(json_array_get(json_object_get(fw, "allocator_history"), 0), "events"), i,
+			   ev) {
+		/* [action, address, size, time_us, stack, stream] */
+		json_array_append_new(traces, json_pack("[OOOiiO]", json_array_get(ev, 0), json_array_get(ev, 1),
+							json_array_get(ev, 2), 1000 + (int)i, 0, json_array_get(ev, 3)));
+	}
+	json_array_append_new(traces, json_pack("[siiiii]", "no_such_action", 0, 0, 0, 0, 0));
+	handed = json_pack("[{sisbso}]", "device", 0, "complete", 1, "events", traces);
+	history = gmt__rp_history(handed);
+	CHECK(json_equal(history, json_object_get(fw, "allocator_history")));
+	CHECK_INT(gmt__rp_read_framework(fw, history, &dev, 1, &in, err, sizeof(err)), 0);
+	CHECK_U64(in.nev, N(frag));
+	CHECK_U64(in.device_total, 400 * MiB);
+	CHECK_U64(in.device_bytes, 100 * MiB);
+	gmt__rp_input_free(&in);
+	json_decref(history);
+	json_decref(handed);
+	json_decref(doc);
+}
+
 /* ---- not a snapshot, no history --------------------------------------------------------- */
 
 static void test_bad_input(void)
@@ -339,6 +486,8 @@ int main(void)
 	test_diverging();
 	test_late_start();
 	test_earlier_failure();
+	test_expandable_answer();
+	test_from_framework();
 	test_bad_input();
 	if (check_failed)
 		fprintf(stderr, "%d checks failed\n", check_failed);

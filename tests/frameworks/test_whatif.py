@@ -206,12 +206,45 @@ def test_no_help(launcher: str, env: dict, source: str) -> None:
               "no help: under expandable_segments:True the replay says it does not fit", w.stdout + w.stderr)
         diagnosis_cites(path, w.stdout, exp, False, "no help")
         td.schema_ok(source, [path], "no help")
+        viewer_says(launcher, env, tmp, path)
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, PINNED,
                    "pinned.py", on="oom")
         check(r.returncode == 0 and "OOM" in r.stdout,
               "no help: the double run with expandable_segments:True runs out too",
               (r.returncode, r.stdout, r.stderr[-400:]))
+
+
+def viewer_says(launcher: str, env: dict, tmp: str, path: str) -> None:
+    """The viewer shows what the diagnosis's replay said: the verdict's no
+    in the terminal; where the replay did not answer, why (terminal and
+    HTML); a replay that is not an answer's form, one line naming it."""
+    v = subprocess.run([launcher, "view", "--width", "200", path], env=env, capture_output=True, text=True,
+                       timeout=120)
+    check(v.returncode == 0 and "replayed with expandable segments it would not have helped" in v.stdout and
+          "not replayed" not in v.stdout, "no help: the terminal summary gives the replay's no", v.stdout[-1500:])
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["diagnosis"]["replay"].update(replayed=False, why="the device bytes of the run are not known", fits=None)
+    edited = os.path.join(tmp, "not-replayed.json")
+    with open(edited, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    html = os.path.join(tmp, "report.html")
+    subprocess.run([launcher, "view", "--html", html, edited], env=env, capture_output=True, timeout=120)
+    page = open(html, encoding="utf-8").read() if os.path.exists(html) else ""
+    v = subprocess.run([launcher, "view", "--width", "200", edited], env=env, capture_output=True, text=True,
+                       timeout=120)
+    why = "expandable_segments:True: the device bytes of the run are not known"
+    check(v.returncode == 0 and f"not replayed: {why}" in v.stdout and
+          "Not replayed (expandable_segments:True): the device bytes of the run are not known" in page,
+          "not replayed: the viewer says why, terminal and HTML", v.stdout[-1500:])
+    doc["diagnosis"]["replay"]["replayed"] = "yes"
+    with open(edited, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    v = subprocess.run([launcher, "view", edited], env=env, capture_output=True, text=True, timeout=120)
+    lines = v.stderr.strip().splitlines()
+    check(v.returncode != 0 and len(lines) == 1 and "/diagnosis/replay/replayed" in lines[0] and
+          "not-replayed.json" in lines[0], "a replay not of its form: one line naming it", v.stderr[-600:])
 
 
 def test_edited(launcher: str, env: dict) -> None:

@@ -236,6 +236,9 @@ def _oom_html(doc: Doc) -> str:
             out.append(f'<div class="remedies"><strong>What to try</strong> '
                        f'<span class="muted">(each offered because the numbers above support it)</span>'
                        f'<ul>{"".join(tries)}</ul></div>')
+        rp = dg.get("replay")
+        if rp and not rp["replayed"]:
+            out.append(f'<p class="muted">Not replayed ({esc(rp["setting"])}): {esc(rp.get("why") or "?")}</p>')
         nums = dg["numbers"]
         if nums:
             cells = []

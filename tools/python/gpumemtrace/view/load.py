@@ -571,6 +571,13 @@ def _diagnosis(c: _Checker, d: Dict[str, Any], stack_ref: Callable[[Any, str], i
         c.opt(r, "verdict", q, c.str_)
         c.opt(r, "bytes", q, c.int_)
         r["stack"] = stack_ref(r.get("stack", 0), f"{q}/stack")
+    rp = c.opt(dg, "replay", p, c.obj)
+    if rp is not None:
+        q = f"{p}/replay"
+        c.req(rp, "setting", q, c.str_)
+        c.req(rp, "replayed", q, c.bool_)
+        c.opt(rp, "why", q, c.str_)
+        c.opt(rp, "fits", q, c.bool_)
     nums = c.opt(dg, "numbers", p, c.obj)
     dg["numbers"] = nums or {}
     for key in ("growth_top_stack", "largest_stack"):

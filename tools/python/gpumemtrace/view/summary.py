@@ -66,6 +66,11 @@ def facts(doc: Doc, top: int = 10, frames: int = 3, level: str = "tensors") -> D
             "released": next((v.get("detail") or "" for v in dg["verdicts"]
                               if v["name"] == "cache_released" and not v.get("primary")), None),
             "growth_stacks": list(dg["numbers"].get("growth_stacks") or [])[:3],
+            # PyTorch's history replayed with expandable segments: where it
+            # could not answer, why (where it did, the verdict or the
+            # remedy says what).
+            "replay_why": (f"{dg['replay']['setting']}: {dg['replay'].get('why') or '?'}"
+                           if dg.get("replay") and not dg["replay"]["replayed"] else None),
         }
     fr = doc.get("failed_request")
     if fr:
@@ -299,6 +304,8 @@ def _diagnosis(t: Text, doc: Doc, f: Dict[str, Any]) -> None:
                 t.add("  growing: ", site_title(doc, sid, t.width - 11))
         if dg.get("released"):
             t.wrap(dg["released"], indent=2, hang=4, first=[("cache released: ", "yellow")])
+        if dg.get("replay_why"):
+            t.wrap(dg["replay_why"], indent=2, hang=4, first=[("not replayed: ", "dim")])
         if dg["others"]:
             t.wrap("other causes that alone would have made room:", indent=2, hang=4)
             for v in dg["others"]:

@@ -42,6 +42,11 @@ lines are ignored):
                                         with steps, it grew over at least that
                                         many marked steps
     REMEDY <label> <name> [first]       a remedy of the diagnosis (the first)
+    REPLAY <label> <fits|nofit>         the diagnosis's replay of PyTorch's
+                                        history with expandable segments
+                                        answered (the replay under the run's
+                                        own settings reproduced the run), and
+                                        said this of the failing request
     RECOVERED                           out-of-memory snapshots are expected
                                         without an @oom checkpoint: failures
                                         the framework recovered from (released
@@ -130,6 +135,7 @@ class Expectations:
     no_verdicts: list[tuple[str, str]] = field(default_factory=list)
     growth_sites: list[tuple[str, str, int, int]] = field(default_factory=list)
     remedies: list[tuple[str, str, bool]] = field(default_factory=list)
+    replays: list[tuple[str, bool]] = field(default_factory=list)
     recovered: bool = False
     leaks: list[tuple[str, int, int]] = field(default_factory=list)
     frameworks: list[tuple[str, int, int, int]] = field(default_factory=list)
@@ -211,6 +217,10 @@ def parse(output: str) -> Expectations:
                 if len(f) > 2 and f[2] != "first":
                     raise ValueError(f"REMEDY takes first or nothing, not {f[2]!r}")
                 exp.remedies.append((f[0], f[1], len(f) > 2))
+            elif word == "REPLAY":
+                if f[1] not in ("fits", "nofit"):
+                    raise ValueError(f"REPLAY takes fits or nofit, not {f[1]!r}")
+                exp.replays.append((f[0], f[1] == "fits"))
             elif word == "RECOVERED":
                 exp.recovered = True
             elif word == "LEAKS":
@@ -226,7 +236,8 @@ def parse(output: str) -> Expectations:
             | {k for k, _ in exp.extra} | {x[0] for x in exp.pools + exp.byte_sums + exp.has
                                           + exp.pyframes + exp.gone + exp.reservations + exp.ooms
                                           + exp.verdicts + exp.leaks + exp.frameworks
-                                          + exp.no_verdicts + exp.growth_sites + exp.remedies})
+                                          + exp.no_verdicts + exp.growth_sites + exp.remedies
+                                          + exp.replays})
     for label in sorted(used - labels):
         exp.problems.append(f"facts about {label!r}, which is no checkpoint")
     return exp
@@ -631,6 +642,17 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
         if name not in names or (first and names[0] != name):
             problems.append(f"{label}: remedy {name}{' (first)' if first else ''} expected, the "
                             f"diagnosis offers {names}")
+    for label, fits in exp.replays:
+        snap = snaps.get(label)
+        if snap is None:
+            continue
+        rp = (snap.get("diagnosis") or {}).get("replay") or {}
+        if rp.get("replayed") is not True:
+            problems.append(f"{label}: the diagnosis's replay did not answer: {rp.get('why') or 'no replay'}")
+        elif rp.get("fits") is not fits:
+            problems.append(f"{label}: the replay with expandable segments says the request "
+                            f"{'does not fit' if fits else 'fits'} (peak reserved {rp.get('peak_reserved_bytes')} "
+                            f"of {rp.get('device_bytes')}), {'fits' if fits else 'does not fit'} expected")
     for label, device, allocated, reserved in exp.frameworks:
         snap = snaps.get(label)
         if snap is None:

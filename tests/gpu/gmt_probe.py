@@ -154,6 +154,12 @@ def remedy(label: str, name: str, first: bool = False) -> None:
     line("REMEDY", label, name, *(["first"] if first else []))
 
 
+def replay(label: str, fits: bool) -> None:
+    """The diagnosis's replay with expandable segments answered, saying the
+    failing request fits (or not)."""
+    line("REPLAY", label, "fits" if fits else "nofit")
+
+
 def recovered() -> None:
     """Out-of-memory snapshots of failures the framework recovered from are
     expected, though no checkpoint names @oom."""

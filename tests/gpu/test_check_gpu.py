@@ -386,6 +386,39 @@ def case_remedy_missing(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
+def replay_base(sc: Scenario, replay: Any) -> None:
+    doc = growth_doc("main (frag.py:9)")
+    doc["diagnosis"]["replay"] = replay
+    sc.checkpoint("oom", doc, where="@oom", live=[(A, 8 * MIB, "device", 0)])
+
+
+def case_replay(sc: Scenario) -> dict[str, Any]:
+    replay_base(sc, {"setting": "expandable_segments:True", "replayed": True, "why": None, "fits": True,
+                     "peak_reserved_bytes": 920 * MIB, "device_bytes": 1024 * MIB})
+    sc.lines.append("REPLAY oom fits")
+    return {}
+
+
+def case_replay_nofit(sc: Scenario) -> dict[str, Any]:
+    replay_base(sc, {"setting": "expandable_segments:True", "replayed": True, "why": None, "fits": False,
+                     "peak_reserved_bytes": 900 * MIB, "device_bytes": 1024 * MIB})
+    sc.lines.append("REPLAY oom fits")
+    return {}
+
+
+def case_replay_unanswered(sc: Scenario) -> dict[str, Any]:
+    replay_base(sc, {"setting": "expandable_segments:True", "replayed": False,
+                     "why": "the replay under the run's own settings is not faithful: at request #3"})
+    sc.lines.append("REPLAY oom nofit")
+    return {}
+
+
+def case_replay_absent(sc: Scenario) -> dict[str, Any]:
+    replay_base(sc, None)
+    sc.lines.append("REPLAY oom fits")
+    return {}
+
+
 def case_noverdict(sc: Scenario) -> dict[str, Any]:
     growth_base(sc)
     sc.lines.append("NOVERDICT oom allocator_fragmentation")
@@ -580,6 +613,12 @@ CASES: list[Case] = [
     ("fail", case_remedy_first, "remedy expandable_segments (first) expected"),
     ("fail", case_remedy_missing, "remedy smaller_batch expected"),
     ("fail", case_noverdict, "verdict allocator_fragmentation not expected"),
+    ("pass", case_replay, None),
+    ("fail", case_replay_nofit, "says the request does not fit (peak reserved 943718400 of 1073741824), fits "
+                                "expected"),
+    ("fail", case_replay_unanswered, "the diagnosis's replay did not answer: the replay under the run's own "
+                                     "settings is not faithful: at request #3"),
+    ("fail", case_replay_absent, "the diagnosis's replay did not answer: no replay"),
     ("pass", case_leaks, None),
     ("fail", case_leaks_wrong, "the leak check counts 1"),
     ("pass", case_framework, None),

@@ -277,6 +277,9 @@ def run_fragment(torch, expandable: bool) -> None:
         gp.verdict("oom", "allocator_fragmentation", primary=True)
         gp.no_verdict("oom", "growth")
         gp.remedy("oom", "expandable_segments", first=True)
+        # the replay the remedy cites: its yes is what fragment-expandable
+        # runs for real
+        gp.replay("oom", True)
         if not seen:
             sys.exit("torch_memory.py fragment: PyTorch called no out-of-memory observer")
         gp.framework("oom", DEV, *seen[-1])

@@ -205,9 +205,18 @@ static uint64_t window_factor(const struct sim_config *cfg)
 	return 2;
 }
 
+/* The VMM window, where the process can reserve it (not under valgrind, see
+ * window_factor): 16 times the devices' memory, else as the others. PyTorch's
+ * expandable segments reserve 1 1/8 of the device per stream and pool, and
+ * one more for each request that the unmapped end of the last does not hold
+ * (never freed while nothing in it is mapped), which the real driver's
+ * 256 TiB of addresses always grants. */
+#define VMM_WINDOW_FACTOR 16
+
 CUresult gmtsim__memory_init(const struct sim_config *cfg)
 {
-	uint64_t total = 0, base = 0, k = window_factor(cfg);
+	uint64_t total = 0, base = 0, vmm, k = window_factor(cfg);
+	int r;
 
 	gmtsim__model.ndevices = cfg->ndevices;
 	gmtsim__model.next_handle = 0x1000;
@@ -228,8 +237,13 @@ CUresult gmtsim__memory_init(const struct sim_config *cfg)
 		d->current_pool = &d->default_pool;
 		total += cfg->memory[i];
 	}
-	if (reserve_window(k * total + ((uint64_t)1 << 30), 0, &base) < 0 ||
-	    gmtsim__ranges_init(&gmtsim__model.vmm_va, base, k * total + ((uint64_t)1 << 30)) < 0) {
+	vmm = (k > 1 ? VMM_WINDOW_FACTOR : k) * total + ((uint64_t)1 << 30);
+	r = reserve_window(vmm, 0, &base);
+	if (r < 0 && k > 1) {
+		vmm = k * total + ((uint64_t)1 << 30);
+		r = reserve_window(vmm, 0, &base);
+	}
+	if (r < 0 || gmtsim__ranges_init(&gmtsim__model.vmm_va, base, vmm) < 0) {
 		fprintf(stderr, "gmtsim: cannot reserve address space for virtual memory management\n");
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}

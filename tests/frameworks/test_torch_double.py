@@ -15,11 +15,15 @@ bootstrap uses), under `gpumemtrace run`:
   settings PyTorch's snapshot names (minor 14); the episode has the two
   failures (before and after the cache was released); the pickle beside it
   is PyTorch's snapshot; the exit snapshot has the state handed over at exit;
-- expandable: with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the
-  segments are runs of 2 MiB pages mapped in a VMM reservation per pool
-  (one starting at its pool's reservation, one after pages the cache
-  released): every one joined, each the allocator's own, expandable, and
-  expandable segments not offered as the remedy;
+- expandable: with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as
+  PyTorch's: a VMM reservation of 1 1/8 of the device per pool, in pages of
+  20 MiB (large pool) and 2 MiB (small), mapped as requests need them and
+  unmapped, whole pages only, when the cache is released; the segments
+  those of PyTorch's snapshot, the runs of mapped pages (two starting at
+  their pool's reservation, one after pages the cache released), each
+  joined and expandable; PyTorch's history of the mappings, address and
+  size (EXPANDABLE derives each); expandable segments not offered as the
+  remedy;
 - fragmentation: free bytes inside the allocator's segments cover a
   request but no free block does: the verdict allocator_fragmentation, on
   the allocator's own numbers;
@@ -74,11 +78,22 @@ print("SEGMENTS", " ".join(f"{s.address}:{s.size}" for s in a.segments))
 print("MODULES", sorted(m for m in sys.modules if m.startswith("gpumemtrace")))
 '''
 
-# Expandable segments: the large pool's pages 0-31 and 32-63 (one segment
-# grown), the small pool's first page; the first 32 pages released by the
-# cache (the segment now starts past its reservation's start), 16 mapped
-# again at the start (a segment of their own); then more than the device
-# has left asked.
+# Expandable segments, as PyTorch's, on the 1 GiB device: each pool reserves
+# 1 1/8 of it (1152 MiB) in its pages, the large pool 58 of 20 MiB (1160
+# MiB, L), the small one 576 of 2 MiB (1152 MiB, S), and maps pages as
+# requests need them. a: pages 0-3 of L (80 MiB), a at L. b: the 16 MiB free
+# after a and the unmapped range after it hold 64 MiB: 48 MiB more, pages 4-6
+# (60 MiB at L+80), b at L+64, 12 MiB free after it. small: page 0 of S.
+# empty_cache() after a's free: of the free blocks, by size, the 12 MiB at
+# L+128 holds no whole page, the 64 MiB at L+0 pages 0-2 (60 MiB unmapped at
+# L), 4 MiB staying mapped at L+60. d (32 MiB): the lowest unmapped range,
+# L (60 MiB, then the 4 MiB), maps pages 0-1 (40 MiB), d at L. Then 960 MiB:
+# the unmapped range after b's page 6 (1020 MiB at L+140, with the 12 MiB
+# before it) holds it, but 48 pages are more than the device has left (122
+# MiB mapped), and releasing the cache unmaps nothing (no free block holds a
+# whole page): out of memory. The segments, as PyTorch's snapshot reports
+# them, are the runs of mapped pages: L (40 MiB), L+60 (80 MiB: pages 3-6),
+# S (2 MiB).
 EXPANDABLE = r'''
 import torch
 MIB = 1 << 20
@@ -92,9 +107,8 @@ try:
     torch.empty(960 * MIB)
 except torch.cuda.OutOfMemoryError:
     pass
-al = torch.cuda._allocator()
-print("SEGMENTS", " ".join(f"{s.address}:{s.size}" for s in al.segments))
-print("RESERVATIONS", " ".join(str(v.base) for v in al.spaces.values()))
+print("SEGMENTS", " ".join(f"{s['address']}:{s['total_size']}" for s in torch.cuda.memory._snapshot()["segments"]))
+print("RESERVATIONS", " ".join(str(sp.address) for sp in torch.cuda._allocator().spaces))
 '''
 
 # Fragmentation inside the allocator: a 600 MiB segment cut into 64 MiB
@@ -113,7 +127,8 @@ try:
 except torch.cuda.OutOfMemoryError:
     pass
 a = torch.cuda._allocator()
-print("STATE", a.cached_free(), max(b.size for s in a.segments for b in s.blocks if not b.active))
+print("STATE", a.cached_free(), max(b["size"] for s in torch.cuda.memory._snapshot()["segments"]
+                                   for b in s["blocks"] if b["state"] == "inactive"))
 '''
 
 # A training loop: 256 MiB of weights; each step's forward keeps 8
@@ -582,7 +597,7 @@ def test_expandable(launcher: str, source: str, env: Dict[str, str]) -> None:
         r = run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, EXPANDABLE,
                 "expandable.py")
         segs = re.search(r"^SEGMENTS (.*)$", r.stdout, re.M)
-        res = re.search(r"^RESERVATIONS (.*)$", r.stdout, re.M)
+        res = re.search(r"^RESERVATIONS (\d+) (\d+)$", r.stdout, re.M)
         ooms, doc = oom_snapshot(tmp)
         check(r.returncode == 0 and segs is not None and res is not None and len(ooms) == 1,
               "expandable: the program ran, one oom snapshot", (r.stdout, r.stderr[-600:], ooms))
@@ -591,12 +606,27 @@ def test_expandable(launcher: str, source: str, env: Dict[str, str]) -> None:
         fw = doc.get("framework") or {}
         want = sorted(tuple(map(int, x.split(":"))) for x in segs.group(1).split())
         got = sorted((s["address"], s["total_size"]) for s in fw.get("segments", []))
-        bases = sorted(map(int, res.group(1).split()))
-        reserved = sorted(int(v["address"], 16) for v in doc["vmm"]["reservations"])
-        check(got == want and len(want) == 3, "expandable: the segments are the allocator's", (got, want))
-        check(reserved == bases, "expandable: the pools' reservations in the snapshot", (reserved, bases))
-        check(sum(a in bases for a, _ in got) == 2 and sum(a not in bases for a, _ in got) == 1,
-              "expandable: two segments start at their pool's reservation, one past it", (got, bases))
+        large, small = map(int, res.groups())  # the large pool's reservation made first
+
+        def where(addr: int) -> Tuple[str, int]:
+            """An address as its reservation (L or S) and the offset in it."""
+            return ("S", addr - small) if small <= addr < small + 1152 * MIB else ("L", addr - large)
+
+        check(got == want, "expandable: the segments are PyTorch's snapshot's", (got, want))
+        check(got == sorted([(large, 40 * MIB), (large + 60 * MIB, 80 * MIB), (small, 2 * MIB)]),
+              "expandable: the runs of mapped pages: L (40 MiB), L+60 MiB (80 MiB), S (2 MiB)",
+              [(where(a), n) for a, n in got])
+        reserved = sorted((int(v["address"], 16), v["size"]) for v in doc["vmm"]["reservations"])
+        check(reserved == sorted([(large, 58 * 20 * MIB), (small, 576 * 2 * MIB)]),
+              "expandable: the pools' reservations in the snapshot: 58 pages of 20 MiB, 576 of 2 MiB",
+              (reserved, large, small))
+        # PyTorch's history of the pages: (action, offset in its reservation, MiB).
+        hist = (fw.get("allocator_history") or [{}])[0].get("events", [])
+        pages = [(e[0], *where(e[1]), e[2] // MIB) for e in hist if e[0] in ("segment_map", "segment_unmap")]
+        check(pages == [("segment_map", "L", 0, 80), ("segment_map", "L", 80 * MIB, 60), ("segment_map", "S", 0, 2),
+                        ("segment_unmap", "L", 0, 60), ("segment_map", "L", 0, 40)] and
+              [e[0] for e in hist][-1:] == ["oom"] and hist[-1][2] == 960 * MIB,
+              "expandable: the history maps and unmaps PyTorch's ranges, then the 960 MiB fails", hist)
         check(all(s.get("allocation") is True and s.get("is_expandable") is True for s in fw.get("segments", [])) and
               fw.get("segments_joined") == len(want), "expandable: every segment joined",
               [(s.get("address"), s.get("allocation")) for s in fw.get("segments", [])])

@@ -9,10 +9,16 @@ best fit and cache release) on the simulated GPU:
   request does not fit, as in the run;
 - late: the same with a history of the last 40 entries: still faithful,
   the state before it rebuilt and said (assumed);
+- expandable: the same program run with expandable_segments:True (the
+  double's expandable segments are PyTorch's): faithful under its own
+  settings, every segment_map and segment_unmap matched (the last requests
+  reserve a second range of addresses, PyTorch's way when the first has no
+  room left), the failing request does not fit;
 - fragmentation: freed blocks between live ones, then 128 MiB asked:
   under the run's settings it does not fit; under expandable_segments:True
   the replay says it fits — and the double run with that setting does not
-  run out of memory;
+  run out of memory, its max_memory_reserved() the peak the replay
+  predicted;
 - the diagnosis cites the replay: the fragmentation run's snapshot offers
   expandable_segments with the replay's peak reserved and device bytes
   (whatif's); pinned: 5 MiB tensors, every other freed, whose holes leave
@@ -64,9 +70,11 @@ except torch.cuda.OutOfMemoryError:
     pass
 '''
 
-# The double's fragmentation (td.FRAGMENTED), saying whether it ran out.
+# The double's fragmentation (td.FRAGMENTED), saying whether it ran out and
+# its peak of reserved bytes.
 FRAGMENTED = td.FRAGMENTED.replace("except torch.cuda.OutOfMemoryError:\n    pass\n",
-                                   "except torch.cuda.OutOfMemoryError:\n    print('OOM')\n")
+                                   "except torch.cuda.OutOfMemoryError:\n    print('OOM')\n") + \
+    "print('PEAK', torch.cuda.max_memory_reserved())\n"
 
 
 def whatif(launcher: str, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -81,12 +89,16 @@ def oom_run(launcher: str, env: dict, tmp: str, text: str, name: str) -> str:
     return ooms[0] if len(ooms) == 1 else ""
 
 
-def segment_events(path: str) -> int:
+def segment_list(path: str) -> list:
     """The segment events of the snapshot's history up to its last oom."""
     with open(path, encoding="utf-8") as f:
         events = json.load(f)["framework"]["allocator_history"][0]["events"]
     last = max(i for i, e in enumerate(events) if e[0] == "oom")
-    return sum(1 for e in events[:last + 1] if e[0].startswith("segment_"))
+    return [e for e in events[:last + 1] if e[0].startswith("segment_")]
+
+
+def segment_events(path: str) -> int:
+    return len(segment_list(path))
 
 
 def section(out: str, title: str) -> str:
@@ -96,16 +108,22 @@ def section(out: str, title: str) -> str:
 
 
 def test_faithful(launcher: str, env: dict) -> None:
-    for history, name in (("100000", "mixed"), ("40", "late")):
+    for history, name, conf in (("100000", "mixed", ""), ("40", "late", ""),
+                                ("100000", "expandable", "expandable_segments:True")):
         with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
-            path = oom_run(launcher, dict(env, GPUMEMTRACE_HISTORY=history), tmp, MIXED, f"{name}.py")
+            run_env = dict(env, GPUMEMTRACE_HISTORY=history, **({"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}))
+            path = oom_run(launcher, run_env, tmp, MIXED, f"{name}.py")
             if not path:
                 continue
             w = whatif(launcher, env, path)
             own = section(w.stdout, "the run's own settings")
             n = segment_events(path)
+            kinds = {e[0] for e in segment_list(path)}
             check(w.returncode == 0 and f"faithful: the run's {n} segment events reproduced" in own and n > 0,
                   f"{name}: faithful, every segment event of the history ({n})", w.stdout + w.stderr)
+            check(kinds == ({"segment_map", "segment_unmap"} if conf else {"segment_alloc", "segment_free"}),
+                  f"{name}: the history's segment events are {'pages mapped and unmapped' if conf else 'segments'}",
+                  kinds)
             check(re.search(r"the failing request \(#\d+, 200 MiB \(209715200 bytes\)\): does not fit", own)
                   is not None, f"{name}: the failing request does not fit, as in the run", own)
             assumed = "assumed: the history does not reach back to PyTorch's start" in own
@@ -124,6 +142,7 @@ def run_and_replay(launcher: str, env: dict, tmp: str, text: str, name: str) -> 
 
 
 def test_fragmentation(launcher: str, env: dict) -> None:
+    predicted = None
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         path, w, exp = run_and_replay(launcher, env, tmp, FRAGMENTED, "frag.py")
         if not path:
@@ -135,6 +154,8 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         check(f"{request}: fits" in exp and "first request that fails: none" in exp,
               "fragmentation: under expandable_segments:True the replay says it fits", exp)
         diagnosis_cites(path, w.stdout, exp, True, "fragmentation")
+        m = re.search(r"peak reserved: .* \((\d+) bytes\)", exp)
+        predicted = int(m.group(1)) if m else None
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, FRAGMENTED,
                    "frag.py", on="oom")
@@ -143,6 +164,9 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         check(r.returncode == 0 and "STATE" in r.stdout and "OOM" not in r.stdout and "OOM" in FRAGMENTED,
               "fragmentation: the double run with expandable_segments:True fits too (no out-of-memory raised)",
               (r.returncode, r.stdout, r.stderr[-400:]))
+        m = re.search(r"^PEAK (\d+)$", r.stdout, re.M)
+        check(m is not None and predicted is not None and int(m.group(1)) == predicted,
+              "fragmentation: its max_memory_reserved() is the peak the replay predicted", (m and m.group(1), predicted))
 
 
 def number(text: str, label: str) -> int:

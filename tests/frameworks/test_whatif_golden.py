@@ -2,22 +2,28 @@
 """The golden traces' check (tests/gpu/whatif_golden.py check) proven on
 fixtures of the PyTorch double, recorded by the same recorder
 (whatif_golden.py record --double) on the simulated GPU into a temporary
-directory. The double follows PyTorch's segment sizes, splitting, best fit
-and cache release, but its expandable segments are its own and it ignores
-max_split_size_mb and garbage_collection_threshold: it is recorded only under
-settings where it is PyTorch (the defaults; a threshold, inert without a
-memory fraction; a max_split_size_mb above every block), so every prediction
-here is of a run the double made the same way. What it shows is that the
-check works, not that the model predicts a real GPU's runs.
+directory. The double follows PyTorch's segment sizes, splitting, best fit,
+cache release and expandable segments, but it ignores max_split_size_mb and
+garbage_collection_threshold: it is recorded only under settings where it
+is PyTorch (the defaults; expandable_segments:True; a threshold, inert
+without a memory fraction; a max_split_size_mb above every block), so every
+prediction here is of a run the double made the same way. What it shows is
+that the check works, not that the model predicts a real GPU's runs.
 
-- the recorded fixtures pass: faithful under their own settings, their peak
-  reserved the run's max_memory_reserved(), each prediction within 1 %
-  (fragment runs out of memory under both settings: its oom snapshot, the
-  peak up to that request);
+- the recorded fixtures pass: faithful under their own settings (the
+  expandable ones too: every segment_map and segment_unmap), their peak
+  reserved the run's max_memory_reserved(), each prediction within 1 %:
+  mixed's 12 (four settings, each predicted from the three others) and
+  fragment's 4 — it runs out of memory under the defaults and
+  max_split_size_mb:4096 (oom snapshots, the peak up to that request) but
+  not with expandable segments, so the two predicted from that run (which
+  runs to the end) are not compared, the reason printed;
 - a fragment run edited to say it did not run out of memory: its
-  prediction, which fails at that request, is not compared, and the reason
-  is printed;
-- a run edited to ask one byte less once (the same block): its four
+  prediction from the defaults, which fails at that request, is not
+  compared, and the reason is printed (the expandable run left out there:
+  its exit snapshot has no device bytes, so its replay runs to the end and
+  would be compared with the edited run);
+- a run edited to ask one byte less once (the same block): its six
   pairs not compared, the reason printed (the runs' requests differ);
 - planted: a fixture's max_memory_reserved() 8 MiB higher: the check fails,
   naming it (faithful, but the peak differs) and the predictions of it;
@@ -87,18 +93,22 @@ def main(argv: list) -> int:
         print(r.stdout, end="")
         check(r.returncode == 0, "record --double: every run recorded", r.stderr[-800:])
         names = sorted(os.listdir(good)) if os.path.isdir(good) else []
-        check(len(names) == 5, "five fixtures (mixed under three settings, fragment under two)", names)
+        check(len(names) == 7, "seven fixtures (mixed under four settings, fragment under three)", names)
         big = max((os.path.getsize(os.path.join(good, n)) for n in names), default=0)
         check(big < 64 * 1024, "each fixture under 64 KiB", big)
 
         r = golden(source, env, "check", "--launcher", launcher, good)
         print(r.stdout, end="")
         check(r.returncode == 0, "check: the double's fixtures hold", r.stderr[-800:])
-        check(r.stdout.count("faithful, peak reserved") == 5, "check: every fixture faithful, peak exact", r.stdout)
-        check(r.stdout.count(" predicted, ") == 8, "check: the predictions between settings compared", r.stdout)
+        check(r.stdout.count("faithful, peak reserved") == 7, "check: every fixture faithful, peak exact", r.stdout)
+        check(r.stdout.count(" predicted, ") == 16, "check: the predictions between settings compared", r.stdout)
+        check(r.stdout.count("predicted from [expandable_segments:True]: not comparable: the replay under it runs "
+                             "to the end, the run under it ran out of memory") == 2,
+              "check: fragment's two predicted from its expandable run not compared, the reason printed", r.stdout)
 
         planted = os.path.join(tmp, "no-oom")
         shutil.copytree(good, planted)
+        os.remove(os.path.join(planted, "fragment.expandable-segments-true.json.gz"))
         edit(os.path.join(planted, "fragment.max-split-size-mb-4096.json.gz"),
              lambda d: d.__setitem__("ended_in_oom", False))
         r = golden(source, env, "check", "--launcher", launcher, planted)
@@ -110,7 +120,7 @@ def main(argv: list) -> int:
         shutil.copytree(good, planted)
         edit(os.path.join(planted, "mixed.default.json.gz"), ask_one_byte_less)
         r = golden(source, env, "check", "--launcher", launcher, planted)
-        check(r.returncode == 0 and r.stdout.count("not comparable: the runs' requests differ from request #1") == 4,
+        check(r.returncode == 0 and r.stdout.count("not comparable: the runs' requests differ from request #1") == 6,
               "a run that asked a byte less once: still faithful, its pairs not compared, the reason printed",
               r.stdout[-1500:])
 

@@ -51,13 +51,13 @@ GPU_PLAN = {
     "mixed": ["", "expandable_segments:True", "max_split_size_mb:20"],
 }
 # On the double: settings it models faithfully. Its expandable segments are
-# its own (docs/whatif.md), and it ignores max_split_size_mb and
-# garbage_collection_threshold; PyTorch leaves the threshold inert without a
-# memory fraction, and a max_split_size_mb above every block changes
-# nothing, so under these the double is PyTorch.
+# PyTorch's (docs/whatif.md); it ignores max_split_size_mb and
+# garbage_collection_threshold, but PyTorch leaves the threshold inert
+# without a memory fraction, and a max_split_size_mb above every block
+# changes nothing, so under these the double is PyTorch.
 DOUBLE_PLAN = {
-    "mixed": ["", "garbage_collection_threshold:0.8", "max_split_size_mb:4096"],
-    "fragment": ["", "max_split_size_mb:4096"],
+    "mixed": ["", "expandable_segments:True", "garbage_collection_threshold:0.8", "max_split_size_mb:4096"],
+    "fragment": ["", "expandable_segments:True", "max_split_size_mb:4096"],
 }
 TOLERANCE = 0.01
 TOLERANCE_BYTES = 2 * MIB

@@ -157,7 +157,12 @@ int cli_whatif(int argc, char **argv)
 	}
 	print_answers(&r, limit != GMT_AM_UNLIMITED);
 	for (size_t k = 0; k < nconfs; k++) {
-		printf("%s:\n", confs[k]);
+		/* An empty (or blank) CONF is PyTorch's defaults, named as the
+		 * run's own settings name them. */
+		if (confs[k][strspn(confs[k], " \t\n")] == '\0')
+			printf("PyTorch's defaults (--alloc-conf \"%s\"):\n", confs[k]);
+		else
+			printf("%s:\n", confs[k]);
 		if (other[k].ignored[0])
 			printf("  ignored (not the device cache): %s\n", other[k].ignored);
 		rc = gmt__rp_run(&in, &other[k], false, limit, &r, err, sizeof(err));

@@ -18,7 +18,8 @@ best fit and cache release) on the simulated GPU:
   under the run's settings it does not fit; under expandable_segments:True
   the replay says it fits — and the double run with that setting does not
   run out of memory, its max_memory_reserved() the peak the replay
-  predicted;
+  predicted; under --alloc-conf "" (PyTorch's defaults, named so in its
+  heading, not a bare ":") the answers are the run's own;
 - the diagnosis cites the replay: the fragmentation run's snapshot offers
   expandable_segments with the replay's peak reserved and device bytes
   (whatif's); pinned: 5 MiB tensors, every other freed, whose holes leave
@@ -147,7 +148,10 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         path, w, exp = run_and_replay(launcher, env, tmp, FRAGMENTED, "frag.py")
         if not path:
             return
+        w = whatif(launcher, env, path, "--alloc-conf", "expandable_segments:True", "--alloc-conf", "")
         own = section(w.stdout, "the run's own settings")
+        exp = section(w.stdout, "expandable_segments:True:")
+        defaults = section(w.stdout, 'PyTorch\'s defaults (--alloc-conf ""):')
         request = "the failing request (#11, 128 MiB (134217728 bytes))"
         check(w.returncode == 0 and "faithful:" in own and f"{request}: does not fit" in own,
               "fragmentation: faithful, the request does not fit under the run's settings", w.stdout + w.stderr)
@@ -156,6 +160,14 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         diagnosis_cites(path, w.stdout, exp, True, "fragmentation")
         m = re.search(r"peak reserved: .* \((\d+) bytes\)", exp)
         predicted = int(m.group(1)) if m else None
+        headings = [line for line in w.stdout.splitlines() if line and not line.startswith(" ")]
+        check(headings[-2:] == ["expandable_segments:True:", 'PyTorch\'s defaults (--alloc-conf ""):'] and
+              ":" not in [line.strip() for line in headings],
+              'fragmentation: --alloc-conf "" answered under "PyTorch\'s defaults (--alloc-conf \"\")", not ":"',
+              headings)
+        check(defaults != "" and defaults == own.replace(own.splitlines()[0] + "\n", "", 1),
+              "fragmentation: PyTorch's defaults answer as the run's own settings (which they are)",
+              (defaults, own))
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, FRAGMENTED,
                    "frag.py", on="oom")

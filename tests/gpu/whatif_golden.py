@@ -324,6 +324,14 @@ def sections(text: str) -> list:
     return out
 
 
+def setting_of(heading: str) -> str:
+    """The --alloc-conf a heading of the replay's answers is for: whatif
+    names an empty one (PyTorch's defaults) `PyTorch's defaults
+    (--alloc-conf "")`, any other by itself."""
+    m = re.fullmatch(r'PyTorch\'s defaults \(--alloc-conf "(.*)"\):', heading)
+    return m.group(1) if m else heading[:-1]
+
+
 def number(lines: list, key: str) -> int | None:
     for line in lines:
         if line.startswith(key):
@@ -371,8 +379,7 @@ def check(args: argparse.Namespace) -> int:
                 bad += 1
             else:
                 print(f"ok   {tag}: faithful, peak reserved {peak} = max_memory_reserved()")
-            # An empty --alloc-conf (PyTorch's defaults) is answered under ":".
-            answers = {head[:-1]: lines for head, lines in secs if not head.startswith("the run's own")}
+            answers = {setting_of(head): lines for head, lines in secs if not head.startswith("the run's own")}
             for other in others:
                 conf = other.doc["alloc_conf"]
                 pair = f"{fx.doc['workload']}: [{conf or 'default'}] predicted from [{fx.doc['alloc_conf'] or 'default'}]"

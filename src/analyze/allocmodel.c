@@ -626,6 +626,11 @@ static uint32_t alloc_expandable(struct gmt__allocmodel *m, struct pool *p, uint
 		uint32_t next = m->b[c].next;
 		uint64_t want = size - m->b[c].size;
 
+		/* A reservation mapped whole and still too small: a request
+		 * larger than 1 1/8 of the device, which the driver never
+		 * grants PyTorch. */
+		if (next == NONE)
+			return NONE;
 		if (want > m->b[next].size)
 			want = m->b[next].size;
 		if (!map_block(m, next, want))

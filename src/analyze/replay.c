@@ -777,8 +777,12 @@ int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, 
 		for (size_t i = 0; i <= stop; i++)
 			r->request_no += in->ev[i].op == GMT_RP_ALLOC || in->ev[i].op == GMT_RP_OOM;
 	}
-	/* The device's size: an expandable segment reserves 1 1/8 of it. */
+	/* The device's size: an expandable segment reserves 1 1/8 of it. A
+	 * device asked about with more bytes than the run's has at least as
+	 * many. */
 	total = in->device_total ? in->device_total : limit != GMT_AM_UNLIMITED ? limit : 1ull << 40;
+	if (limit != GMT_AM_UNLIMITED && limit > total)
+		total = limit;
 	if (gmt__am_create(c, total, &p.m) < 0)
 		return gmt__am_fail(err, errlen, -ENOMEM, "out of memory");
 	gmt__am_set_limit(p.m, limit);

@@ -26,6 +26,8 @@ best fit and cache release) on the simulated GPU:
   no whole page of an expandable segment to unmap — not offered, the
   verdict says the replay's no, and the double run with the setting runs
   out too;
+- larger device: a run under expandable segments whose request is larger
+  than the device, asked about 100 GiB (--device-bytes): it fits;
 - edited: the snapshot's history with one segment's size changed: not
   faithful, where, and no answers (exit 1);
 - bad input: a file that is not JSON, a snapshot without PyTorch's
@@ -283,6 +285,35 @@ def viewer_says(launcher: str, env: dict, tmp: str, path: str) -> None:
           "not-replayed.json" in lines[0], "a replay not of its form: one line naming it", v.stderr[-600:])
 
 
+# A request larger than the device under expandable segments.
+BIG = r'''
+import torch
+MIB = 1 << 20
+a = torch.empty(64 * MIB)
+try:
+    torch.empty(2048 * MIB)
+except torch.cuda.OutOfMemoryError:
+    print('OOM')
+'''
+
+
+def test_larger_device(launcher: str, env: dict) -> None:
+    """Asked about a device larger than the run's (whose expandable segment
+    reserves 1 1/8 of it, more than the request): the 2 GiB request fits
+    on 100 GiB — 64 MiB mapped in four 20 MiB pages, the 16 MiB left and
+    102 pages more: 2120 MiB at the peak."""
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        path = oom_run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, BIG, "big.py")
+        if not path:
+            return
+        w = whatif(launcher, env, path, "--device-bytes", "100G")
+        own = section(w.stdout, "the run's own settings")
+        check(w.returncode == 0 and "(#2, 2.00 GiB (2147483648 bytes)): fits" in own and
+              f"peak reserved: 2.07 GiB ({2120 << 20} bytes)" in own,
+              "larger device: a request past the run's reservation fits on 100 GiB", (w.returncode, w.stdout,
+                                                                                      w.stderr[-300:]))
+
+
 def test_edited(launcher: str, env: dict) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         path = oom_run(launcher, env, tmp, MIXED, "edited.py")
@@ -341,6 +372,7 @@ def main(argv: List[str]) -> int:
     test_faithful(launcher, env)
     test_fragmentation(launcher, env)
     test_no_help(launcher, env, source)
+    test_larger_device(launcher, env)
     test_edited(launcher, env)
     test_bad_input(launcher, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")

@@ -422,6 +422,14 @@ static void test_expandable(void)
 	CHECK_U64(gmt__am_stats(m)->reserved, 0);
 	CHECK_INT(gmt__am_malloc(m, 40 * MiB, 0, &id), 0);
 	gmt__am_destroy(m);
+
+	/* A request larger than a whole reservation (1 1/8 of a 1 GiB device:
+	 * 1160 MiB in 58 pages) where the driver would grant more: it does
+	 * not fit, once every page is mapped. */
+	m = model("expandable_segments:True", 1 * GiB);
+	gmt__am_set_limit(m, 100 * GiB);
+	CHECK_INT(gmt__am_malloc(m, 2 * GiB, 0, &id), -ENOMEM);
+	gmt__am_destroy(m);
 }
 
 /* ---- garbage_collection_threshold --------------------------------------------------- */

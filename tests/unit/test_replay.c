@@ -3,6 +3,7 @@
  * segment events derived by hand from the rules (c10/cuda/
  * CUDACachingAllocator.cpp) in the comments; then the same histories edited
  * so that they no longer are, and inputs that are no snapshot. */
+#define _GNU_SOURCE
 #include "analyze/replay.h"
 
 #include "../output/check.h"
@@ -12,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MiB (1ull << 20)
@@ -366,6 +368,21 @@ static void test_expandable_answer(void)
 	CHECK_U64(a.request_no, 7);
 	CHECK_U64(a.request_size, 30 * MiB);
 	CHECK_STR(a.assumed, "");
+
+	/* The run's own settings come with expandable segments: a memory
+	 * fraction of 95 MiB of the 400 MiB device (the run peaked at 90 MiB
+	 * reserved, its failure the same) leaves #7's second page out — with
+	 * nothing whole to unmap it fails, where on the device bytes alone it
+	 * fit. */
+	free(in.conf);
+	in.conf = strdup("per_process_memory_fraction:0.2375");
+	r = replay(&in, in.conf, true, in.device_bytes);
+	check_faithful("pieces, a memory fraction", &r, 2);
+	gmt__rp_try_expandable(&in, &a);
+	CHECK_STR(a.setting, "per_process_memory_fraction:0.2375,expandable_segments:True");
+	CHECK(a.replayed && !a.fits && a.failed);
+	CHECK_U64(a.fail_no, 7);
+	CHECK_U64(a.peak_reserved, 80 * MiB);
 	gmt__rp_input_free(&in);
 
 	in = read_ok(snapshot(frag, N(frag), true, frag_segs, N(frag_segs), 40 * MiB, true));

@@ -273,16 +273,16 @@ static uint64_t expandable_size(const struct gmt__allocmodel *m, uint32_t id)
 
 /* get_free_block: the best fit of the request's stream, taken out of the
  * pool, or NONE. */
-static uint32_t get_free_block(struct gmt__allocmodel *m, struct pool *p, uint64_t size,
-			       uint64_t stream)
+/* The free block get_free_block would take, and where it is in the pool's
+ * set; NONE: none. */
+static uint32_t find_free_block(const struct gmt__allocmodel *m, const struct pool *p, uint64_t size,
+				uint64_t stream, size_t *at)
 {
 	struct block key = { .stream = stream, .size = size, .addr = 0 };
-	struct set *s = &p->blocks;
+	const struct set *s = &p->blocks;
 	size_t it;
 	uint32_t id;
 
-	if (m->set_fraction && m->c.gc_threshold > 0)
-		p->gc_calls++;
 	it = lower_bound(m, s, cmp_size, &key);
 	if (it >= s->n || m->b[s->v[it]].stream != stream)
 		return NONE;
@@ -309,8 +309,30 @@ static uint32_t get_free_block(struct gmt__allocmodel *m, struct pool *p, uint64
 		return NONE;
 	if (size >= m->c.max_split_size && m->b[id].size >= size + m->c.max_non_split_rounding)
 		return NONE;
-	set_erase_at(s, it);
+	*at = it;
 	return id;
+}
+
+static uint32_t get_free_block(struct gmt__allocmodel *m, struct pool *p, uint64_t size,
+			       uint64_t stream)
+{
+	size_t it = 0;
+	uint32_t id;
+
+	if (m->set_fraction && m->c.gc_threshold > 0)
+		p->gc_calls++;
+	id = find_free_block(m, p, size, stream, &it);
+	if (id != NONE)
+		set_erase_at(&p->blocks, it);
+	return id;
+}
+
+bool gmt__am_cache_serves(const struct gmt__allocmodel *m, uint64_t size, uint64_t stream)
+{
+	uint64_t rounded = gmt__am_round_size(&m->c, size == 0 ? 1 : size);
+	size_t it;
+
+	return find_free_block(m, rounded <= GMT_AM_SMALL_SIZE ? &m->small : &m->large, rounded, stream, &it) != NONE;
 }
 
 /* ---- releasing segments ----------------------------------------------------------- */

@@ -130,6 +130,11 @@ void gmt__am_set_fraction(struct gmt__allocmodel *m, double fraction);
  * error (recorded in the stats), -EINVAL for size 0. */
 int gmt__am_malloc(struct gmt__allocmodel *m, uint64_t size, uint64_t stream, uint32_t *id);
 
+/* Whether a block the model caches would serve a request of size bytes on
+ * stream as it is now: no new segment, no mapping, no release (PyTorch
+ * asks the driver only when none does). No side effect. */
+bool gmt__am_cache_serves(const struct gmt__allocmodel *m, uint64_t size, uint64_t stream);
+
 /* Frees a block gmt__am_malloc gave. Returns 0, or -EINVAL for an id that
  * is not an allocated block. */
 int gmt__am_free(struct gmt__allocmodel *m, uint32_t id);

@@ -49,7 +49,8 @@ static int read_events(const json_t *events, struct gmt__rp_input *in, char *err
 	size_t i;
 
 	in->ev = calloc(json_array_size(events) + 1, sizeof(*in->ev));
-	if (in->ev == NULL)
+	in->releases = calloc(json_array_size(events) + 1, sizeof(*in->releases));
+	if (in->ev == NULL || in->releases == NULL)
 		return -ENOMEM;
 	json_array_foreach(events, i, ev) {
 		int op = gmt__rp_op_of(json_string_value(json_array_get(ev, 0)));
@@ -280,6 +281,7 @@ void gmt__rp_input_free(struct gmt__rp_input *in)
 	free(in->conf);
 	free(in->conf_from);
 	free(in->ev);
+	free(in->releases);
 	free(in->seg);
 	free(in->live);
 	memset(in, 0, sizeof(*in));
@@ -644,18 +646,31 @@ static void diverge(struct replay *p, const char *fmt, ...)
 
 /* Whether the run's segment frees queued before request e are its
  * release-and-retry (PyTorch frees cached segments only when the driver
- * refused a new one), not an empty_cache() of the program's: in the run, a
- * new segment for the request (512-byte rounding) would have passed the
- * device bytes; where those are not known, when the request failed. */
+ * refused a new one), not an empty_cache() of the program's: no cached
+ * block served the request (else PyTorch asks the driver nothing), and in
+ * the run a new segment for it (512-byte rounding) would have passed the
+ * device bytes; where those are not known, when the request failed. The
+ * cache is the run's only under its own settings: what that replay found
+ * is kept for the others (in->releases). */
 static bool frees_are_the_requests(const struct replay *p, const struct gmt__rp_event *e)
 {
 	uint64_t rounded = (e->size + GMT_AM_MIN_BLOCK - 1) / GMT_AM_MIN_BLOCK * GMT_AM_MIN_BLOCK;
+	uint8_t *found = &p->in->releases[e - p->in->ev];
+	bool own;
 
 	if (leading_releases(p) == 0)
 		return true;
-	if (!p->in->device_bytes_known)
-		return e->op == GMT_RP_OOM;
-	return p->run_reserved + gmt__am_segment_size(rounded) > p->in->device_bytes;
+	if (!p->r->own && *found != 0)
+		return *found == 1;
+	if (p->r->own && gmt__am_cache_serves(p->m, e->size, e->stream))
+		own = false;
+	else if (!p->in->device_bytes_known)
+		own = e->op == GMT_RP_OOM;
+	else
+		own = p->run_reserved + gmt__am_segment_size(rounded) > p->in->device_bytes;
+	if (p->r->own)
+		*found = own ? 1 : 2;
+	return own;
 }
 
 /* The program's empty_cache(), whose releases lead the queue: the model's

@@ -60,6 +60,11 @@ struct gmt__rp_input {
 	bool complete;             /* the history reaches back to PyTorch's start */
 	struct gmt__rp_event *ev;
 	size_t nev;
+	/* Per event, what a replay under the run's own settings found the
+	 * segment frees before that request to be: 0 not known, 1 the
+	 * request's own release-and-retry, 2 the program's empty_cache(). A
+	 * property of the run, which replays under other settings read. */
+	uint8_t *releases;
 	struct gmt__rp_segment *seg; /* the snapshot's segments */
 	size_t nseg;
 	struct gmt__rp_block *live;  /* its allocated blocks */

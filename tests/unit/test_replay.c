@@ -308,6 +308,48 @@ static void test_earlier_failure(void)
 	gmt__rp_input_free(&in);
 }
 
+/* ---- an empty_cache() the cache serves after ------------------------------------------- */
+
+/* Device bytes 83 MiB. #1, 512 KiB: a small segment SS (2 MiB). #2, #3,
+ * 40 MiB each: segments S1 and S2 (82 MiB reserved). #3 freed, then the
+ * program's empty_cache() returns S2 (42). #4, 512 KiB: SS's free 1.5 MiB
+ * serves it — PyTorch asks the driver nothing, so S2's free before it was
+ * no release of #4's, though a new segment for #4 (2 MiB) would not have
+ * fit beside the 82 MiB reserved before. #5, 60 MiB: a new segment makes
+ * 102 MiB > 83, nothing idle to release: out of memory, 41 MiB free. */
+static const struct ev served[] = {
+	{ "segment_alloc", S3, 2 * MiB }, { "alloc", S3, 512 * 1024 },
+	{ "segment_alloc", S1, 40 * MiB }, { "alloc", S1, 40 * MiB },
+	{ "segment_alloc", S2, 40 * MiB }, { "alloc", S2, 40 * MiB },
+	{ "free_requested", S2, 40 * MiB }, { "free_completed", S2, 40 * MiB },
+	{ "segment_free", S2, 40 * MiB },
+	{ "alloc", S3 + 512 * 1024, 512 * 1024 },
+	{ "oom", 41 * MiB, 60 * MiB },
+};
+static const struct seg served_segs[] = {
+	{ S3, 2 * MiB, { { S3, 512 * 1024, true }, { S3 + 512 * 1024, 512 * 1024, true },
+			 { S3 + 1 * MiB, 1 * MiB, false } } },
+	{ S1, 40 * MiB, { { S1, 40 * MiB, true } } },
+};
+
+static void test_empty_cache_served(void)
+{
+	struct gmt__rp_input in = read_ok(snapshot(served, N(served), true, served_segs, N(served_segs), 41 * MiB,
+						  true));
+	struct gmt__rp_result r;
+
+	CHECK_U64(in.device_bytes, 83 * MiB);
+	r = replay(&in, "", true, in.device_bytes);
+	check_faithful("an empty_cache() the cache serves after", &r, 4);
+	CHECK(r.request_reached && !r.request_fits);
+	/* Under other settings the run's empty_cache() is the program's too:
+	 * #5 is asked with SS's 1 MiB cached, not S2's 40 more. */
+	r = replay(&in, "max_split_size_mb:200", false, in.device_bytes);
+	CHECK(r.request_reached);
+	CHECK_U64(r.unallocated_at_request, 1 * MiB);
+	gmt__rp_input_free(&in);
+}
+
 /* ---- what the diagnosis asks: expandable segments ---------------------------------------- */
 
 /* Device bytes 100 MiB. #1, 60 MiB: a segment S1 of its size, freed (cached).
@@ -503,6 +545,7 @@ int main(void)
 	test_diverging();
 	test_late_start();
 	test_earlier_failure();
+	test_empty_cache_served();
 	test_expandable_answer();
 	test_from_framework();
 	test_bad_input();

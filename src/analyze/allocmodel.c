@@ -43,6 +43,7 @@ struct es {
 struct gmt__allocmodel {
 	struct gmt__am_config c;
 	uint64_t device_total, limit, next_addr;
+	bool addr_given; /* next_addr was given for the next reservation */
 	bool set_fraction;
 	uint64_t allowed_max;
 	struct block *b;
@@ -574,6 +575,14 @@ static uint32_t find_expandable(struct gmt__allocmodel *m, struct pool *p, uint6
 	pages = (va + page - 1) / page;
 	if (grow(&m->es, &m->capes, m->nes, sizeof(*m->es), 8) < 0)
 		return NONE;
+	/* Apart from every block the model holds where no address was given
+	 * for it (a failed request's reservation): the last one given may lie
+	 * inside a reservation placed since. */
+	for (size_t i = 0; !m->addr_given && i < m->nb; i++) {
+		if (m->b[i].used && m->b[i].addr + m->b[i].size > m->next_addr)
+			m->next_addr = m->b[i].addr + m->b[i].size;
+	}
+	m->addr_given = false;
 	m->es[m->nes] = (struct es){ .base = take_addr(m, pages * page), .page = page, .pages = pages };
 	id = block_new(m, m->es[m->nes].base, pages * page, stream, p->small);
 	if (id == NONE)
@@ -924,6 +933,42 @@ int gmt__am_seed_block(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, 
 void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr)
 {
 	m->next_addr = addr;
+	m->addr_given = true;
+}
+
+bool gmt__am_reserved_at(const struct gmt__allocmodel *m, uint64_t addr, uint64_t size)
+{
+	bool small = gmt__am_round_size(&m->c, size == 0 ? 1 : size) <= GMT_AM_SMALL_SIZE;
+
+	for (size_t i = 0; i < m->nb; i++) {
+		const struct block *b = &m->b[i];
+
+		if (b->used && b->es >= 0 && b->small == small && b->addr <= addr && addr - b->addr < b->size)
+			return true;
+	}
+	return false;
+}
+
+bool gmt__am_place_reservation(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t stream)
+{
+	uint64_t rounded = gmt__am_round_size(&m->c, size == 0 ? 1 : size);
+	struct pool *p = rounded <= GMT_AM_SMALL_SIZE ? &m->small : &m->large;
+
+	for (size_t it = 0; it < p->unmapped.n; it++) {
+		uint32_t id = p->unmapped.v[it];
+		struct block *b = &m->b[id];
+
+		if (b->stream != stream || b->mapped || b->allocated || is_split(b))
+			continue;
+		/* nothing of it mapped: it may lie anywhere */
+		set_erase_at(&p->unmapped, it);
+		m->es[b->es].base = addr;
+		b->addr = addr;
+		if (addr + b->size > m->next_addr)
+			m->next_addr = addr + b->size;
+		return set_insert(m, &p->unmapped, cmp_addr, id) == 0;
+	}
+	return false;
 }
 
 int gmt__am_create(const struct gmt__am_config *c, uint64_t device_total, struct gmt__allocmodel **out)

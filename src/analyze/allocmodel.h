@@ -171,6 +171,16 @@ int gmt__am_seed_block(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, 
  * the run did. */
 void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr);
 
+/* Whether addr lies in one of the model's expandable reservations of the
+ * pool a request of size bytes uses (each pool's are apart). */
+bool gmt__am_reserved_at(const struct gmt__allocmodel *m, uint64_t addr, uint64_t size);
+
+/* Moves a reservation of the pool a request of size bytes on stream would
+ * use, nothing of it mapped (one a failed request made), to start at addr
+ * — a driver's reservation is where the driver puts it, known only once
+ * something is mapped there. false: there is none. */
+bool gmt__am_place_reservation(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t stream);
+
 /* PyTorch's rounding of a request (round_size) and the segment a new one
  * would take (get_allocation_size), under c. */
 uint64_t gmt__am_round_size(const struct gmt__am_config *c, uint64_t size);

@@ -727,10 +727,20 @@ static bool request(struct replay *p, const struct gmt__rp_event *e, bool is_req
 	if (!frees_are_the_requests(p, e))
 		empty_cache(p, "at an empty_cache() before it");
 	if (p->r->own) {
-		/* The run's addresses for the model's new segments. */
+		/* The run's addresses for the model's new segments; a mapping
+		 * outside the model's reservations is in one the run made
+		 * before (a failed request's) or makes now. */
 		for (size_t k = 0; k < p->q.n; k++) {
-			if (p->q.v[k]->op == GMT_RP_SEGMENT_ALLOC || p->q.v[k]->op == GMT_RP_SEGMENT_MAP) {
-				gmt__am_set_next_addr(p->m, p->q.v[k]->addr);
+			const struct gmt__rp_event *q = p->q.v[k];
+
+			if (q->op == GMT_RP_SEGMENT_ALLOC) {
+				gmt__am_set_next_addr(p->m, q->addr);
+				break;
+			}
+			if (q->op == GMT_RP_SEGMENT_MAP) {
+				if (!gmt__am_reserved_at(p->m, q->addr, e->size) &&
+				    !gmt__am_place_reservation(p->m, q->addr, e->size, e->stream))
+					gmt__am_set_next_addr(p->m, q->addr);
 				break;
 			}
 		}

@@ -26,6 +26,9 @@ best fit and cache release) on the simulated GPU:
   no whole page of an expandable segment to unmap — not offered, the
   verdict says the replay's no, and the double run with the setting runs
   out too;
+- random: programs of random requests, frees, caught out-of-memory errors
+  and empty_cache() calls, with and without expandable segments, each
+  replayed faithfully;
 - larger device: a run under expandable segments whose request is larger
   than the device, asked about 100 GiB (--device-bytes): it fits;
 - edited: the snapshot's history with one segment's size changed: not
@@ -285,6 +288,61 @@ def viewer_says(launcher: str, env: dict, tmp: str, path: str) -> None:
           "not-replayed.json" in lines[0], "a replay not of its form: one line naming it", v.stderr[-600:])
 
 
+# Random programs on the double: tensors of many sizes made and freed, an
+# out-of-memory caught now and then and the program going on, empty_cache()
+# calls (EMPTY), then more than the device. The seeds below were not
+# replayed faithfully before two fixes: an empty_cache() followed by a
+# request the cache served taken for that request's release (defaults:
+# 2, 15, 16), and under expandable segments the reservation a failed
+# request makes placed inside another (1, 2, 3).
+RANDOM = r'''
+import random, sys
+import torch
+MIB = 1 << 20
+rng = random.Random(int(sys.argv[1]))
+EMPTY = sys.argv[2] == "empty"
+live = []
+sizes = [1, 100, 513, 4000, 300 * 1024, 1 << 20, (1 << 20) + 1, 900 * 1024, 2 * MIB + 5, 3 * MIB, 7 * MIB,
+         12 * MIB + 100, 19 * MIB, 20 * MIB, 21 * MIB, 33 * MIB, 64 * MIB, 130 * MIB, 250 * MIB]
+for step in range(300):
+    r = rng.random()
+    if r < 0.55:
+        try:
+            live.append(torch.empty(rng.choice(sizes)))
+        except torch.cuda.OutOfMemoryError:
+            pass
+    elif r < 0.95 and live:
+        del live[rng.randrange(len(live))]
+    elif EMPTY:
+        torch.cuda.empty_cache()
+try:
+    big = [torch.empty(300 * MIB) for _ in range(8)]
+except torch.cuda.OutOfMemoryError:
+    pass
+'''
+
+
+def test_random(launcher: str, env: dict) -> None:
+    for seed, mode, conf in ((2, "empty", ""), (15, "empty", ""), (16, "empty", ""),
+                             (1, "keep", "expandable_segments:True"), (2, "keep", "expandable_segments:True"),
+                             (3, "keep", "expandable_segments:True")):
+        name = f"random {seed} {mode}{' ' + conf if conf else ''}"
+        with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+            script = os.path.join(tmp, "random.py")
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(RANDOM)
+            run_env = dict(env, PYTORCH_CUDA_ALLOC_CONF=conf) if conf else env
+            subprocess.run([launcher, "run", "--dir", tmp, "--snapshot-on", "oom", "--", sys.executable, script,
+                            str(seed), mode], env=run_env, cwd=tmp, capture_output=True, timeout=300)
+            ooms = sorted(glob.glob(os.path.join(tmp, "gpumemtrace.*.oom.*.json")), key=os.path.getmtime)
+            if not ooms:
+                check(False, f"{name}: an oom snapshot")
+                continue
+            w = whatif(launcher, env, ooms[-1])
+            check(w.returncode == 0 and "  faithful: " in w.stdout, f"{name}: replayed faithfully",
+                  w.stdout[-600:] + w.stderr[-300:])
+
+
 # A request larger than the device under expandable segments.
 BIG = r'''
 import torch
@@ -373,6 +431,7 @@ def main(argv: List[str]) -> int:
     test_fragmentation(launcher, env)
     test_no_help(launcher, env, source)
     test_larger_device(launcher, env)
+    test_random(launcher, env)
     test_edited(launcher, env)
     test_bad_input(launcher, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")

@@ -291,10 +291,11 @@ def viewer_says(launcher: str, env: dict, tmp: str, path: str) -> None:
 # Random programs on the double: tensors of many sizes made and freed, an
 # out-of-memory caught now and then and the program going on, empty_cache()
 # calls (EMPTY), then more than the device. The seeds below were not
-# replayed faithfully before two fixes: an empty_cache() followed by a
+# replayed faithfully before three fixes: an empty_cache() followed by a
 # request the cache served taken for that request's release (defaults:
-# 2, 15, 16), and under expandable segments the reservation a failed
-# request makes placed inside another (1, 2, 3).
+# 2, 15, 16); under expandable segments the reservation a failed request
+# makes placed inside another (1, 2, 3; with empty_cache() 9, 13) or not
+# moved to where the run maps into it (17; with empty_cache() 7).
 RANDOM = r'''
 import random, sys
 import torch
@@ -313,7 +314,7 @@ for step in range(300):
             pass
     elif r < 0.95 and live:
         del live[rng.randrange(len(live))]
-    elif EMPTY:
+    elif r >= 0.95 and EMPTY:
         torch.cuda.empty_cache()
 try:
     big = [torch.empty(300 * MIB) for _ in range(8)]
@@ -325,7 +326,9 @@ except torch.cuda.OutOfMemoryError:
 def test_random(launcher: str, env: dict) -> None:
     for seed, mode, conf in ((2, "empty", ""), (15, "empty", ""), (16, "empty", ""),
                              (1, "keep", "expandable_segments:True"), (2, "keep", "expandable_segments:True"),
-                             (3, "keep", "expandable_segments:True")):
+                             (3, "keep", "expandable_segments:True"), (17, "keep", "expandable_segments:True"),
+                             (7, "empty", "expandable_segments:True"), (9, "empty", "expandable_segments:True"),
+                             (13, "empty", "expandable_segments:True")):
         name = f"random {seed} {mode}{' ' + conf if conf else ''}"
         with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
             script = os.path.join(tmp, "random.py")

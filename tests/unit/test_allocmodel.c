@@ -423,6 +423,21 @@ static void test_expandable(void)
 	CHECK_INT(gmt__am_malloc(m, 40 * MiB, 0, &id), 0);
 	gmt__am_destroy(m);
 
+	/* What the cache would serve, asked without taking it: a small request
+	 * from the small pool only, a large one from the large. */
+	m = model("", 8 * GiB);
+	id = alloc(m, 40 * MiB, 0);
+	gmt__am_free(m, id);
+	CHECK(gmt__am_cache_serves(m, 30 * MiB, 0));
+	CHECK(!gmt__am_cache_serves(m, 30 * MiB, 1));
+	CHECK(!gmt__am_cache_serves(m, 512 * 1024, 0));
+	CHECK(!gmt__am_cache_serves(m, 50 * MiB, 0));
+	id = alloc(m, 100, 0);
+	gmt__am_free(m, id);
+	CHECK(gmt__am_cache_serves(m, 512 * 1024, 0));
+	CHECK_U64(gmt__am_stats(m)->reserved, 42 * MiB);
+	gmt__am_destroy(m);
+
 	/* A request larger than a whole reservation (1 1/8 of a 1 GiB device:
 	 * 1160 MiB in 58 pages) where the driver would grant more: it does
 	 * not fit, once every page is mapped. */

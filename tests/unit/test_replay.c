@@ -350,6 +350,32 @@ static void test_empty_cache_served(void)
 	gmt__rp_input_free(&in);
 }
 
+/* Device bytes 100 MiB. #1, 20 MiB: a segment S1, freed; the program's
+ * empty_cache() returns it. #2, 30 MiB: no cached block would have served
+ * it, but a new segment beside S1 (50 MiB) fits: S1's free was no release
+ * of #2's. #3, 80 MiB: 30 + 80 > 100, nothing idle: out of memory. */
+static const struct ev emptied[] = {
+	{ "segment_alloc", S1, 20 * MiB }, { "alloc", S1, 20 * MiB },
+	{ "free_requested", S1, 20 * MiB }, { "free_completed", S1, 20 * MiB },
+	{ "segment_free", S1, 20 * MiB },
+	{ "segment_alloc", S2, 30 * MiB }, { "alloc", S2, 30 * MiB },
+	{ "oom", 70 * MiB, 80 * MiB },
+};
+static const struct seg emptied_segs[] = {
+	{ S2, 30 * MiB, { { S2, 30 * MiB, true } } },
+};
+
+static void test_empty_cache_unserved(void)
+{
+	struct gmt__rp_input in = read_ok(snapshot(emptied, N(emptied), true, emptied_segs, N(emptied_segs),
+						  70 * MiB, true));
+	struct gmt__rp_result r;
+
+	r = replay(&in, "", true, in.device_bytes);
+	check_faithful("an empty_cache() before a new segment that fits", &r, 3);
+	gmt__rp_input_free(&in);
+}
+
 /* ---- what the diagnosis asks: expandable segments ---------------------------------------- */
 
 /* Device bytes 100 MiB. #1, 60 MiB: a segment S1 of its size, freed (cached).
@@ -546,6 +572,7 @@ int main(void)
 	test_late_start();
 	test_earlier_failure();
 	test_empty_cache_served();
+	test_empty_cache_unserved();
 	test_expandable_answer();
 	test_from_framework();
 	test_bad_input();

@@ -2,6 +2,7 @@
  * PYTORCH_CUDA_ALLOC_CONF parsed as PyTorch's tokenizer reads it, and the
  * sizes those settings give a request (rounding) and a new segment. */
 #include "analyze/allocmodel.h"
+#include "util/parse.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -75,21 +76,6 @@ static int tokenize(const char *s, struct tokens *t, char *err, size_t errlen)
 static const char *tok(const struct tokens *t, size_t i)
 {
 	return i < t->n ? t->v[i] : "";
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (*s == '\0')
-		return false;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
-			return false;
-		v = v * 10 + (uint64_t)(*s - '0');
-	}
-	*out = v;
-	return true;
 }
 
 static bool parse_double(const char *s, double *out)
@@ -191,7 +177,7 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 	bool first = true;
 
 	if (strcmp(tok(t, i), "[") != 0) {
-		if (!parse_u64(tok(t, i), &v) || !is_pow2(v))
+		if (gmt__parse_u64(tok(t, i), 0, UINT64_MAX, &v) != 0 || !is_pow2(v))
 			return gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not a power of 2", key, tok(t, i));
 		for (size_t k = 0; k < GMT_AM_DIV_INTERVALS; k++)
 			c->divisions[k] = (uint32_t)v;
@@ -202,7 +188,7 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 
 		if (strcmp(tok(t, ++i), ":") != 0)
 			return gmt__am_fail(err, errlen, -EINVAL, "%s: expected ':' after '%s'", key, tok(t, at));
-		if (!parse_u64(tok(t, ++i), &v) || (v != 0 && !is_pow2(v)))
+		if (gmt__parse_u64(tok(t, ++i), 0, UINT64_MAX, &v) != 0 || (v != 0 && !is_pow2(v)))
 			return gmt__am_fail(err, errlen, -EINVAL, "%s: divisions '%s' is not 0 or a power of 2", key,
 				    tok(t, i));
 		if (v > UINT32_MAX)
@@ -213,7 +199,7 @@ static long parse_divisions(const struct tokens *t, size_t i, struct gmt__am_con
 		} else {
 			size_t k;
 
-			if (!parse_u64(tok(t, at), &boundary) || !is_pow2(boundary))
+			if (gmt__parse_u64(tok(t, at), 0, UINT64_MAX, &boundary) != 0 || !is_pow2(boundary))
 				return gmt__am_fail(err, errlen, -EINVAL, "%s: boundary '%s' is not a power of 2", key,
 					    tok(t, at));
 			k = log2_floor(boundary);
@@ -240,7 +226,7 @@ static int parse_mb(const char *key, const char *s, uint64_t *out, char *err, si
 {
 	uint64_t mb;
 
-	if (!parse_u64(s, &mb))
+	if (gmt__parse_u64(s, 0, UINT64_MAX, &mb) != 0)
 		return gmt__am_fail(err, errlen, -EINVAL, "%s: '%s' is not a number of MiB", key, s);
 	if (mb < GMT_AM_LARGE_BUFFER >> 20)
 		return gmt__am_fail(err, errlen, -EINVAL, "%s: %s too small, must be >= %llu", key, s,

@@ -156,6 +156,14 @@ static struct pool *pool_of(struct gmt__allocmodel *m, const struct block *b)
 	return b->small ? &m->small : &m->large;
 }
 
+/* Whether a request of size bytes is the small pool's; its size rounded
+ * in *rounded. */
+static bool small_request(const struct gmt__allocmodel *m, uint64_t size, uint64_t *rounded)
+{
+	*rounded = gmt__am_round_size(&m->c, size == 0 ? 1 : size);
+	return *rounded <= GMT_AM_SMALL_SIZE;
+}
+
 static uint32_t block_new(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t stream,
 			  bool small)
 {
@@ -272,10 +280,8 @@ static uint64_t expandable_size(const struct gmt__allocmodel *m, uint32_t id)
 	return b->size + (b->next != NONE && !m->b[b->next].mapped ? m->b[b->next].size : 0);
 }
 
-/* get_free_block: the best fit of the request's stream, taken out of the
- * pool, or NONE. */
-/* The free block get_free_block would take, and where it is in the pool's
- * set; NONE: none. */
+/* The best fit of the request's stream get_free_block takes, and where it
+ * is in the pool's set; NONE: none. */
 static uint32_t find_free_block(const struct gmt__allocmodel *m, const struct pool *p, uint64_t size,
 				uint64_t stream, size_t *at)
 {
@@ -314,6 +320,8 @@ static uint32_t find_free_block(const struct gmt__allocmodel *m, const struct po
 	return id;
 }
 
+/* get_free_block: the best fit of the request's stream, taken out of the
+ * pool, or NONE. */
 static uint32_t get_free_block(struct gmt__allocmodel *m, struct pool *p, uint64_t size,
 			       uint64_t stream)
 {
@@ -330,10 +338,11 @@ static uint32_t get_free_block(struct gmt__allocmodel *m, struct pool *p, uint64
 
 bool gmt__am_cache_serves(const struct gmt__allocmodel *m, uint64_t size, uint64_t stream)
 {
-	uint64_t rounded = gmt__am_round_size(&m->c, size == 0 ? 1 : size);
+	uint64_t rounded;
+	bool small = small_request(m, size, &rounded);
 	size_t it;
 
-	return find_free_block(m, rounded <= GMT_AM_SMALL_SIZE ? &m->small : &m->large, rounded, stream, &it) != NONE;
+	return find_free_block(m, small ? &m->small : &m->large, rounded, stream, &it) != NONE;
 }
 
 /* ---- releasing segments ----------------------------------------------------------- */
@@ -731,8 +740,7 @@ int gmt__am_malloc(struct gmt__allocmodel *m, uint64_t size, uint64_t stream, ui
 
 	if (size == 0)
 		return -EINVAL;
-	rounded = gmt__am_round_size(&m->c, size);
-	p = rounded <= GMT_AM_SMALL_SIZE ? &m->small : &m->large;
+	p = small_request(m, size, &rounded) ? &m->small : &m->large;
 	alloc_size = gmt__am_segment_size(rounded);
 	id = get_free_block(m, p, rounded, stream);
 	if (id == NONE) {
@@ -865,7 +873,7 @@ int gmt__am_seed_segment(struct gmt__allocmodel *m, uint64_t addr, uint64_t size
 	reserve(m, size);
 	m->st.segments++;
 	if (addr + size > m->next_addr)
-		gmt__am_set_next_addr(m, addr + size);
+		m->next_addr = addr + size;
 	return cache(m, id);
 }
 
@@ -938,7 +946,8 @@ void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr)
 
 bool gmt__am_reserved_at(const struct gmt__allocmodel *m, uint64_t addr, uint64_t size)
 {
-	bool small = gmt__am_round_size(&m->c, size == 0 ? 1 : size) <= GMT_AM_SMALL_SIZE;
+	uint64_t rounded;
+	bool small = small_request(m, size, &rounded);
 
 	for (size_t i = 0; i < m->nb; i++) {
 		const struct block *b = &m->b[i];
@@ -951,8 +960,8 @@ bool gmt__am_reserved_at(const struct gmt__allocmodel *m, uint64_t addr, uint64_
 
 bool gmt__am_place_reservation(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, uint64_t stream)
 {
-	uint64_t rounded = gmt__am_round_size(&m->c, size == 0 ? 1 : size);
-	struct pool *p = rounded <= GMT_AM_SMALL_SIZE ? &m->small : &m->large;
+	uint64_t rounded;
+	struct pool *p = small_request(m, size, &rounded) ? &m->small : &m->large;
 
 	for (size_t it = 0; it < p->unmapped.n; it++) {
 		uint32_t id = p->unmapped.v[it];

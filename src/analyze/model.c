@@ -2,6 +2,7 @@
  * the render. */
 #define _GNU_SOURCE
 #include "analyze/model.h"
+#include "analyze/jsonval.h"
 
 #include "record/stacks.h"
 #include "util/xlist.h"
@@ -250,9 +251,8 @@ static int join_segments(struct gmt__model *d)
 		uint64_t addr;
 		bool found;
 
-		if (!json_is_integer(a) || json_integer_value(a) < 0)
+		if (!gmt__json_u64(a, &addr))
 			continue;
-		addr = (uint64_t)json_integer_value(a);
 		found = starts_at(d->live, d->hi0, addr) || starts_at(d->live + d->hi0, d->hi1 - d->hi0, addr) ||
 			starts_at(d->live + d->hi1, d->nlive - d->hi1, addr);
 		matched += found;

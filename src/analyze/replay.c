@@ -4,6 +4,8 @@
  * segment event the model causes compared with the run's. */
 #define _GNU_SOURCE
 #include "analyze/replay.h"
+#include "analyze/jsonval.h"
+#include "util/xlist.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,23 +18,11 @@
 
 /* ---- reading ------------------------------------------------------------------------ */
 
-static bool u64_of(const json_t *v, uint64_t *out)
-{
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return false;
-	*out = (uint64_t)json_integer_value(v);
-	return true;
-}
-
-static const char *const action_words[] = {
-#define GMT_X(id, word) word,
-	GMT_RP_ACTIONS(GMT_X)
-#undef GMT_X
-};
+static const char *const action_words[GMT_RP_OP_COUNT] = { GMT_RP_ACTIONS(GMT_X_WORD) };
 
 const char *gmt__rp_op_name(enum gmt__rp_op op)
 {
-	return (unsigned)op < GMT_RP_OP_COUNT ? action_words[op] : NULL;
+	return GMT_X_NAME(action_words, GMT_RP_OP_COUNT, op, NULL);
 }
 
 int gmt__rp_op_of(const char *word)
@@ -57,7 +47,7 @@ static int read_events(const json_t *events, struct gmt__rp_input *in, char *err
 		struct gmt__rp_event *e = &in->ev[in->nev];
 		const json_t *stream = json_array_get(ev, 3);
 
-		if (op < 0 || !u64_of(json_array_get(ev, 1), &e->addr) || !u64_of(json_array_get(ev, 2), &e->size) ||
+		if (op < 0 || !gmt__json_u64(json_array_get(ev, 1), &e->addr) || !gmt__json_u64(json_array_get(ev, 2), &e->size) ||
 		    !json_is_integer(stream))
 			return gmt__am_fail(err, errlen, -EINVAL,
 					    "allocator_history event %zu is not [action, address, size, stream]", i);
@@ -85,9 +75,9 @@ static int read_segments(const json_t *segments, struct gmt__rp_input *in)
 		uint64_t device = 0;
 		const char *type = json_string_value(json_object_get(s, "segment_type"));
 
-		if (!u64_of(json_object_get(s, "device"), &device) || device != (uint64_t)in->device ||
-		    !u64_of(json_object_get(s, "address"), &g->addr) ||
-		    !u64_of(json_object_get(s, "total_size"), &g->size))
+		if (!gmt__json_u64(json_object_get(s, "device"), &device) || device != (uint64_t)in->device ||
+		    !gmt__json_u64(json_object_get(s, "address"), &g->addr) ||
+		    !gmt__json_u64(json_object_get(s, "total_size"), &g->size))
 			continue;
 		g->stream = (uint64_t)json_integer_value(json_object_get(s, "stream"));
 		g->small = type ? strcmp(type, "small") == 0 : g->size == GMT_AM_SMALL_BUFFER;
@@ -98,9 +88,9 @@ static int read_segments(const json_t *segments, struct gmt__rp_input *in)
 			struct gmt__rp_block *k = &in->live[in->nlive];
 
 			if (state == NULL || strncmp(state, "active", 6) != 0 ||
-			    !u64_of(json_object_get(b, "address"), &k->addr) || !u64_of(json_object_get(b, "size"), &k->size))
+			    !gmt__json_u64(json_object_get(b, "address"), &k->addr) || !gmt__json_u64(json_object_get(b, "size"), &k->size))
 				continue;
-			if (!u64_of(json_object_get(b, "requested_size"), &k->requested) || k->requested == 0)
+			if (!gmt__json_u64(json_object_get(b, "requested_size"), &k->requested) || k->requested == 0)
 				k->requested = k->size;
 			in->nlive++;
 		}
@@ -123,10 +113,10 @@ static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *dev
 	size_t i;
 
 	json_array_foreach(json_object_get(fw, "devices"), i, d) {
-		if (u64_of(json_object_get(d, "device"), &index) && index == (uint64_t)in->device) {
-			have_reserved = u64_of(json_object_get(d, "reserved_bytes"), &reserved);
+		if (gmt__json_u64(json_object_get(d, "device"), &index) && index == (uint64_t)in->device) {
+			have_reserved = gmt__json_u64(json_object_get(d, "reserved_bytes"), &reserved);
 			in->snap_known = have_reserved &&
-					 u64_of(json_object_get(d, "allocated_bytes"), &in->snap_allocated);
+					 gmt__json_u64(json_object_get(d, "allocated_bytes"), &in->snap_allocated);
 			in->snap_reserved = reserved;
 		}
 	}
@@ -138,7 +128,7 @@ static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *dev
 		in->device_total = dev->total;
 	if (!have_reserved)
 		return;
-	if (json_is_object(oom) && u64_of(json_object_get(oom, "device_free_bytes"), &free_bytes)) {
+	if (json_is_object(oom) && gmt__json_u64(json_object_get(oom, "device_free_bytes"), &free_bytes)) {
 		rule = "PyTorch's reserved bytes and the device's free bytes when its out-of-memory observer ran";
 	} else if (dev != NULL && dev->have_free) {
 		free_bytes = dev->free;
@@ -171,11 +161,11 @@ int gmt__rp_read_framework(const json_t *fw, const json_t *hist, const struct gm
 			    "no PyTorch allocator history (framework.allocator_history, snapshot minor 14)");
 	/* The device of PyTorch's out-of-memory, else the first with events. */
 	oom = json_object_get(fw, "oom");
-	if (json_is_object(oom) && u64_of(json_object_get(oom, "device"), &dev)) {
+	if (json_is_object(oom) && gmt__json_u64(json_object_get(oom, "device"), &dev)) {
 		json_array_foreach(hist, i, h) {
 			uint64_t d;
 
-			if (u64_of(json_object_get(h, "device"), &d) && d == dev)
+			if (gmt__json_u64(json_object_get(h, "device"), &d) && d == dev)
 				chosen = h;
 		}
 	}
@@ -183,7 +173,7 @@ int gmt__rp_read_framework(const json_t *fw, const json_t *hist, const struct gm
 		if (chosen == NULL && json_array_size(json_object_get(h, "events")) > 0)
 			chosen = h;
 	}
-	if (chosen == NULL || !u64_of(json_object_get(chosen, "device"), &dev) || dev > INT16_MAX)
+	if (chosen == NULL || !gmt__json_u64(json_object_get(chosen, "device"), &dev) || dev > INT16_MAX)
 		return gmt__am_fail(err, errlen, -ENOENT, "PyTorch's allocator history holds no events");
 	in->device = (int)dev;
 	in->complete = json_is_true(json_object_get(chosen, "complete"));
@@ -219,11 +209,11 @@ int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t 
 	json_array_foreach(json_object_get(doc, "devices"), i, d) {
 		uint64_t index;
 
-		if (!u64_of(json_object_get(d, "index"), &index) || index > INT16_MAX)
+		if (!gmt__json_u64(json_object_get(d, "index"), &index) || index > INT16_MAX)
 			continue;
 		devs[n].index = (int)index;
-		devs[n].have_total = u64_of(json_object_get(d, "total_bytes"), &devs[n].total);
-		devs[n].have_free = u64_of(json_object_get(d, "free_bytes"), &devs[n].free);
+		devs[n].have_total = gmt__json_u64(json_object_get(d, "total_bytes"), &devs[n].total);
+		devs[n].have_free = gmt__json_u64(json_object_get(d, "free_bytes"), &devs[n].free);
 		n++;
 	}
 	rc = gmt__rp_read_framework(fw, json_object_get(fw, "allocator_history"), devs, n, in, err, errlen);
@@ -236,12 +226,13 @@ int gmt__rp_read(const json_t *doc, struct gmt__rp_input *in, char *err, size_t 
 static json_t *history_event(const json_t *ev)
 {
 	const char *action = json_string_value(json_array_get(ev, 0));
-	const json_t *addr = json_array_get(ev, 1), *size = json_array_get(ev, 2), *stream = json_array_get(ev, 5);
+	const json_t *stream = json_array_get(ev, 5);
+	uint64_t addr, size;
 
-	if (gmt__rp_op_of(action) < 0 || !json_is_integer(addr) || json_integer_value(addr) < 0 ||
-	    !json_is_integer(size) || json_integer_value(size) < 0)
+	if (gmt__rp_op_of(action) < 0 || !gmt__json_u64(json_array_get(ev, 1), &addr) ||
+	    !gmt__json_u64(json_array_get(ev, 2), &size))
 		return NULL;
-	return json_pack("[sIII]", action, json_integer_value(addr), json_integer_value(size),
+	return json_pack("[sIII]", action, (json_int_t)addr, (json_int_t)size,
 			 json_is_integer(stream) ? json_integer_value(stream) : (json_int_t)0);
 }
 
@@ -253,10 +244,10 @@ json_t *gmt__rp_history(const json_t *traces)
 	if (!json_is_array(traces) || (out = json_array()) == NULL)
 		return NULL;
 	json_array_foreach(traces, i, tr) {
-		const json_t *device = json_object_get(tr, "device");
+		uint64_t device;
 		json_t *events, *one;
 
-		if (!json_is_integer(device) || json_integer_value(device) < 0)
+		if (!gmt__json_u64(json_object_get(tr, "device"), &device))
 			continue;
 		events = json_array();
 		json_array_foreach(json_object_get(tr, "events"), j, ev) {
@@ -264,7 +255,7 @@ json_t *gmt__rp_history(const json_t *traces)
 			if (one != NULL && json_array_append_new(events, one) < 0)
 				goto nomem;
 		}
-		if (json_array_append_new(out, json_pack("{sIsbso}", "device", json_integer_value(device), "complete",
+		if (json_array_append_new(out, json_pack("{sIsbso}", "device", (json_int_t)device, "complete",
 							 json_is_true(json_object_get(tr, "complete")), "events",
 							 events)) < 0)
 			goto nomem;

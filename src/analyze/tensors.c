@@ -16,6 +16,7 @@
  * freed without having seen them allocated (their stack unknown). */
 #define _GNU_SOURCE
 #include "analyze/tensors.h"
+#include "analyze/jsonval.h"
 
 #include "record/event.h"
 
@@ -41,22 +42,12 @@ bool gmt__is_tensor_stack(uint32_t id)
 /* An integer of 0 or more, or false. */
 static bool get_u64(const json_t *o, const char *key, uint64_t *out)
 {
-	const json_t *v = json_object_get(o, key);
-
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return false;
-	*out = (uint64_t)json_integer_value(v);
-	return true;
+	return gmt__json_u64(json_object_get(o, key), out);
 }
 
 static bool item_u64(const json_t *a, size_t i, uint64_t *out)
 {
-	const json_t *v = json_array_get(a, i);
-
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return false;
-	*out = (uint64_t)json_integer_value(v);
-	return true;
+	return gmt__json_u64(json_array_get(a, i), out);
 }
 
 /* ---- stacks: each distinct chain of frames once ---------------------------------- */

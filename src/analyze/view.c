@@ -5,6 +5,7 @@
 #include "analyze/view.h"
 
 #include "analyze/diagnose.h"
+#include "analyze/jsonval.h"
 #include "record/event.h"
 
 #include <jansson.h>
@@ -281,13 +282,11 @@ static void own_on_device(const struct gmt__snapshot *s, const struct gmt__entry
 
 static uint64_t json_u64(const json_t *o, const char *key, bool *ok)
 {
-	const json_t *v = json_object_get(o, key);
+	uint64_t v = 0;
 
-	if (!json_is_integer(v) || json_integer_value(v) < 0) {
+	if (!gmt__json_u64(json_object_get(o, key), &v))
 		*ok = false;
-		return 0;
-	}
-	return (uint64_t)json_integer_value(v);
+	return v;
 }
 
 /* The name of a framework the diagnosis knows by name (its remedies), or

@@ -44,6 +44,8 @@ struct gmt__allocmodel {
 	struct gmt__am_config c;
 	uint64_t device_total, limit, next_addr;
 	bool addr_given; /* next_addr was given for the next reservation */
+	uint64_t hint;   /* have_hint: where a reservation the call makes lies */
+	bool have_hint;
 	bool set_fraction;
 	uint64_t allowed_max;
 	struct block *b;
@@ -224,9 +226,15 @@ static void event(struct gmt__allocmodel *m, enum gmt__am_op op, const struct bl
 
 static uint64_t take_addr(struct gmt__allocmodel *m, uint64_t size)
 {
-	uint64_t a = m->next_addr;
+	uint64_t a = m->next_addr, step = (size + GMT_AM_ROUND_LARGE - 1) / GMT_AM_ROUND_LARGE * GMT_AM_ROUND_LARGE;
 
-	m->next_addr += (size + GMT_AM_ROUND_LARGE - 1) / GMT_AM_ROUND_LARGE * GMT_AM_ROUND_LARGE;
+	if (m->have_hint) {
+		m->have_hint = false;
+		if (m->hint + step > m->next_addr)
+			m->next_addr = m->hint + step;
+		return m->hint;
+	}
+	m->next_addr += step;
 	return a;
 }
 
@@ -554,16 +562,14 @@ static void garbage_collect(struct gmt__allocmodel *m)
 
 /* ---- new memory -------------------------------------------------------------------- */
 
-/* find_expandable_block: the lowest address of the stream's expandable
- * segments where free and unmapped ranges together hold size, or a new
- * segment's whole (unmapped) reservation. */
-static uint32_t find_expandable(struct gmt__allocmodel *m, struct pool *p, uint64_t size,
-				uint64_t stream)
+/* The lowest address of the stream's expandable segments where free and
+ * unmapped ranges together hold size (find_expandable_block's search), or
+ * NONE. */
+static uint32_t expandable_place(const struct gmt__allocmodel *m, const struct pool *p, uint64_t size,
+				 uint64_t stream)
 {
 	struct block key = { .stream = stream, .addr = 0 };
-	struct set *s = &p->unmapped;
-	uint64_t page, va, pages;
-	uint32_t id;
+	const struct set *s = &p->unmapped;
 
 	for (size_t it = lower_bound(m, s, cmp_addr, &key); it < s->n && m->b[s->v[it]].stream == stream;
 	     it++) {
@@ -577,11 +583,31 @@ static uint32_t find_expandable(struct gmt__allocmodel *m, struct pool *p, uint6
 		if (bytes >= size)
 			return c;
 	}
-	/* A reservation of 1 1/8 of the device, in pages of 2 MiB (small pool)
-	 * or 20 MiB (large). */
+	return NONE;
+}
+
+/* A new reservation's size: 1 1/8 of the device, in whole pages. */
+static uint64_t reservation_pages(const struct gmt__allocmodel *m, uint64_t page)
+{
+	uint64_t va = m->device_total + m->device_total / 8;
+
+	return (va + page - 1) / page;
+}
+
+/* find_expandable_block: expandable_place, or a new segment's whole
+ * (unmapped) reservation. */
+static uint32_t find_expandable(struct gmt__allocmodel *m, struct pool *p, uint64_t size,
+				uint64_t stream)
+{
+	struct set *s = &p->unmapped;
+	uint64_t page, pages;
+	uint32_t id = expandable_place(m, p, size, stream);
+
+	if (id != NONE)
+		return id;
+	/* Pages of 2 MiB (small pool) or 20 MiB (large). */
 	page = p->small ? GMT_AM_SMALL_BUFFER : GMT_AM_LARGE_BUFFER;
-	va = m->device_total + m->device_total / 8;
-	pages = (va + page - 1) / page;
+	pages = reservation_pages(m, page);
 	if (grow(&m->es, &m->capes, m->nes, sizeof(*m->es), 8) < 0)
 		return NONE;
 	/* Apart from every block the model holds where no address was given
@@ -602,6 +628,36 @@ static uint32_t find_expandable(struct gmt__allocmodel *m, struct pool *p, uint6
 		return NONE;
 	event(m, GMT_AM_VA_RESERVE, &m->b[id], m->b[id].addr, m->b[id].size);
 	return id;
+}
+
+uint64_t gmt__am_first_ask(const struct gmt__allocmodel *m, uint64_t size, uint64_t stream)
+{
+	uint64_t rounded, page, left, asked = 0;
+	bool small = small_request(m, size, &rounded);
+	const struct pool *p = small ? &m->small : &m->large;
+	uint32_t w;
+
+	if (!m->c.expandable_segments)
+		return gmt__am_segment_size(rounded);
+	/* As alloc_expandable maps: each unmapped range met from the place
+	 * found, in whole pages, until the free run holds the request. */
+	page = small ? GMT_AM_SMALL_BUFFER : GMT_AM_LARGE_BUFFER;
+	w = expandable_place(m, p, rounded, stream);
+	if (w == NONE) {
+		uint64_t whole = reservation_pages(m, page) * page;
+
+		return rounded < whole ? (rounded + page - 1) / page * page : whole;
+	}
+	for (left = rounded; left > 0 && w != NONE; w = m->b[w].next) {
+		uint64_t take = m->b[w].size;
+
+		if (!m->b[w].mapped) {
+			take = left < take ? (left + page - 1) / page * page : take;
+			asked += take;
+		}
+		left = take >= left ? 0 : left - take;
+	}
+	return asked;
 }
 
 /* map_block: maps the pages under [start of to_map, + size) and joins them
@@ -791,6 +847,7 @@ int gmt__am_malloc(struct gmt__allocmodel *m, uint64_t size, uint64_t stream, ui
 		m->st.peak_allocated = m->st.allocated;
 	*out = id;
 out:
+	m->have_hint = false; /* the call's own */
 	m->call++;
 	return rc;
 }
@@ -942,6 +999,12 @@ void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr)
 {
 	m->next_addr = addr;
 	m->addr_given = true;
+}
+
+void gmt__am_hint_addr(struct gmt__allocmodel *m, uint64_t addr)
+{
+	m->hint = addr;
+	m->have_hint = true;
 }
 
 bool gmt__am_reserved_at(const struct gmt__allocmodel *m, uint64_t addr, uint64_t size)

@@ -135,6 +135,12 @@ int gmt__am_malloc(struct gmt__allocmodel *m, uint64_t size, uint64_t stream, ui
  * asks the driver only when none does). No side effect. */
 bool gmt__am_cache_serves(const struct gmt__allocmodel *m, uint64_t size, uint64_t stream);
 
+/* What the model's first attempt at new memory for a request of size bytes
+ * on stream would ask of the driver as it is now: the segment's size, or
+ * with expandable segments the pages it would map (0 where mapped free
+ * blocks there hold it). No side effect. */
+uint64_t gmt__am_first_ask(const struct gmt__allocmodel *m, uint64_t size, uint64_t stream);
+
 /* Frees a block gmt__am_malloc gave. Returns 0, or -EINVAL for an id that
  * is not an allocated block. */
 int gmt__am_free(struct gmt__allocmodel *m, uint32_t id);
@@ -170,6 +176,13 @@ int gmt__am_seed_block(struct gmt__allocmodel *m, uint64_t addr, uint64_t size, 
  * run's own addresses so that best fit breaks ties between equal blocks as
  * the run did. */
 void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr);
+
+/* The address a segment or reservation the next gmt__am_malloc makes
+ * takes, if it makes one; after that call the hint is gone. A replay hands
+ * the run's where the model holds a reservation there already: one a
+ * release may free before the retry makes another (the driver gives the
+ * freed addresses again). */
+void gmt__am_hint_addr(struct gmt__allocmodel *m, uint64_t addr);
 
 /* Whether addr lies in one of the model's expandable reservations of the
  * pool a request of size bytes uses (each pool's are apart). */

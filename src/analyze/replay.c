@@ -637,12 +637,14 @@ static void diverge(struct replay *p, const char *fmt, ...)
 
 /* Whether the run's segment frees queued before request e are its
  * release-and-retry (PyTorch frees cached segments only when the driver
- * refused a new one), not an empty_cache() of the program's: no cached
+ * refused new memory), not an empty_cache() of the program's: no cached
  * block served the request (else PyTorch asks the driver nothing), and in
- * the run a new segment for it (512-byte rounding) would have passed the
- * device bytes; where those are not known, when the request failed. The
- * cache is the run's only under its own settings: what that replay found
- * is kept for the others (in->releases). */
+ * the run its first ask — a new segment, or under expandable segments the
+ * pages it maps — would have passed the device bytes; where those are not
+ * known, when the request failed. The cache is the run's only under its
+ * own settings: what that replay found is kept for the others
+ * (in->releases); where it found nothing, a new segment of the request's
+ * size (512-byte rounding) is the run's ask. */
 static bool frees_are_the_requests(const struct replay *p, const struct gmt__rp_event *e)
 {
 	uint64_t rounded = (e->size + GMT_AM_MIN_BLOCK - 1) / GMT_AM_MIN_BLOCK * GMT_AM_MIN_BLOCK;
@@ -658,7 +660,8 @@ static bool frees_are_the_requests(const struct replay *p, const struct gmt__rp_
 	else if (!p->in->device_bytes_known)
 		own = e->op == GMT_RP_OOM;
 	else
-		own = p->run_reserved + gmt__am_segment_size(rounded) > p->in->device_bytes;
+		own = p->run_reserved + (p->r->own ? gmt__am_first_ask(p->m, e->size, e->stream) :
+				      gmt__am_segment_size(rounded)) > p->in->device_bytes;
 	if (p->r->own)
 		*found = own ? 1 : 2;
 	return own;
@@ -729,8 +732,9 @@ static bool request(struct replay *p, const struct gmt__rp_event *e, bool is_req
 				break;
 			}
 			if (q->op == GMT_RP_SEGMENT_MAP) {
-				if (!gmt__am_reserved_at(p->m, q->addr, e->size) &&
-				    !gmt__am_place_reservation(p->m, q->addr, e->size, e->stream))
+				if (gmt__am_reserved_at(p->m, q->addr, e->size))
+					gmt__am_hint_addr(p->m, q->addr);
+				else if (!gmt__am_place_reservation(p->m, q->addr, e->size, e->stream))
 					gmt__am_set_next_addr(p->m, q->addr);
 				break;
 			}

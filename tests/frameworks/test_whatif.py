@@ -295,7 +295,11 @@ def viewer_says(launcher: str, env: dict, tmp: str, path: str) -> None:
 # request the cache served taken for that request's release (defaults:
 # 2, 15, 16); under expandable segments the reservation a failed request
 # makes placed inside another (1, 2, 3; with empty_cache() 9, 13) or not
-# moved to where the run maps into it (17; with empty_cache() 7).
+# moved to where the run maps into it (17; with empty_cache() 7); with
+# empty_cache() the unmaps before a request that needed one page more
+# taken for its release, as its segment would not have fitted (28), and a
+# reservation the release freed made again elsewhere than the driver's
+# freed address (59).
 RANDOM = r'''
 import random, sys
 import torch
@@ -328,7 +332,8 @@ def test_random(launcher: str, env: dict) -> None:
                              (1, "keep", "expandable_segments:True"), (2, "keep", "expandable_segments:True"),
                              (3, "keep", "expandable_segments:True"), (17, "keep", "expandable_segments:True"),
                              (7, "empty", "expandable_segments:True"), (9, "empty", "expandable_segments:True"),
-                             (13, "empty", "expandable_segments:True")):
+                             (13, "empty", "expandable_segments:True"), (28, "empty", "expandable_segments:True"),
+                             (59, "empty", "expandable_segments:True")):
         name = f"random {seed} {mode}{' ' + conf if conf else ''}"
         with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
             script = os.path.join(tmp, "random.py")

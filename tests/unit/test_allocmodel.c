@@ -447,6 +447,75 @@ static void test_expandable(void)
 	gmt__am_destroy(m);
 }
 
+/* ---- what a request would first ask of the driver ----------------------------------- */
+
+static void test_first_ask(void)
+{
+	struct gmt__allocmodel *m = model("", 8 * GiB);
+	uint32_t a, b, id;
+
+	/* Without expandable segments: a new segment of the request's size
+	 * (rounded to 2 MiB from 10 MiB on; 20 MiB below; 2 MiB when small). */
+	CHECK_U64(gmt__am_first_ask(m, 5 * MiB, 0), 20 * MiB);
+	CHECK_U64(gmt__am_first_ask(m, 30 * MiB + 1, 0), 32 * MiB);
+	CHECK_U64(gmt__am_first_ask(m, 1000, 0), 2 * MiB);
+	gmt__am_destroy(m);
+
+	/* With them: pages of the lowest place that can grow to the request.
+	 * 5 MiB then 30 MiB map [0, 40): 5 free at [35, 40) before the
+	 * unmapped rest. 30 MiB more: 25 beyond it, two pages (40 MiB); 5 MiB:
+	 * the free block holds it, nothing asked; nothing mapped in the small
+	 * pool: a new reservation's first 2 MiB page. */
+	m = model("expandable_segments:True", 8 * GiB);
+	a = alloc(m, 5 * MiB, 0);
+	b = alloc(m, 30 * MiB, 0);
+	CHECK_U64(addr_of(m, b), addr_of(m, a) + 5 * MiB);
+	CHECK_U64(gmt__am_first_ask(m, 30 * MiB, 0), 40 * MiB);
+	CHECK_U64(gmt__am_first_ask(m, 5 * MiB, 0), 0);
+	CHECK_U64(gmt__am_first_ask(m, 1000, 0), 2 * MiB);
+	/* Another stream has no reservation: a new one, 30 MiB in two pages. */
+	CHECK_U64(gmt__am_first_ask(m, 30 * MiB, 1), 40 * MiB);
+	/* Asking changed nothing. */
+	CHECK_U64(gmt__am_stats(m)->reserved, 40 * MiB);
+	id = alloc(m, 30 * MiB, 0);
+	CHECK_U64(gmt__am_stats(m)->reserved, 80 * MiB);
+	CHECK_U64(addr_of(m, id), addr_of(m, b) + 30 * MiB);
+	/* id took [35, 65) of [35, 80): 15 MiB free before the unmapped rest.
+	 * 10 MiB: that free block holds it, nothing asked. b freed: 30 MiB free
+	 * at [5, 35), closed in by a and id; the ask is of new memory (only
+	 * made where no cached block serves): 31 MiB grows the 15 at the end
+	 * by one page. */
+	CHECK_U64(gmt__am_first_ask(m, 10 * MiB, 0), 0);
+	gmt__am_free(m, b);
+	CHECK_U64(gmt__am_first_ask(m, 31 * MiB, 0), 20 * MiB);
+	CHECK_U64(gmt__am_first_ask(m, 56 * MiB, 0), 60 * MiB);
+	gmt__am_destroy(m);
+}
+
+/* The address handed for a reservation the next call makes (a replay's,
+ * where a release may free one and the retry make another: a driver gives
+ * freed addresses again): taken by that call's reservation, dropped by a
+ * call that makes none. */
+static void test_hint(void)
+{
+	struct gmt__allocmodel *m = model("expandable_segments:True", 1 * GiB);
+	uint32_t a, id;
+
+	gmt__am_hint_addr(m, 0x7f8000000000ull);
+	a = alloc(m, 60 * MiB, 0);
+	CHECK_U64(addr_of(m, a), 0x7f8000000000ull);
+	gmt__am_free(m, a);
+	/* Served by the 60 MiB cached: no reservation, the hint is gone. */
+	gmt__am_hint_addr(m, 0x100000000ull);
+	id = alloc(m, 50 * MiB, 0);
+	CHECK_U64(addr_of(m, id), 0x7f8000000000ull);
+	/* Another stream's reservation follows the first (1160 MiB, 58 pages
+	 * of 20 MiB, on 2 MiB steps), not the dropped hint. */
+	id = alloc(m, 10 * MiB, 1);
+	CHECK_U64(addr_of(m, id), 0x7f8000000000ull + 1160 * MiB);
+	gmt__am_destroy(m);
+}
+
 /* ---- garbage_collection_threshold --------------------------------------------------- */
 
 /* The trace of the garbage collection's cases: 74 MiB reserved, all
@@ -770,6 +839,8 @@ int main(void)
 	test_max_split();
 	test_divisions();
 	test_expandable();
+	test_first_ask();
+	test_hint();
 	test_gc();
 	test_streams();
 	test_empty_cache();

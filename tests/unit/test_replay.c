@@ -33,15 +33,16 @@ struct seg {
 	struct {
 		uint64_t addr, size;
 		bool active;
-	} blocks[4];
+	} blocks[6];
 };
 
-/* A snapshot of PyTorch on device 0: its history, segments, reserved bytes
- * and the device's free bytes (at its out-of-memory when oom, else at the
- * snapshot). */
-static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const struct seg *segs, size_t nseg,
-			uint64_t free_bytes, bool oom)
+/* A snapshot of PyTorch on device 0 under the settings conf: its history,
+ * segments, reserved bytes and the device's free bytes (at its
+ * out-of-memory when oom, else at the snapshot). */
+static json_t *snapshot_conf(const struct ev *ev, size_t nev, bool complete, const struct seg *segs, size_t nseg,
+			     uint64_t free_bytes, bool oom, const char *conf)
 {
+	bool expandable = strstr(conf, "expandable_segments:True") != NULL;
 	json_t *events = json_array(), *segments = json_array();
 	uint64_t reserved = 0, allocated = 0;
 
@@ -51,7 +52,7 @@ static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const st
 	for (size_t i = 0; i < nseg; i++) {
 		json_t *blocks = json_array();
 
-		for (size_t k = 0; k < 4 && segs[i].blocks[k].size; k++) {
+		for (size_t k = 0; k < 6 && segs[i].blocks[k].size; k++) {
 			allocated += segs[i].blocks[k].active ? segs[i].blocks[k].size : 0;
 			json_array_append_new(blocks, json_pack("{sIsIsIss}", "address", (json_int_t)segs[i].blocks[k].addr,
 								"size", (json_int_t)segs[i].blocks[k].size,
@@ -61,7 +62,7 @@ static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const st
 		json_array_append_new(segments, json_pack("{sisIsIsisssbso}", "device", 0, "address", (json_int_t)segs[i].addr,
 							  "total_size", (json_int_t)segs[i].size, "stream", 0,
 							  "segment_type", segs[i].size == 2 * MiB ? "small" : "large",
-							  "is_expandable", 0, "blocks", blocks));
+							  "is_expandable", expandable, "blocks", blocks));
 		reserved += segs[i].size;
 	}
 	/* PyTorch's observer tells the free bytes at an out-of-memory; an exit
@@ -74,8 +75,14 @@ static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const st
 			 "oom", oom ? json_pack("{sisI}", "device", 0, "device_free_bytes", (json_int_t)free_bytes) : json_null(),
 			 "devices", "device", 0, "reserved_bytes", (json_int_t)reserved, "allocated_bytes",
 			 (json_int_t)allocated,
-			 "segments", segments, "alloc_conf", "", "alloc_conf_from", "pytorch",
+			 "segments", segments, "alloc_conf", conf, "alloc_conf_from", "pytorch",
 			 "allocator_history", "device", 0, "complete", complete, "events", events);
+}
+
+static json_t *snapshot(const struct ev *ev, size_t nev, bool complete, const struct seg *segs, size_t nseg,
+			uint64_t free_bytes, bool oom)
+{
+	return snapshot_conf(ev, nev, complete, segs, nseg, free_bytes, oom, "");
 }
 
 static struct gmt__rp_input read_ok(json_t *doc)
@@ -376,6 +383,80 @@ static void test_empty_cache_unserved(void)
 	gmt__rp_input_free(&in);
 }
 
+/* ---- the run's own settings with expandable segments ------------------------------------ */
+
+/* Device bytes 100 MiB, pages of 20 MiB, every place from S1. #1, 30 MiB:
+ * two pages [0, 40), 10 free after. #2, 30 MiB: the free 10 and one page
+ * more, [30, 60). #3, 2 MiB: nothing free before the unmapped rest, one
+ * page, [60, 62) used, 18 free (80 MiB reserved). #1 freed: [0, 30) free;
+ * the program's empty_cache() unmaps its whole page [0, 20). #4, 35 MiB: no
+ * free block holds it. Before any unmap, the lowest place was the free 18
+ * at the end and one page more: 100 MiB, within the 100 — so PyTorch would
+ * have unmapped nothing for #4, and the unmap before it was the program's,
+ * though a segment of #4's size (36 MiB) beside the 80 reserved would not
+ * have fit. After it, the unmapped [0, 20) with the free [20, 30) holds 30
+ * only: #4 takes the page at the end, [62, 97); 80 MiB reserved. #5, 40
+ * MiB: the free 3 at the end and two pages: 120 > 100, nothing whole to
+ * unmap: out of memory, 20 MiB free. */
+static const struct ev paged[] = {
+	{ "segment_map", S1, 40 * MiB }, { "alloc", S1, 30 * MiB },
+	{ "segment_map", S1 + 40 * MiB, 20 * MiB }, { "alloc", S1 + 30 * MiB, 30 * MiB },
+	{ "segment_map", S1 + 60 * MiB, 20 * MiB }, { "alloc", S1 + 60 * MiB, 2 * MiB },
+	{ "free_requested", S1, 30 * MiB }, { "free_completed", S1, 30 * MiB },
+	{ "segment_unmap", S1, 20 * MiB },
+	{ "segment_map", S1 + 80 * MiB, 20 * MiB }, { "alloc", S1 + 62 * MiB, 35 * MiB },
+	{ "oom", 20 * MiB, 40 * MiB },
+};
+static const struct seg paged_segs[] = {
+	{ S1 + 20 * MiB, 80 * MiB, { { S1 + 20 * MiB, 10 * MiB, false }, { S1 + 30 * MiB, 30 * MiB, true },
+				     { S1 + 60 * MiB, 2 * MiB, true }, { S1 + 62 * MiB, 35 * MiB, true },
+				     { S1 + 97 * MiB, 3 * MiB, false } } },
+};
+
+/* Device bytes 80 MiB. #1, 512 KiB: the small pool's reservation (at S3),
+ * one 2 MiB page; freed. #2, 30 MiB: the large pool's (at S1), two pages;
+ * freed. #3, 70 MiB: no cached block holds it; the free 40 and two pages
+ * more make 82 > 80: the release unmaps both pools' pages (the large
+ * first) and frees both reservations, nothing mapped being left; the retry
+ * reserves anew, and the driver gives the freed address: four pages at
+ * S1, 80 MiB. #4, 20 MiB: the free 10 after #3 and a page: 100 > 80,
+ * nothing whole to unmap: out of memory, nothing free. */
+static const struct ev again[] = {
+	{ "segment_map", S3, 2 * MiB }, { "alloc", S3, 512 * 1024 },
+	{ "free_requested", S3, 512 * 1024 }, { "free_completed", S3, 512 * 1024 },
+	{ "segment_map", S1, 40 * MiB }, { "alloc", S1, 30 * MiB },
+	{ "free_requested", S1, 30 * MiB }, { "free_completed", S1, 30 * MiB },
+	{ "segment_unmap", S1, 40 * MiB }, { "segment_unmap", S3, 2 * MiB },
+	{ "segment_map", S1, 80 * MiB }, { "alloc", S1, 70 * MiB },
+	{ "oom", 0, 20 * MiB },
+};
+static const struct seg again_segs[] = {
+	{ S1, 80 * MiB, { { S1, 70 * MiB, true }, { S1 + 70 * MiB, 10 * MiB, false } } },
+};
+
+static void test_own_expandable(void)
+{
+	struct gmt__rp_input in = read_ok(snapshot_conf(paged, N(paged), true, paged_segs, N(paged_segs), 20 * MiB,
+						       true, "expandable_segments:True"));
+	struct gmt__rp_result r;
+
+	CHECK_U64(in.device_bytes, 100 * MiB);
+	r = replay(&in, in.conf, true, in.device_bytes);
+	check_faithful("an empty_cache() before a request that maps one page", &r, 5);
+	CHECK(r.request_reached && !r.request_fits);
+	CHECK_U64(r.peak_reserved, 80 * MiB);
+	gmt__rp_input_free(&in);
+
+	in = read_ok(snapshot_conf(again, N(again), true, again_segs, N(again_segs), 0, true,
+				   "expandable_segments:True"));
+	CHECK_U64(in.device_bytes, 80 * MiB);
+	r = replay(&in, in.conf, true, in.device_bytes);
+	check_faithful("a reservation a release frees, made again at its address", &r, 5);
+	CHECK(r.request_reached && !r.request_fits);
+	gmt__rp_input_free(&in);
+
+}
+
 /* ---- what the diagnosis asks: expandable segments ---------------------------------------- */
 
 /* Device bytes 100 MiB. #1, 60 MiB: a segment S1 of its size, freed (cached).
@@ -573,6 +654,7 @@ int main(void)
 	test_earlier_failure();
 	test_empty_cache_served();
 	test_empty_cache_unserved();
+	test_own_expandable();
 	test_expandable_answer();
 	test_from_framework();
 	test_bad_input();

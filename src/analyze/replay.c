@@ -101,11 +101,13 @@ static int read_segments(const json_t *segments, struct gmt__rp_input *in)
 /* The device bytes: what PyTorch could have held in all, the device less
  * everything that was not PyTorch's (the context, the process's memory
  * outside PyTorch, other processes) as it was at the snapshot: PyTorch's
- * reserved bytes plus the driver's free bytes, both from the same moment. */
+ * reserved bytes plus the driver's free bytes, both from the same moment —
+ * its out-of-memory observer's, the tracer's own at the snapshot, or what
+ * the driver told PyTorch at its hand-over (at exit the tracer cannot ask). */
 static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *devs, size_t ndevs,
 			      struct gmt__rp_input *in)
 {
-	const json_t *oom = json_object_get(fw, "oom"), *d;
+	const json_t *oom = json_object_get(fw, "oom"), *d, *mine = NULL;
 	const struct gmt__rp_device *dev = NULL;
 	const char *rule = NULL;
 	uint64_t reserved = 0, free_bytes = 0, index = 0;
@@ -114,6 +116,7 @@ static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *dev
 
 	json_array_foreach(json_object_get(fw, "devices"), i, d) {
 		if (gmt__json_u64(json_object_get(d, "device"), &index) && index == (uint64_t)in->device) {
+			mine = d;
 			have_reserved = gmt__json_u64(json_object_get(d, "reserved_bytes"), &reserved);
 			in->snap_known = have_reserved &&
 					 gmt__json_u64(json_object_get(d, "allocated_bytes"), &in->snap_allocated);
@@ -126,6 +129,8 @@ static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *dev
 	}
 	if (dev != NULL && dev->have_total)
 		in->device_total = dev->total;
+	else if (!gmt__json_u64(json_object_get(mine, "device_total_bytes"), &in->device_total))
+		in->device_total = 0;
 	if (!have_reserved)
 		return;
 	if (json_is_object(oom) && gmt__json_u64(json_object_get(oom, "device_free_bytes"), &free_bytes)) {
@@ -133,6 +138,8 @@ static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *dev
 	} else if (dev != NULL && dev->have_free) {
 		free_bytes = dev->free;
 		rule = "PyTorch's reserved bytes and the device's free bytes at the snapshot";
+	} else if (gmt__json_u64(json_object_get(mine, "device_free_bytes"), &free_bytes)) {
+		rule = "PyTorch's reserved bytes and the device's free bytes when it handed over its state";
 	}
 	if (rule == NULL)
 		return;

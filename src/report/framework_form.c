@@ -64,6 +64,8 @@ static const struct key device_keys[] = {
 	{ "limit_bytes", FORM_COUNT_OR_NULL, false },
 	{ "peak_allocated_bytes", FORM_COUNT, false },
 	{ "step_allocated_bytes", FORM_COUNT, false },
+	{ "device_free_bytes", FORM_COUNT, false },
+	{ "device_total_bytes", FORM_COUNT, false },
 	{ "segments", FORM_COUNT, false },
 	{ "blocks", FORM_COUNT, false },
 };

@@ -19,7 +19,10 @@ best fit and cache release) on the simulated GPU:
   the replay says it fits — and the double run with that setting does not
   run out of memory, its max_memory_reserved() the peak the replay
   predicted; under --alloc-conf "" (PyTorch's defaults, named so in its
-  heading, not a bare ":") the answers are the run's own;
+  heading, not a bare ":") the answers are the run's own; and the exit
+  snapshot of that run, which fit, judged on the device bytes PyTorch was
+  told at exit, foretells the run under the defaults: it fails at the
+  request that run ran out at, with its peak;
 - the diagnosis cites the replay: the fragmentation run's snapshot offers
   expandable_segments with the replay's peak reserved and device bytes
   (whatif's); pinned: 5 MiB tensors, every other freed, whose holes leave
@@ -148,7 +151,7 @@ def run_and_replay(launcher: str, env: dict, tmp: str, text: str, name: str) -> 
 
 
 def test_fragmentation(launcher: str, env: dict) -> None:
-    predicted = None
+    predicted = own_peak = None
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         path, w, exp = run_and_replay(launcher, env, tmp, FRAGMENTED, "frag.py")
         if not path:
@@ -160,6 +163,7 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         request = "the failing request (#11, 128 MiB (134217728 bytes))"
         check(w.returncode == 0 and "faithful:" in own and f"{request}: does not fit" in own,
               "fragmentation: faithful, the request does not fit under the run's settings", w.stdout + w.stderr)
+        own_peak = number(own, "peak reserved")
         check(f"{request}: fits" in exp and "first request that fails: none" in exp,
               "fragmentation: under expandable_segments:True the replay says it fits", exp)
         diagnosis_cites(path, w.stdout, exp, True, "fragmentation")
@@ -175,7 +179,7 @@ def test_fragmentation(launcher: str, env: dict) -> None:
               (defaults, own))
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, FRAGMENTED,
-                   "frag.py", on="oom")
+                   "frag.py", on="oom,exit")
         # (the driver may fail once: the double then releases its cache
         # and maps again, as PyTorch does)
         check(r.returncode == 0 and "STATE" in r.stdout and "OOM" not in r.stdout and "OOM" in FRAGMENTED,
@@ -184,6 +188,18 @@ def test_fragmentation(launcher: str, env: dict) -> None:
         m = re.search(r"^PEAK (\d+)$", r.stdout, re.M)
         check(m is not None and predicted is not None and int(m.group(1)) == predicted,
               "fragmentation: its max_memory_reserved() is the peak the replay predicted", (m and m.group(1), predicted))
+        # Its exit snapshot holds the device bytes PyTorch was told at exit:
+        # replayed under the defaults, the run that ran out is foretold — the
+        # same request, the same peak.
+        exits = glob.glob(os.path.join(tmp, "gpumemtrace.*.exit.*.json"))
+        w = whatif(launcher, env, *exits[:1], "--alloc-conf", "")
+        defaults = section(w.stdout, 'PyTorch\'s defaults (--alloc-conf ""):')
+        check(len(exits) == 1 and w.returncode == 0 and
+              "PyTorch's reserved bytes and the device's free bytes when it handed over its state" in w.stdout and
+              "first request that fails: #11, 128 MiB (134217728 bytes)" in defaults and
+              own_peak is not None and own_peak > 0 and number(defaults, "peak reserved") == own_peak,
+              "fragmentation: from the exit snapshot of the run that fit, the defaults' run foretold (the request "
+              "it ran out at, its peak)", (exits, own_peak, w.stdout + w.stderr))
 
 
 def number(text: str, label: str) -> int:

@@ -19,8 +19,9 @@ check that replays them.
       each other setting B of the same workload, the peak predicted from
       this trace must be within 1 % (or 2 MiB) of B's real
       max_memory_reserved(), unless the two runs are not comparable (their
-      requests differ, or the replay under B stops at a failing request):
-      then the reason is printed. Exit 0 all held, 1 one did not, 77 (a
+      requests differ, or the replay under B stops at a request other than
+      the one B's run ran out of memory at, or B's run ran out and the
+      replay under B does not): then the reason is printed. Exit 0 all held, 1 one did not, 77 (a
       skip) with one line when DIR holds no fixture.
   workload NAME STEPS_FILE
       (what record runs under the tracer) one workload, its numbers per
@@ -303,6 +304,14 @@ class Fixture:
         events = next((h.get("events") for h in hist if h.get("events")), [])
         return [e[2] for e in events if e[0] in ("alloc", "oom")]
 
+    def failing_request(self) -> int | None:
+        """The number of the request the run ran out of memory at (its
+        history's last oom), or None."""
+        hist = self.doc["snapshot"].get("framework", {}).get("allocator_history") or []
+        events = next((h.get("events") for h in hist if h.get("events")), [])
+        asked = [e[0] for e in events if e[0] in ("alloc", "oom")]
+        return max((i + 1 for i, a in enumerate(asked) if a == "oom"), default=None)
+
 
 def replay(launcher: str, fx: Fixture, confs: list, tmp: str) -> tuple:
     snap = os.path.join(tmp, os.path.basename(fx.path)[:-3])
@@ -395,11 +404,14 @@ def check(args: argparse.Namespace) -> int:
                           f"({len(mine)} and {len(theirs)} requests)")
                     continue
                 # Under B the replay stops at the first request that fails:
-                # its peak is the whole run's only where that is the
-                # history's own failing request and B's run ran out there too.
+                # its peak is B's run's only where B's run ran out at that
+                # very request (a trace that ran to the end, judged on its
+                # device bytes, may say where B's run failed).
                 fails = first_failing(lines)
                 failed = bool(fails) and not fails.startswith("none")
-                if failed != bool(other.doc.get("ended_in_oom")) or (failed and "the failing request" not in fails):
+                at = re.match(r"#(\d+),", fails)
+                same = failed and at is not None and int(at.group(1)) == other.failing_request()
+                if failed != bool(other.doc.get("ended_in_oom")) or (failed and not same):
                     print(f"note {pair}: not comparable: the replay under it "
                           + (f"stops at a failing request ({fails})" if failed else "runs to the end")
                           + f", the run under it {'ran' if other.doc.get('ended_in_oom') else 'did not run'}"

@@ -68,7 +68,7 @@ static json_t *snapshot_conf(const struct ev *ev, size_t nev, bool complete, con
 	/* PyTorch's observer tells the free bytes at an out-of-memory; an exit
 	 * snapshot has the driver's (as an api one would). */
 	return json_pack("{sssisis[{sisIso}]s{sssssssos[{sisIsI}]sosssss[{sisbso}]}}",
-			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 15,
+			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 16,
 			 "devices", "index", 0, "total_bytes", (json_int_t)(reserved + free_bytes + 300 * MiB), "free_bytes",
 			 oom ? json_null() : json_integer((json_int_t)free_bytes),
 			 "framework", "name", "torch", "version", "2.5.1", "reason", oom ? "oom" : "exit",
@@ -280,6 +280,46 @@ static void test_late_start(void)
 	r = replay(&in, "max_split_size_mb:20", false, in.device_bytes);
 	CHECK(!r.failed);
 	CHECK(strstr(r.assumed, "the 1 tensors (9437184 bytes) live at its first event were allocated first") != NULL);
+	gmt__rp_input_free(&in);
+}
+
+/* An exit snapshot: the driver was not asked (null), PyTorch was told at
+ * its hand-over (minor 16): 70 MiB free of 400; without that, not known. */
+static void test_handed_over_device(void)
+{
+	json_t *doc = snapshot(late, N(late), false, late_segs, N(late_segs), 80 * MiB, false);
+	json_t *drv = json_array_get(json_object_get(doc, "devices"), 0);
+	json_t *fwd = json_array_get(json_object_get(json_object_get(doc, "framework"), "devices"), 0);
+	struct gmt__rp_input in;
+
+	json_object_set_new(drv, "free_bytes", json_null());
+	json_object_set_new(drv, "total_bytes", json_null());
+	json_object_set_new(fwd, "device_free_bytes", json_integer(70 * MiB));
+	json_object_set_new(fwd, "device_total_bytes", json_integer(400 * MiB));
+	json_incref(doc);
+	in = read_ok(doc);
+	CHECK(in.device_bytes_known);
+	CHECK_U64(in.device_bytes, 90 * MiB);
+	CHECK_U64(in.device_total, 400 * MiB);
+	CHECK_STR(in.device_rule, "PyTorch's reserved bytes and the device's free bytes when it handed over its state");
+	gmt__rp_input_free(&in);
+
+	/* The driver's, where it was asked, come first. */
+	json_object_set_new(drv, "free_bytes", json_integer(60 * MiB));
+	json_object_set_new(drv, "total_bytes", json_integer(500 * MiB));
+	json_incref(doc);
+	in = read_ok(doc);
+	CHECK_U64(in.device_bytes, 80 * MiB);
+	CHECK_U64(in.device_total, 500 * MiB);
+	gmt__rp_input_free(&in);
+
+	json_object_set_new(drv, "free_bytes", json_null());
+	json_object_set_new(drv, "total_bytes", json_null());
+	json_object_del(fwd, "device_free_bytes");
+	json_object_del(fwd, "device_total_bytes");
+	in = read_ok(doc);
+	CHECK(!in.device_bytes_known);
+	CHECK_U64(in.device_total, 0);
 	gmt__rp_input_free(&in);
 }
 
@@ -651,6 +691,7 @@ int main(void)
 	test_faithful();
 	test_diverging();
 	test_late_start();
+	test_handed_over_device();
 	test_earlier_failure();
 	test_empty_cache_served();
 	test_empty_cache_unserved();

@@ -282,9 +282,27 @@ def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
         peak = getattr(torch.cuda, "max_memory_allocated", None)
         for d in state["devices"] if peak is not None else []:
             d["peak_allocated_bytes"] = int(peak(d["device"]))
+        if reason != "oom":
+            _device_bytes(torch, state["devices"])
         _package().framework(json.dumps(state))
     except Exception as e:  # noqa: BLE001 - never the program's failure
         _warn(f"PyTorch's allocator state could not be handed over ({type(e).__name__}: {e})")
+
+
+def _device_bytes(torch: Any, devices: List[Dict[str, int]]) -> None:
+    """Each device's free and total bytes as the driver tells PyTorch at
+    the hand-over (mem_get_info): at exit the tracer can no longer ask the
+    driver itself, and the replay needs what PyTorch could have held
+    (docs/whatif.md). An out-of-memory's are its observer's."""
+    info = getattr(torch.cuda, "mem_get_info", None)
+    if info is None:
+        return
+    for d in devices:
+        try:
+            free, total = info(d["device"])
+        except Exception:  # noqa: BLE001 - not told: the snapshot says nothing of it
+            continue
+        d["device_free_bytes"], d["device_total_bytes"] = int(free), int(total)
 
 
 def _save(snap: Any, n: int) -> Optional[str]:

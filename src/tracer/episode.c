@@ -85,8 +85,12 @@ void gmt__episode_allocated(const struct gmt__entry *e)
 {
 	struct gmt__oom_episode *ep = &gmt__core.episode;
 
-	if (ep->open && ep->ended == GMT_EPISODE_OPEN && e->device == ep->doc.device && ends_episode(e->kind))
+	if (!ep->open || ep->ended != GMT_EPISODE_OPEN || e->device != ep->doc.device)
+		return;
+	if (ends_episode(e->kind))
 		ep->ended = GMT_EPISODE_SUCCESS;
+	else if (e->kind == GMT_KIND_VMM)
+		ep->mapped_after = true;
 }
 
 void gmt__episode_freed(const struct gmt__entry *e)
@@ -200,6 +204,7 @@ static void add_failure(struct gmt__oom_episode *ep, const struct gmt__snapshot_
 	d->listed[d->nlisted < GMT_EPISODE_LISTED ? d->nlisted++ : GMT_EPISODE_LISTED - 1] = f;
 	ep->mark_bytes = d->freed_bytes;
 	ep->mark_count = d->freed_count;
+	ep->mapped_after = false;
 	ep->last = *req;
 	ep->site = site;
 	ep->awaiting = true;
@@ -272,10 +277,15 @@ static void write_kept(bool exiting)
 
 /* Whether the episode is one the watching framework recovered from: it
  * reported none of its failures to the tracer (its observer runs before the
- * program is told), and a device allocation succeeded after them. */
+ * program is told), and a device allocation succeeded after them — or,
+ * where the allocations are pages of an expandable segment, whose successes
+ * do not end an episode (the failing request maps them too), a page came
+ * after its last failure and the episode ended without the framework's
+ * word. */
 static bool recovered(const struct gmt__oom_episode *ep, enum gmt__episode_end end)
 {
-	return end == GMT_EPISODE_SUCCESS && ep->framework == NULL && gmt__core.watching[0] != '\0';
+	return (end == GMT_EPISODE_SUCCESS || ep->mapped_after) && ep->framework == NULL &&
+	       gmt__core.watching[0] != '\0';
 }
 
 /* Ends the episode: a snapshot at its end when failures came after the last

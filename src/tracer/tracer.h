@@ -148,6 +148,7 @@ struct gmt__oom_write {
 struct gmt__oom_episode {
 	bool open;
 	enum gmt__episode_end ended;       /* OPEN while it goes on; SUCCESS once an allocation ended it */
+	bool mapped_after;                 /* a VMM page allocated on its device since its latest failure */
 	struct gmt__episode doc;
 	uint64_t last_mono, written_mono;  /* the latest failure, the latest write (CLOCK_MONOTONIC) */
 	uint64_t mark_bytes, mark_count;   /* doc.freed_* at the latest failure */

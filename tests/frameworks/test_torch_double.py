@@ -30,7 +30,9 @@ bootstrap uses), under `gpumemtrace run`:
 - recovered: a failure the toy allocator recovers from (its cache freed,
   the retry succeeded) is one line on stderr, the one it raises after a full
   report; without the bootstrap both are full reports; a failure PyTorch
-  never reports is written when its episode ends;
+  never reports is written when its episode ends; with expandable
+  segments, a refused page that a mapped page follows, unreported, is one
+  line too, and a refused page with none after it a full report;
 - chain: a program with its own sitecustomize on PYTHONPATH still runs it;
 - no torch: a program that never imports torch loads nothing of
   gpumemtrace's Python, writes no framework file, prints what it prints
@@ -196,6 +198,32 @@ import torch
 from gmt_sim_driver import Driver
 torch.cuda.init()
 print("FAILED", Driver().malloc(2 << 30) is None)
+'''
+
+# Under expandable segments: 400 MiB cached in pages before 400 MiB live;
+# 600 MiB more cannot be mapped beside them until PyTorch unmaps the cached
+# pages (a cuMemCreate of a 20 MiB page fails first), then it fits.
+RECOVER_PAGES = r'''
+import torch
+MIB = 1 << 20
+a = torch.empty(400 * MIB)
+b = torch.empty(400 * MIB)
+del a
+x = torch.empty(600 * MIB)
+print("RECOVERED", torch.cuda.memory_allocated())
+'''
+
+# A page the driver refuses that nobody reports; a page made and released;
+# the same refused again (the same episode: memory was freed since), and no
+# page after it.
+UNREPORTED_PAGE = r'''
+import torch
+from gmt_sim_driver import Driver
+torch.cuda.init()
+d = Driver()
+first = d.create(2 << 30) is None
+d.release(d.create(20 << 20))
+print("FAILED", first, d.create(2 << 30) is None)
 '''
 
 PLAIN = r'''
@@ -477,6 +505,34 @@ def test_recovered(launcher: str, env: Dict[str, str]) -> None:
               "recovered: without the bootstrap's observer, both failures are full reports", r.stderr[-1200:])
 
 
+def test_recovered_pages(launcher: str, env: Dict[str, str]) -> None:
+    """With expandable segments a page's success does not end an episode
+    (the failing request maps pages too); one after the last failure, with
+    no word from PyTorch by the episode's end, is a recovery all the same:
+    one line, no snapshot. An episode whose last refused page has none
+    after it is not."""
+    pages = dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, pages, tmp, RECOVER_PAGES, "recover-pages.py")
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gpumemtrace:")]
+        ooms, _ = oom_snapshot(tmp)
+        exits = [d for d in snapshots(tmp) if d.get("reason") == "exit"]
+        check(r.returncode == 0 and "RECOVERED" in r.stdout and len(lines) == 1 and
+              lines[0].startswith("gpumemtrace: out of memory, recovered: cuMemCreate of 20.0 MiB on device 0 failed")
+              and lines[0].endswith(": no snapshot"),
+              "recovered pages: one line", r.stdout + r.stderr[-1200:])
+        check(not ooms and len(exits) == 1 and exits[0]["stats"].get("oom_recovered") == 1,
+              "recovered pages: no oom snapshot; oom_recovered 1",
+              (ooms, [d["stats"].get("oom_recovered") for d in exits]))
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        r = run(launcher, pages, tmp, UNREPORTED_PAGE, "unreported-page.py", on="oom")
+        _, doc = oom_snapshot(tmp)
+        ep = doc.get("episode") or {}
+        check(r.returncode == 0 and "FAILED True True" in r.stdout and "verdict:" in r.stderr and
+              "recovered" not in r.stderr and (ep.get("end"), ep.get("failures")) == ("exit", 2),
+              "unreported page: the full report, written when the episode ended", r.stdout + r.stderr[-800:])
+
+
 def test_unreported(launcher: str, env: Dict[str, str]) -> None:
     """A failure PyTorch never reports, with no success after it: written
     when the episode ends (at exit), with the full report."""
@@ -676,6 +732,7 @@ def main(argv: List[str]) -> int:
     test_fragmentation(launcher, source, env)
     test_steps(launcher, source, env)
     test_recovered(launcher, env)
+    test_recovered_pages(launcher, env)
     test_unreported(launcher, env)
     test_storm(launcher, env)
     test_chain(launcher, env)

@@ -129,10 +129,15 @@ static void *consumer_main(void *arg)
 		gmt__episode_settle(false);
 		if (gmt__peak_settle(false)) {
 			/* a peak snapshot written; the lock released */
-		} else if (atomic_exchange_explicit(&gmt__core.signal_pending, false, memory_order_relaxed)) {
-			/* Everything completed before the signal has its number. */
+		} else if (!atomic_load_explicit(&gmt__core.stopping, memory_order_relaxed) &&
+			   atomic_exchange_explicit(&gmt__core.signal_pending, false, memory_order_relaxed)) {
+			/* Everything completed before the signal has its number.
+			 * (Once the program exits, its exit snapshot stands for
+			 * it.) */
 			n += gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
+			atomic_fetch_add_explicit(&gmt__core.writes_in_flight, 1, memory_order_relaxed);
 			gmt__snapshot_take(GMT_REASON_SIGNAL, NULL, NULL, NULL, 0); /* releases the lock */
+			atomic_fetch_sub_explicit(&gmt__core.writes_in_flight, 1, memory_order_release);
 		} else {
 			/* Nothing left: sleep, unless a ring filled up since the
 			 * pass looked (ring.h, the doorbell). */

@@ -494,6 +494,14 @@ __attribute__((destructor)) static void core_exit(void)
 	check = gmt__core.opt->leak_check;
 	atomic_store_explicit(&gmt__core.stopping, true, memory_order_relaxed);
 	gmt__core_lock();
+	/* A snapshot the background thread began before the stop is finished
+	 * before the process ends (none begins after: the lock orders the
+	 * stop before its next look). */
+	while (atomic_load_explicit(&gmt__core.writes_in_flight, memory_order_acquire) != 0) {
+		gmt__core_unlock();
+		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+		gmt__core_lock();
+	}
 	gmt__drain_until(atomic_load_explicit(&gmt__core.next_seq, memory_order_relaxed));
 	gmt__info("at exit: %llu live allocations, %llu bytes; peak %llu bytes; %llu events recorded",
 		  (unsigned long long)gmt__core.live_count, (unsigned long long)gmt__core.live_bytes,

@@ -67,8 +67,13 @@ bool gmt__peak_settle(bool exiting)
 	uint64_t now, kept, written = gmt__core.peak_written_bytes;
 	uint64_t step = (uint64_t)gmt__core.opt->peak_step;
 	struct gmt__capture *c;
+	bool counted;
 
 	if (!peak_on() || (!gmt__core.peak_top && gmt__core.peak_kept == NULL && !exiting))
+		return false;
+	/* The exit writes the peak itself (the process must not end in the
+	 * middle of a write here). */
+	if (!exiting && atomic_load_explicit(&gmt__core.stopping, memory_order_relaxed))
 		return false;
 	now = gmt__now_ns(CLOCK_REALTIME);
 	/* Standing at a top for a quiet stretch, or at the end: it is one. At
@@ -97,8 +102,14 @@ bool gmt__peak_settle(bool exiting)
 		return false;
 	gmt__core.peak_kept = NULL;
 	gmt__core.peak_written_bytes = kept;
+	/* The background thread's write, which the exit waits for. */
+	counted = !exiting;
+	if (counted)
+		atomic_fetch_add_explicit(&gmt__core.writes_in_flight, 1, memory_order_relaxed);
 	gmt__core_unlock();
 	gmt__snapshot_publish_peak(c);
+	if (counted)
+		atomic_fetch_sub_explicit(&gmt__core.writes_in_flight, 1, memory_order_release);
 	return true;
 }
 

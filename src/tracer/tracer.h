@@ -194,6 +194,11 @@ struct gmt__core {
 	_Atomic uintptr_t primary_ctx[GMT_MAX_DEVICES];
 	_Atomic uint64_t ctx_generation;
 	_Atomic bool stopping;
+	/* Snapshots the background thread is writing (peak, signal): counted
+	 * under the core's lock when one starts, released when its file is in
+	 * place; none starts once stopping is set, and the exit waits for
+	 * these, so that the process never ends in the middle of one. */
+	_Atomic unsigned writes_in_flight;
 	/* SIGUSR2 arrived: the handler sets it, the consumer writes the
 	 * snapshot. Lock-free (asserted in init), as a handler needs. */
 	_Atomic bool signal_pending;

@@ -117,6 +117,9 @@ static void fork_child(void)
 	gmt__peak_fork_child();
 	gmt__core.oom_failures = 0;
 	atomic_store_explicit(&gmt__core.signal_pending, false, memory_order_relaxed);
+	/* A write the parent's background thread had under way goes on there:
+	 * the child's exit has none to wait for. */
+	atomic_store_explicit(&gmt__core.writes_in_flight, 0, memory_order_relaxed);
 	memset(gmt__core.kind_live, 0, sizeof(gmt__core.kind_live));
 	memset(gmt__core.kind_count, 0, sizeof(gmt__core.kind_count));
 	memset(gmt__core.device_peak, 0, sizeof(gmt__core.device_peak));
@@ -496,8 +499,14 @@ __attribute__((destructor)) static void core_exit(void)
 	gmt__core_lock();
 	/* A snapshot the background thread began before the stop is finished
 	 * before the process ends (none begins after: the lock orders the
-	 * stop before its next look). */
-	while (atomic_load_explicit(&gmt__core.writes_in_flight, memory_order_acquire) != 0) {
+	 * stop before its next look) — unless its write hangs: the program's
+	 * exit comes first after GMT_EXIT_WRITE_WAIT_MS. */
+	for (int waited = 0; atomic_load_explicit(&gmt__core.writes_in_flight, memory_order_acquire) != 0; waited++) {
+		if (waited == GMT_EXIT_WRITE_WAIT_MS) {
+			gmt__warn("a snapshot the background thread is writing is not done after %d s: the process exits "
+				  "without it", GMT_EXIT_WRITE_WAIT_MS / 1000);
+			break;
+		}
 		gmt__core_unlock();
 		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
 		gmt__core_lock();

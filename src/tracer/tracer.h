@@ -42,6 +42,11 @@
  * failures of an episode each rewrite its snapshot, later ones at most once
  * per GMT_EPISODE_REWRITE_NS (a retry storm). */
 #define GMT_EPISODE_GAP_NS (5 * 1000000000ull)
+/* How long the exit waits for a snapshot the background thread is writing
+ * (a peak's, a signal's) before the process goes on to end without it: a
+ * write that long is stuck (a hung file system), and the program's exit
+ * comes first. */
+#define GMT_EXIT_WRITE_WAIT_MS 30000
 #define GMT_EPISODE_WRITES 8
 /* A storm of episodes (a server refusing requests too big for it): a
  * process's first GMT_STORM_EPISODES episodes are written and reported one
@@ -197,7 +202,8 @@ struct gmt__core {
 	/* Snapshots the background thread is writing (peak, signal): counted
 	 * under the core's lock when one starts, released when its file is in
 	 * place; none starts once stopping is set, and the exit waits for
-	 * these, so that the process never ends in the middle of one. */
+	 * these (GMT_EXIT_WRITE_WAIT_MS at most), so that the process never
+	 * ends in the middle of one. */
 	_Atomic unsigned writes_in_flight;
 	/* SIGUSR2 arrived: the handler sets it, the consumer writes the
 	 * snapshot. Lock-free (asserted in init), as a handler needs. */

@@ -224,9 +224,15 @@ static void event(struct gmt__allocmodel *m, enum gmt__am_op op, const struct bl
 						  .reserved = m->st.reserved, .call = m->call };
 }
 
+/* v rounded up to a multiple of to. */
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
 static uint64_t take_addr(struct gmt__allocmodel *m, uint64_t size)
 {
-	uint64_t a = m->next_addr, step = (size + GMT_AM_ROUND_LARGE - 1) / GMT_AM_ROUND_LARGE * GMT_AM_ROUND_LARGE;
+	uint64_t a = m->next_addr, step = round_up(size, GMT_AM_ROUND_LARGE);
 
 	if (m->have_hint) {
 		m->have_hint = false;
@@ -646,13 +652,13 @@ uint64_t gmt__am_first_ask(const struct gmt__allocmodel *m, uint64_t size, uint6
 	if (w == NONE) {
 		uint64_t whole = reservation_pages(m, page) * page;
 
-		return rounded < whole ? (rounded + page - 1) / page * page : whole;
+		return rounded < whole ? round_up(rounded, page) : whole;
 	}
 	for (left = rounded; left > 0 && w != NONE; w = m->b[w].next) {
 		uint64_t take = m->b[w].size;
 
 		if (!m->b[w].mapped) {
-			take = left < take ? (left + page - 1) / page * page : take;
+			take = left < take ? round_up(left, page) : take;
 			asked += take;
 		}
 		left = take >= left ? 0 : left - take;

@@ -40,7 +40,8 @@ static int read_events(const json_t *events, struct gmt__rp_input *in, char *err
 
 	in->ev = calloc(json_array_size(events) + 1, sizeof(*in->ev));
 	in->releases = calloc(json_array_size(events) + 1, sizeof(*in->releases));
-	if (in->ev == NULL || in->releases == NULL)
+	in->called = calloc(json_array_size(events) + 1, sizeof(*in->called));
+	if (in->ev == NULL || in->releases == NULL || in->called == NULL)
 		return -ENOMEM;
 	json_array_foreach(events, i, ev) {
 		int op = gmt__rp_op_of(json_string_value(json_array_get(ev, 0)));
@@ -56,6 +57,22 @@ static int read_events(const json_t *events, struct gmt__rp_input *in, char *err
 		in->nev++;
 	}
 	return 0;
+}
+
+/* The program's empty_cache() calls (minor 17): the index of the event
+ * each came before, nev for one after the last; out of range, left out. */
+static void read_calls(const json_t *places, struct gmt__rp_input *in)
+{
+	const json_t *at;
+	uint64_t k;
+	size_t i;
+
+	json_array_foreach(places, i, at) {
+		if (gmt__json_u64(at, &k) && k <= in->nev && !in->called[k]) {
+			in->called[k] = 1;
+			in->ncalls++;
+		}
+	}
 }
 
 static int read_segments(const json_t *segments, struct gmt__rp_input *in)
@@ -189,6 +206,8 @@ int gmt__rp_read_framework(const json_t *fw, const json_t *hist, const struct gm
 	in->conf_from = dup_or_null(json_string_value(json_object_get(fw, "alloc_conf_from")));
 	rc = read_events(json_object_get(chosen, "events"), in, err, errlen);
 	if (rc == 0)
+		read_calls(json_object_get(chosen, "empty_cache"), in);
+	if (rc == 0)
 		rc = read_segments(json_object_get(fw, "segments"), in);
 	if (rc == 0)
 		read_device_bytes(fw, devs, ndevs, in);
@@ -243,32 +262,71 @@ static json_t *history_event(const json_t *ev)
 			 json_is_integer(stream) ? json_integer_value(stream) : (json_int_t)0);
 }
 
+/* The places of the program's empty_cache() calls in the hand-over's
+ * events (the index of the first event after each) as places among those
+ * kept (kept[k]: how many of the first k were kept): each once, in order
+ * (a place before the last taken is left out), none past the end. */
+static json_t *history_calls(const json_t *places, const size_t *kept, size_t nev)
+{
+	json_t *out = json_array(), *at;
+	bool any = false;
+	size_t i, last = 0;
+	uint64_t k;
+
+	if (out == NULL)
+		return NULL;
+	json_array_foreach(places, i, at) {
+		if (!gmt__json_u64(at, &k) || k > nev || (any && kept[k] <= last))
+			continue;
+		any = true;
+		last = kept[k];
+		if (json_array_append_new(out, json_integer((json_int_t)last)) < 0) {
+			json_decref(out);
+			return NULL;
+		}
+	}
+	return out;
+}
+
 json_t *gmt__rp_history(const json_t *traces)
 {
 	json_t *out, *tr, *ev;
 	size_t i, j;
+	size_t *kept = NULL;
 
 	if (!json_is_array(traces) || (out = json_array()) == NULL)
 		return NULL;
 	json_array_foreach(traces, i, tr) {
+		const json_t *given = json_object_get(tr, "events");
 		uint64_t device;
-		json_t *events, *one;
+		json_t *events, *one, *h, *calls;
 
 		if (!gmt__json_u64(json_object_get(tr, "device"), &device))
 			continue;
+		free(kept);
+		kept = malloc((json_array_size(given) + 1) * sizeof(*kept));
 		events = json_array();
-		json_array_foreach(json_object_get(tr, "events"), j, ev) {
+		h = json_pack("{sIsbso}", "device", (json_int_t)device, "complete",
+			      json_is_true(json_object_get(tr, "complete")), "events", events);
+		if (kept == NULL || h == NULL || json_array_append_new(out, h) < 0)
+			goto nomem;
+		kept[0] = 0;
+		json_array_foreach(given, j, ev) {
 			one = history_event(ev);
 			if (one != NULL && json_array_append_new(events, one) < 0)
 				goto nomem;
+			kept[j + 1] = json_array_size(events);
 		}
-		if (json_array_append_new(out, json_pack("{sIsbso}", "device", (json_int_t)device, "complete",
-							 json_is_true(json_object_get(tr, "complete")), "events",
-							 events)) < 0)
+		if (json_array_size(json_object_get(tr, "empty_cache")) == 0)
+			continue;
+		calls = history_calls(json_object_get(tr, "empty_cache"), kept, json_array_size(given));
+		if (calls == NULL || json_object_set_new(h, "empty_cache", calls) < 0)
 			goto nomem;
 	}
+	free(kept);
 	return out;
 nomem:
+	free(kept);
 	json_decref(out);
 	return NULL;
 }
@@ -280,6 +338,7 @@ void gmt__rp_input_free(struct gmt__rp_input *in)
 	free(in->conf_from);
 	free(in->ev);
 	free(in->releases);
+	free(in->called);
 	free(in->seg);
 	free(in->live);
 	memset(in, 0, sizeof(*in));
@@ -553,6 +612,7 @@ struct replay {
 	size_t run_no;    /* the run's segment events compared so far */
 	uint64_t request; /* the current request's number (0: none yet) */
 	uint64_t run_reserved; /* the run's reserved bytes before the queued events */
+	bool called;      /* the program called empty_cache() since the last request or free */
 };
 
 /* The first n queued events are done with: the run's reserved bytes after
@@ -680,6 +740,7 @@ static void empty_cache(struct replay *p, const char *when)
 {
 	size_t nq = leading_releases(p);
 
+	p->called = false;
 	gmt__am_empty_cache(p->m);
 	if (p->r->own) {
 		compare(p, nq, when);
@@ -725,7 +786,9 @@ static bool request(struct replay *p, const struct gmt__rp_event *e, bool is_req
 
 	p->request++;
 	snprintf(when, sizeof(when), "at request #%" PRIu64 " (%" PRIu64 " bytes)", p->request, e->size);
-	if (!frees_are_the_requests(p, e))
+	if (p->called)
+		empty_cache(p, "at the program's empty_cache() before it");
+	else if (!frees_are_the_requests(p, e))
 		empty_cache(p, "at an empty_cache() before it");
 	if (p->r->own) {
 		/* The run's addresses for the model's new segments; a mapping
@@ -831,10 +894,20 @@ int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, 
 		(void)gmt__am_events(p.m, &p.seen);
 	}
 	/* A tensor live before the history that does not fit ends it there. */
-	for (size_t i = 0; i < in->nev && i <= stop && !(r->failed && r->fail_no == 0); i++) {
+	for (size_t i = 0; i <= in->nev && i <= stop && !(r->failed && r->fail_no == 0); i++) {
 		const struct gmt__rp_event *e = &in->ev[i];
 		uint32_t id;
 
+		/* A call the bootstrap placed: the model empties its cache
+		 * under every setting, whatever the run released then; the
+		 * releases of an earlier call it did not place go first. */
+		if (in->called[i]) {
+			if (p.q.n > 0 && !p.called)
+				empty_cache(&p, "at an empty_cache()");
+			p.called = true;
+		}
+		if (i == in->nev)
+			break;
 		if (is_segment_op(e->op)) {
 			p.q.v[p.q.n++] = e;
 			continue;
@@ -846,8 +919,8 @@ int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, 
 		}
 		if (e->op != GMT_RP_FREE)
 			continue;
-		if (p.q.n > 0)
-			empty_cache(&p, "at an empty_cache()");
+		if (p.q.n > 0 || p.called)
+			empty_cache(&p, p.called ? "at the program's empty_cache()" : "at an empty_cache()");
 		if (t_take(&t, e->addr, &id)) {
 			if (gmt__am_free(p.m, id) < 0 && own)
 				diverge(&p, "at the free of 0x%" PRIx64 ": the replay holds no such block", e->addr);
@@ -859,7 +932,7 @@ int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, 
 		gmt__am_fail(err, errlen, rc, "out of memory");
 		goto out;
 	}
-	if (leading_releases(&p) > 0)
+	if (leading_releases(&p) > 0 || p.called)
 		empty_cache(&p, "at an empty_cache() at the end");
 	if (own && p.q.n > 0)
 		compare(&p, p.q.n, "at the end");

@@ -65,6 +65,11 @@ struct gmt__rp_input {
 	 * request's own release-and-retry, 2 the program's empty_cache(). A
 	 * property of the run, which replays under other settings read. */
 	uint8_t *releases;
+	/* Per event and after the last (nev + 1): the program called
+	 * torch.cuda.empty_cache() before it, as the bootstrap placed the
+	 * call (snapshot minor 17); ncalls of them. */
+	uint8_t *called;
+	size_t ncalls;
 	struct gmt__rp_segment *seg; /* the snapshot's segments */
 	size_t nseg;
 	struct gmt__rp_block *live;  /* its allocated blocks */

@@ -32,6 +32,17 @@ best fit and cache release) on the simulated GPU:
 - random: programs of random requests, frees, caught out-of-memory errors
   and empty_cache() calls, with and without expandable segments, each
   replayed faithfully;
+- calls: the program's empty_cache() calls placed in the history by
+  PyTorch's counts (the bootstrap's): one that unmapped nothing under
+  expandable segments (15 MiB freed beside a live 4 MiB in one page) is
+  placed after the free, and the replay under the defaults makes it — 38
+  MiB at the peak, the defaults run's own, where without it the cached 16
+  MiB segment stays (54); one after a caught out-of-memory is placed after
+  its oom entry (the out-of-memory count); one followed by
+  reset_accumulated_memory_stats() is not placed (its counts are gone);
+  a random program whose peak under expandable segments was mispredicted
+  from its defaults run before (1937768448 bytes for 1895825408, a call
+  that unmapped nothing) now predicted exactly, and the other way round;
 - larger device: a run under expandable segments whose request is larger
   than the device, asked about 100 GiB (--device-bytes): it fits;
 - edited: the snapshot's history with one segment's size changed: not
@@ -367,6 +378,112 @@ def test_random(launcher: str, env: dict) -> None:
                   w.stdout[-600:] + w.stderr[-300:])
 
 
+# The bootstrap's places for the program's empty_cache() calls
+# (tests/unit/test_replay.c's `unseen`, on the double): 15 MiB and 4 MiB,
+# the 15 freed, a call, 18 MiB; then whatever argv[1] says.
+CALLS = r'''
+import sys
+import torch
+MIB = 1 << 20
+c = torch.empty(15 * MIB)
+a = torch.empty(4 * MIB)
+del c
+torch.cuda.empty_cache()
+d = torch.empty(18 * MIB)
+if sys.argv[1] == "oom":
+    try:
+        torch.empty(2000 * MIB)
+    except torch.cuda.OutOfMemoryError:
+        pass
+    torch.cuda.empty_cache()
+elif sys.argv[1] == "reset":
+    torch.cuda.empty_cache()
+    torch.cuda.reset_accumulated_memory_stats()
+    for _ in range(8):
+        e = torch.empty(MIB)
+        del e
+print("PEAK", torch.cuda.max_memory_reserved())
+'''
+
+
+def calls_run(launcher: str, env: dict, tmp: str, text: str, args: List[str], conf: str) -> tuple:
+    """(the exit snapshot's PyTorch history of device 0, its path, the
+    peak the program printed) of a run under conf."""
+    script = os.path.join(tmp, "calls.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(text)
+    d = os.path.join(tmp, conf or "defaults")
+    os.mkdir(d)
+    r = subprocess.run([launcher, "run", "--dir", d, "--snapshot-on", "exit", "--", sys.executable, script, *args],
+                       env=dict(env, PYTORCH_CUDA_ALLOC_CONF=conf, GPUMEMTRACE_HISTORY="1000000"), cwd=d,
+                       capture_output=True, text=True, timeout=300)
+    peak = re.search(r"^PEAK (\d+)$", r.stdout, re.M)
+    paths = glob.glob(os.path.join(d, "gpumemtrace.*.exit.*.json"))
+    check(peak is not None and len(paths) == 1, f"calls {args} {conf}: the run's peak and exit snapshot",
+          (r.stdout, r.stderr[-600:], paths))
+    if peak is None or len(paths) != 1:
+        return {}, "", 0
+    with open(paths[0], encoding="utf-8") as f:
+        history = json.load(f)["framework"]["allocator_history"][0]
+    return history, paths[0], int(peak.group(1))
+
+
+def predicted_peak(launcher: str, env: dict, path: str, conf: str) -> int:
+    w = whatif(launcher, env, path, "--alloc-conf", conf)
+    m = re.search(r"peak reserved: [^(]*\((\d+) bytes\)", section(w.stdout, conf + ":"))
+    check(w.returncode == 0 and m is not None, f"{path}: replayed under {conf}", w.stdout[-800:] + w.stderr[-300:])
+    return int(m.group(1)) if m else -1
+
+
+def test_placed_calls(launcher: str, env: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        history, path, _ = calls_run(launcher, env, tmp, CALLS, ["plain"], "expandable_segments:True")
+        _, _, defaults_peak = calls_run(launcher, env, tmp, CALLS, ["plain"], "")
+        if not path:
+            return
+        check(history.get("empty_cache") == [5] and history["events"][4][0] == "free_completed" and
+              not any(e[0].startswith("segment_unmap") for e in history["events"]),
+              "calls: one that unmapped nothing placed after the free", history)
+        check(defaults_peak == 38 << 20, "calls: the defaults run's peak is 38 MiB", defaults_peak)
+        check(predicted_peak(launcher, env, path, "expandable_segments:False") == defaults_peak,
+              "calls: predicted under the defaults with the call made: the defaults run's peak")
+        without = dict(history)
+        del without["empty_cache"]
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc["framework"]["allocator_history"][0] = without
+        edited = os.path.join(tmp, "without.json")
+        with open(edited, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        check(predicted_peak(launcher, env, edited, "expandable_segments:False") == 54 << 20,
+              "calls: without its place the cached 16 MiB segment stays: 54 MiB")
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        history, path, _ = calls_run(launcher, env, tmp, CALLS, ["oom"], "")
+        places = history.get("empty_cache", [])
+        check(len(places) == 2 and history["events"][places[1] - 1][0] == "oom",
+              "calls: one after a caught out-of-memory placed after its oom entry", history)
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        history, path, _ = calls_run(launcher, env, tmp, CALLS, ["reset"], "")
+        check(path != "" and "empty_cache" not in history,
+              "calls: none placed across reset_accumulated_memory_stats()", history.get("empty_cache"))
+    # A random program (RANDOM without its last requests, 8 GiB). Before
+    # the calls were placed, seed 1's peak under expandable segments was
+    # predicted from its defaults run as 1937768448 bytes.
+    text = RANDOM[:RANDOM.index("try:\n    big")] + "print('PEAK', torch.cuda.max_memory_reserved())\n"
+    for seed, peaks in (("1", (1902116864, 1895825408)),):
+        with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+            run_env = dict(env, GMTSIM_MEMORY="8G")
+            _, own_path, own_peak = calls_run(launcher, run_env, tmp, text, [seed, "empty"], "")
+            _, exp_path, exp_peak = calls_run(launcher, run_env, tmp, text, [seed, "empty"],
+                                              "expandable_segments:True")
+            check((own_peak, exp_peak) == peaks, f"calls: random {seed}'s peaks, as measured", (own_peak, exp_peak))
+            if own_path and exp_path:
+                check(predicted_peak(launcher, env, own_path, "expandable_segments:True") == exp_peak,
+                      f"calls: random {seed} under expandable segments predicted from its defaults run")
+                check(predicted_peak(launcher, env, exp_path, "expandable_segments:False") == own_peak,
+                      f"calls: random {seed} under the defaults predicted from its expandable run")
+
+
 # A request larger than the device under expandable segments.
 BIG = r'''
 import torch
@@ -456,6 +573,7 @@ def main(argv: List[str]) -> int:
     test_no_help(launcher, env, source)
     test_larger_device(launcher, env)
     test_random(launcher, env)
+    test_placed_calls(launcher, env)
     test_edited(launcher, env)
     test_bad_input(launcher, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")

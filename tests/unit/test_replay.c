@@ -68,7 +68,7 @@ static json_t *snapshot_conf(const struct ev *ev, size_t nev, bool complete, con
 	/* PyTorch's observer tells the free bytes at an out-of-memory; an exit
 	 * snapshot has the driver's (as an api one would). */
 	return json_pack("{sssisis[{sisIso}]s{sssssssos[{sisIsI}]sosssss[{sisbso}]}}",
-			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 16,
+			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 17,
 			 "devices", "index", 0, "total_bytes", (json_int_t)(reserved + free_bytes + 300 * MiB), "free_bytes",
 			 oom ? json_null() : json_integer((json_int_t)free_bytes),
 			 "framework", "name", "torch", "version", "2.5.1", "reason", oom ? "oom" : "exit",
@@ -627,12 +627,94 @@ static void test_expandable_answer(void)
 	gmt__rp_input_free(&in);
 }
 
+/* ---- the program's empty_cache() calls, as the bootstrap placed them --------------------- */
+
+/* The calls placed in a snapshot's history (allocator_history[0].empty_cache). */
+static json_t *with_calls(json_t *doc, json_t *places)
+{
+	json_object_set_new(json_array_get(json_object_get(json_object_get(doc, "framework"), "allocator_history"), 0),
+			    "empty_cache", places);
+	return doc;
+}
+
+/* Under expandable segments, device bytes 100 MiB, pages of 20 MiB. #1,
+ * 15 MiB: one page [0, 20), 5 free after. #2, 4 MiB: the free 5 holds it,
+ * [15, 19). #1 freed: [0, 15) free, no whole page. The program's
+ * empty_cache() there unmaps nothing: the history has no trace of it. #3,
+ * 18 MiB: no free block holds it; the free [19, 20) and one page more,
+ * [19, 37): 40 MiB reserved.
+ *
+ * Under PyTorch's defaults: #1 a segment of 16 MiB (15 rounded up to 2
+ * MiB), #2 one of 20 MiB (below 10 MiB), 36 reserved. #1 freed: its
+ * segment cached whole; the call returns it: 20. #3 a segment of 18 MiB:
+ * 38 MiB at the peak. Without the call the 16 MiB cached cannot hold #3,
+ * and its segment comes beside it: 54 MiB. */
+static const struct ev unseen[] = {
+	{ "segment_map", S1, 20 * MiB }, { "alloc", S1, 15 * MiB },
+	{ "alloc", S1 + 15 * MiB, 4 * MiB },
+	{ "free_requested", S1, 15 * MiB }, { "free_completed", S1, 15 * MiB },
+	{ "segment_map", S1 + 20 * MiB, 20 * MiB }, { "alloc", S1 + 19 * MiB, 18 * MiB },
+};
+static const struct seg unseen_segs[] = {
+	{ S1, 40 * MiB, { { S1, 15 * MiB, false }, { S1 + 15 * MiB, 4 * MiB, true }, { S1 + 19 * MiB, 18 * MiB, true },
+			  { S1 + 37 * MiB, 3 * MiB, false } } },
+};
+
+static void test_placed_calls(void)
+{
+	struct gmt__rp_input in;
+	struct gmt__rp_result r;
+
+	in = read_ok(with_calls(snapshot_conf(unseen, N(unseen), true, unseen_segs, N(unseen_segs), 60 * MiB, false,
+					      "expandable_segments:True"),
+				json_pack("[i]", 5)));
+	CHECK_U64(in.ncalls, 1);
+	CHECK_U64(in.device_bytes, 100 * MiB);
+	r = replay(&in, in.conf, true, in.device_bytes);
+	check_faithful("a call that unmapped nothing", &r, 2);
+	CHECK_U64(r.peak_reserved, 40 * MiB);
+	r = replay(&in, "", false, in.device_bytes);
+	CHECK(!r.failed);
+	CHECK_U64(r.peak_reserved, 38 * MiB);
+	gmt__rp_input_free(&in);
+
+	/* Not placed: the defaults keep the 16 MiB segment. */
+	in = read_ok(snapshot_conf(unseen, N(unseen), true, unseen_segs, N(unseen_segs), 60 * MiB, false,
+				   "expandable_segments:True"));
+	CHECK_U64(in.ncalls, 0);
+	r = replay(&in, "", false, in.device_bytes);
+	CHECK_U64(r.peak_reserved, 54 * MiB);
+	gmt__rp_input_free(&in);
+
+	/* A call placed after the last event, and places out of range: the
+	 * replay comes to the end with nothing more to release. */
+	in = read_ok(with_calls(snapshot_conf(unseen, N(unseen), true, unseen_segs, N(unseen_segs), 60 * MiB, false,
+					      "expandable_segments:True"),
+				json_pack("[iiis]", 5, (int)N(unseen), (int)N(unseen) + 1, "x")));
+	CHECK_U64(in.ncalls, 2);
+	r = replay(&in, in.conf, true, in.device_bytes);
+	check_faithful("a call at the end", &r, 2);
+	gmt__rp_input_free(&in);
+
+	/* pieces: S1 cached whole after #1's free; a call placed before #2
+	 * would have returned it, and the run kept it: not faithful. */
+	in = read_ok(with_calls(snapshot(pieces, N(pieces), true, pieces_segs, N(pieces_segs), 10 * MiB, true),
+				json_pack("[i]", 4)));
+	r = replay(&in, "", true, in.device_bytes);
+	CHECK(!r.faithful);
+	CHECK_STR(r.diverged, "at the program's empty_cache() before it: the run did no segment event, the replay "
+			      "segment_free of 62914560 bytes (after 1 of its segment events matched)");
+	gmt__rp_input_free(&in);
+}
+
+/* ---- from the bootstrap's hand-over ------------------------------------------------------ */
+
 /* The tracer's way in: the framework's state and the driver's devices, the
  * history made from the hand-over's traces. */
 static void test_from_framework(void)
 {
 	json_t *doc = snapshot(frag, N(frag), true, frag_segs, N(frag_segs), 40 * MiB, true);
-	json_t *fw = json_object_get(doc, "framework"), *traces = json_array(), *handed, *history;
+	json_t *fw = json_object_get(doc, "framework"), *traces = json_array(), *handed, *history, *calls;
 	const json_t *ev;
 	struct gmt__rp_device dev = { .index = 0, .have_total = true, .total = 400 * MiB };
 	struct gmt__rp_input in;
@@ -645,9 +727,23 @@ static void test_from_framework(void)
 		json_array_append_new(traces, json_pack("[OOOiiO]", json_array_get(ev, 0), json_array_get(ev, 1),
 							json_array_get(ev, 2), 1000 + (int)i, 0, json_array_get(ev, 3)));
 	}
-	json_array_append_new(traces, json_pack("[siiiii]", "no_such_action", 0, 0, 0, 0, 0));
-	handed = json_pack("[{sisbso}]", "device", 0, "complete", 1, "events", traces);
+	json_array_insert_new(traces, 2, json_pack("[siiiii]", "no_such_action", 0, 0, 0, 0, 0));
+	/* The calls' places among the events kept: the event left out moves
+	 * those after it; one place once; one out of order or past the end
+	 * left out. */
+	handed = json_pack("[{sisbsos[iiiiii]}]", "device", 0, "complete", 1, "events", traces, "empty_cache", 1, 3, 2, 3,
+			   (int)N(frag) + 1, (int)N(frag) + 2);
 	history = gmt__rp_history(handed);
+	calls = json_object_get(json_array_get(history, 0), "empty_cache");
+	CHECK_INT((int)json_array_size(calls), 3);
+	CHECK_INT((int)json_integer_value(json_array_get(calls, 0)), 1);
+	CHECK_INT((int)json_integer_value(json_array_get(calls, 1)), 2);
+	CHECK_INT((int)json_integer_value(json_array_get(calls, 2)), (int)N(frag));
+	CHECK_INT(gmt__rp_read_framework(fw, history, &dev, 1, &in, err, sizeof(err)), 0);
+	CHECK_U64(in.ncalls, 3);
+	CHECK(in.called[1] && in.called[2] && in.called[N(frag)] && !in.called[0] && !in.called[3]);
+	gmt__rp_input_free(&in);
+	json_object_del(json_array_get(history, 0), "empty_cache");
 	CHECK(json_equal(history, json_object_get(fw, "allocator_history")));
 	CHECK_INT(gmt__rp_read_framework(fw, history, &dev, 1, &in, err, sizeof(err)), 0);
 	CHECK_U64(in.nev, N(frag));
@@ -696,6 +792,7 @@ int main(void)
 	test_empty_cache_served();
 	test_empty_cache_unserved();
 	test_own_expandable();
+	test_placed_calls();
 	test_expandable_answer();
 	test_from_framework();
 	test_bad_input();

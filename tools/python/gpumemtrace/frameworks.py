@@ -17,7 +17,10 @@ torch.cuda.memory._snapshot() beside the tracer's snapshot
 and hands the tracer its segments and blocks (gmt_framework), which the
 tracer joins to the driver's allocations by address in the episode's
 snapshot; at exit, when exit snapshots are on, the same for the exit
-snapshot.
+snapshot. torch.cuda.empty_cache() is wrapped so that each call of the
+program's is placed in that history by PyTorch's accumulated counts, for
+the replay of gpumemtrace whatif (docs/whatif.md, "Where the program
+emptied the cache").
 
 CuPy has no out-of-memory observer: on_import_cupy() wraps the constructor of
 its cupy.cuda.memory.OutOfMemoryError, which its pool raises after it freed
@@ -53,7 +56,9 @@ Programs started without the launcher, with libgpumemtrace.so preloaded:
 from __future__ import annotations
 
 import atexit
+import collections
 import errno
+import functools
 import importlib
 import json
 import os
@@ -84,6 +89,11 @@ _torch: Any = None
 # device at the latest mark.
 _steps = 0
 _step_allocated: Dict[int, int] = {}
+# The program's torch.cuda.empty_cache() calls, which the replay makes under
+# every setting (docs/whatif.md): per device, PyTorch's accumulated counts
+# at each call (_Counts), the calls the history can still hold.
+_Counts = Tuple[int, int, int]
+_cache_calls: Dict[int, "collections.deque[_Counts]"] = {}
 
 
 def _package() -> Any:
@@ -155,6 +165,7 @@ def on_import_torch(torch: Any) -> None:
         return
     cuda._lazy_call(lambda: _start(torch))
     _mark_optimizer_steps(torch)
+    _mark_cache_calls(torch)
     if _exit_wanted():
         atexit.register(_at_exit, torch)
 
@@ -198,6 +209,138 @@ def _mark_optimizer_steps(torch: Any) -> None:
     except Exception as e:  # noqa: BLE001 - PyTorch's own failure: the program goes on
         _warn(f"torch {getattr(torch, '__version__', '?')}: optimizer steps are not marked "
               f"({type(e).__name__}: {e})")
+
+
+def _mark_cache_calls(torch: Any) -> None:
+    """Each torch.cuda.empty_cache() of the program's is counted before it
+    runs (_count_cache_call), so that the replay makes it under every
+    setting — also where, under the run's own, it released nothing and left
+    no entry in the history. reset_accumulated_memory_stats() forgets the
+    calls counted before it: their place is lost with the counts. Both are
+    wrapped under torch.cuda and torch.cuda.memory, where PyTorch defines
+    them; a call made another way (from C++, or a reference taken before
+    torch was imported) is not counted, and the replay infers it from its
+    releases as before."""
+    cuda = torch.cuda
+    owners = [m for m in (cuda, getattr(cuda, "memory", None)) if m is not None]
+    for name, before in (("empty_cache", _count_cache_call), ("reset_accumulated_memory_stats", _forget_cache_calls)):
+        original = getattr(cuda, name, None)
+        if original is None or getattr(cuda, "memory_stats", None) is None:
+            continue
+        wrapped = _called_after(before, torch, original)
+        for m in owners:
+            if getattr(m, name, None) is original:
+                setattr(m, name, wrapped)
+
+
+def _called_after(before: Callable[[Any], None], torch: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """original, with before(torch) called first."""
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        before(torch)
+        return original(*args, **kwargs)
+    return wrapped
+
+
+def _counts(torch: Any, device: int) -> Optional[_Counts]:
+    """PyTorch's accumulated counts on device: allocations it served,
+    frees asked of it, out-of-memory errors — one each per alloc,
+    free_requested and oom entry of its history; None before its
+    allocator holds any."""
+    st = torch.cuda.memory_stats(device)
+    if not st:
+        return None
+    return int(st["allocation.all.allocated"]), int(st["allocation.all.freed"]), int(st["num_ooms"])
+
+
+def _all_counts(torch: Any) -> Dict[int, _Counts]:
+    out = {}
+    for d in range(int(torch.cuda.device_count())):
+        c = _counts(torch, d)
+        if c is not None:
+            out[d] = c
+    return out
+
+
+def _counts_or_none(torch: Any) -> Dict[int, _Counts]:
+    """_all_counts, or none where PyTorch fails to tell them (no call is
+    placed then)."""
+    try:
+        return _all_counts(torch)
+    except Exception:  # noqa: BLE001 - the replay infers the calls
+        return {}
+
+
+def _count_cache_call(torch: Any) -> None:
+    """The counts of each device at an empty_cache() call (it empties the
+    caches of all): the call's place in each device's history. Not before
+    the history is on; a call with no request between it and the last is
+    one place; the places further back than the history holds are
+    dropped."""
+    if _torch is None or _torch_history() == "off":
+        return
+    try:
+        now = _all_counts(torch)
+    except Exception as e:  # noqa: BLE001 - the call goes uncounted; the replay infers it
+        _warn(f"torch.cuda.empty_cache() not counted ({type(e).__name__}: {e}): the replay infers it")
+        return
+    keep = _history_entries()
+    with _lock:
+        for d, c in now.items():
+            calls = _cache_calls.setdefault(d, collections.deque())
+            if not calls or calls[-1] != c:
+                calls.append(c)
+            while sum(c) - sum(calls[0]) > keep:
+                calls.popleft()
+
+
+def _forget_cache_calls(torch: Any) -> None:
+    with _lock:
+        _cache_calls.clear()
+
+
+def _cache_calls_behind(torch: Any, before: Dict[int, _Counts]) -> Dict[int, List[_Counts]]:
+    """Per device, how many allocations, frees and out-of-memory errors
+    each counted call came before, as of a snapshot taken between the
+    counts before and now; a device whose counts moved meanwhile (another
+    thread) places none."""
+    if not before:
+        return {}
+    after = _counts_or_none(torch)
+    out: Dict[int, List[_Counts]] = {}
+    with _lock:
+        for d, calls in _cache_calls.items():
+            now = before.get(d)
+            if now is None or after.get(d) != now:
+                continue
+            out[d] = [(now[0] - c[0], now[1] - c[1], now[2] - c[2]) for c in calls
+                      if all(n >= k for n, k in zip(now, c))]
+    return out
+
+
+# The history's entries that PyTorch's accumulated counts count.
+_COUNTED = {"alloc": 0, "free_requested": 1, "oom": 2}
+
+
+def place_cache_calls(events: List[List[Any]], behind: List[_Counts]) -> List[int]:
+    """Where each call that came before behind[k] counted entries of events
+    (oldest first) was made: the index of the first event after it — after
+    the last counted entry before it, and after the free_completed entries
+    that follow that one (a free's own, or those the call completed before
+    it released the cache); in order, each place once. A call the history
+    does not reach back to is not placed."""
+    wanted = set(behind)
+    found = set()
+    n = [0, 0, 0]
+    for p in range(len(events), -1, -1):
+        if (p == 0 or events[p - 1][0] in _COUNTED) and tuple(n) in wanted:
+            at = p
+            while at < len(events) and events[at][0] == "free_completed":
+                at += 1
+            found.add(at)
+        if p > 0 and events[p - 1][0] in _COUNTED:
+            n[_COUNTED[events[p - 1][0]]] += 1
+    return sorted(found)
 
 
 def _backend(torch: Any) -> str:
@@ -270,14 +413,20 @@ def _at_exit(torch: Any) -> None:
 def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
     global _count, _ooms
     try:
+        # The counts around the snapshot place the program's empty_cache()
+        # calls in its history; asked only where there were calls.
+        with _lock:
+            counted = any(_cache_calls.values())
+        before = _counts_or_none(torch) if counted else {}
         snap = torch.cuda.memory._snapshot()
+        calls = _cache_calls_behind(torch, before)
         with _lock:
             _count += 1
             n = _count
             _ooms += reason == "oom"
             pickled = reason != "oom" or _ooms <= _OOM_PICKLES
         path = _save(snap, n) if pickled else None
-        state = state_of(snap, reason, oom, path, str(getattr(torch, "__version__", "")))
+        state = state_of(snap, reason, oom, path, str(getattr(torch, "__version__", "")), calls)
         # The most its tensors have held on each device: max_memory_allocated().
         peak = getattr(torch.cuda, "max_memory_allocated", None)
         for d in state["devices"] if peak is not None else []:
@@ -360,7 +509,7 @@ def _private_temp(dirfd: int, name: str) -> Tuple[str, int]:
 
 
 def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], path: Optional[str],
-             version: str) -> Dict[str, Any]:
+             version: str, cache_calls: Optional[Dict[int, List[_Counts]]] = None) -> Dict[str, Any]:
     """The state the tracer takes (docs/snapshot-format.md, "framework") from
     a torch.cuda.memory._snapshot(): per device the bytes PyTorch's counters
     name — allocated (its active blocks, memory_allocated()), reserved (its
@@ -407,7 +556,7 @@ def state_of(snap: Dict[str, Any], reason: str, oom: Optional[Dict[str, int]], p
         d["reserved_unallocated_bytes"] = max(0, d["reserved_bytes"] - d["allocated_bytes"])
         if _steps and not own and d["device"] in _step_allocated:
             d["step_allocated_bytes"] = _step_allocated[d["device"]]
-    traces, stacks = trace_of(snap, _history_entries())
+    traces, stacks = trace_of(snap, _history_entries(), cache_calls or {})
     conf, conf_from = alloc_conf_of(snap)
     return {"name": "torch", "version": version, "reason": reason, "file": path, "oom": oom,
             "devices": [devices[k] for k in sorted(devices)], "segments": segments, "truncated": truncated,
@@ -445,7 +594,8 @@ _TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", 
                   "segment_unmap", "oom")
 
 
-def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any]], List[List[Dict[str, Any]]]]:
+def trace_of(snap: Dict[str, Any], max_entries: int, cache_calls: Optional[Dict[int, List[_Counts]]] = None
+             ) -> Tuple[List[Dict[str, Any]], List[List[Dict[str, Any]]]]:
     """PyTorch's allocator history as the tracer replays it (the tensor
     level, docs/guide.md "Two levels"; the segments' replay, docs/whatif.md):
     per device its events of _TRACE_ACTIONS, oldest first, each [action,
@@ -454,8 +604,10 @@ def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any
     request for an oom, whose address is the device's free bytes as PyTorch
     records it; the stack an index into the second list (the allocating
     Python frames, innermost first, each distinct chain once; -1 for any
-    other event) — and whether the history still holds its first entry (it
-    keeps at most max_entries)."""
+    other event) — whether the history still holds its first entry (it
+    keeps at most max_entries), and where the program called
+    torch.cuda.empty_cache() (place_cache_calls of cache_calls, the counts
+    each call came before; "empty_cache", absent where none was placed)."""
     index: Dict[Tuple[Tuple[str, str, int], ...], int] = {}
     stacks: List[List[Dict[str, Any]]] = []
     traces: List[Dict[str, Any]] = []
@@ -476,7 +628,11 @@ def trace_of(snap: Dict[str, Any], max_entries: int) -> Tuple[List[Dict[str, Any
             t = e.get("time_us")
             events.append([action, int(e["addr"]), int(e.get("size", 0)), int(t) if t is not None else None, stack,
                            int(e.get("stream", 0) or 0)])
-        traces.append({"device": dev, "complete": len(entries) < max_entries, "events": events})
+        trace = {"device": dev, "complete": len(entries) < max_entries, "events": events}
+        places = place_cache_calls(events, (cache_calls or {}).get(dev, []))
+        if places:
+            trace["empty_cache"] = places
+        traces.append(trace)
     return traces, stacks
 
 

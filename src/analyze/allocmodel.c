@@ -46,6 +46,7 @@ struct gmt__allocmodel {
 	bool addr_given; /* next_addr was given for the next reservation */
 	uint64_t hint;   /* have_hint: where a reservation the call makes lies */
 	bool have_hint;
+	bool reuse_addrs; /* gmt__am_reuse_addrs */
 	bool set_fraction;
 	uint64_t allowed_max;
 	struct block *b;
@@ -230,6 +231,41 @@ static uint64_t round_up(uint64_t v, uint64_t to)
 	return (v + to - 1) / to * to;
 }
 
+struct range {
+	uint64_t lo, hi;
+};
+
+static int cmp_range(const void *x, const void *y)
+{
+	const struct range *a = x, *b = y;
+
+	return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* The lowest address from ADDR_BASE, 2 MiB aligned, where step bytes lie
+ * clear of every segment and reservation the model holds (their blocks
+ * cover them); the next after the last when memory runs out. */
+static uint64_t lowest_free(const struct gmt__allocmodel *m, uint64_t step)
+{
+	struct range *v = malloc((m->nb + 1) * sizeof(*v));
+	uint64_t a = ADDR_BASE;
+	size_t n = 0;
+
+	if (v == NULL)
+		return m->next_addr;
+	for (size_t i = 0; i < m->nb; i++) {
+		if (m->b[i].used)
+			v[n++] = (struct range){ m->b[i].addr, m->b[i].addr + m->b[i].size };
+	}
+	qsort(v, n, sizeof(*v), cmp_range);
+	for (size_t i = 0; i < n && v[i].lo < a + step; i++) {
+		if (v[i].hi > a)
+			a = round_up(v[i].hi, GMT_AM_ROUND_LARGE);
+	}
+	free(v);
+	return a;
+}
+
 static uint64_t take_addr(struct gmt__allocmodel *m, uint64_t size)
 {
 	uint64_t a = m->next_addr, step = round_up(size, GMT_AM_ROUND_LARGE);
@@ -240,7 +276,10 @@ static uint64_t take_addr(struct gmt__allocmodel *m, uint64_t size)
 			m->next_addr = m->hint + step;
 		return m->hint;
 	}
-	m->next_addr += step;
+	if (m->reuse_addrs && !m->addr_given)
+		a = lowest_free(m, step);
+	if (a + step > m->next_addr)
+		m->next_addr = a + step;
 	return a;
 }
 
@@ -1005,6 +1044,11 @@ void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr)
 {
 	m->next_addr = addr;
 	m->addr_given = true;
+}
+
+void gmt__am_reuse_addrs(struct gmt__allocmodel *m)
+{
+	m->reuse_addrs = true;
 }
 
 void gmt__am_hint_addr(struct gmt__allocmodel *m, uint64_t addr)

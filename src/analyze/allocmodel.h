@@ -184,6 +184,13 @@ void gmt__am_set_next_addr(struct gmt__allocmodel *m, uint64_t addr);
  * freed addresses again). */
 void gmt__am_hint_addr(struct gmt__allocmodel *m, uint64_t addr);
 
+/* From now on a segment or reservation no address was given for takes the
+ * lowest address clear of every one the model holds (2 MiB aligned), as a
+ * driver gives freed addresses again, rather than the next after the last.
+ * A replay under settings other than the run's, which has no addresses of
+ * the run to give, places them so. */
+void gmt__am_reuse_addrs(struct gmt__allocmodel *m);
+
 /* Whether addr lies in one of the model's expandable reservations of the
  * pool a request of size bytes uses (each pool's are apart). */
 bool gmt__am_reserved_at(const struct gmt__allocmodel *m, uint64_t addr, uint64_t size);

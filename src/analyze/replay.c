@@ -876,6 +876,8 @@ int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, 
 	if (gmt__am_create(c, total, &p.m) < 0)
 		return gmt__am_fail(err, errlen, -ENOMEM, "out of memory");
 	gmt__am_set_limit(p.m, limit);
+	if (!own)
+		gmt__am_reuse_addrs(p.m);
 	p.q.v = malloc((in->nev + 1) * sizeof(*p.q.v));
 	if (p.q.v == NULL) {
 		rc = gmt__am_fail(err, errlen, -ENOMEM, "out of memory");

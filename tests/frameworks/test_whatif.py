@@ -40,9 +40,11 @@ best fit and cache release) on the simulated GPU:
   MiB segment stays (54); one after a caught out-of-memory is placed after
   its oom entry (the out-of-memory count); one followed by
   reset_accumulated_memory_stats() is not placed (its counts are gone);
-  a random program whose peak under expandable segments was mispredicted
-  from its defaults run before (1937768448 bytes for 1895825408, a call
-  that unmapped nothing) now predicted exactly, and the other way round;
+  random programs each predicted exactly from the other setting's run, two
+  that were not before: seed 1 under expandable segments (1937768448 bytes
+  for 1895825408, a call that unmapped nothing), seed 29 under the
+  defaults (2596274176 for 2598371328, before the replay gave freed
+  addresses again);
 - larger device: a run under expandable segments whose request is larger
   than the device, asked about 100 GiB (--device-bytes): it fits;
 - edited: the snapshot's history with one segment's size changed: not
@@ -466,11 +468,14 @@ def test_placed_calls(launcher: str, env: dict) -> None:
         history, path, _ = calls_run(launcher, env, tmp, CALLS, ["reset"], "")
         check(path != "" and "empty_cache" not in history,
               "calls: none placed across reset_accumulated_memory_stats()", history.get("empty_cache"))
-    # A random program (RANDOM without its last requests, 8 GiB). Before
-    # the calls were placed, seed 1's peak under expandable segments was
-    # predicted from its defaults run as 1937768448 bytes.
+    # Random programs (RANDOM without its last requests, 8 GiB). Before the
+    # calls were placed, seed 1's peak under expandable segments was
+    # predicted from its defaults run as 1937768448 bytes; before the
+    # replay gave freed addresses again, seed 29's under the defaults from
+    # its expandable run as 2596274176 (a new segment placed above the
+    # others broke a tie of best fit the other way).
     text = RANDOM[:RANDOM.index("try:\n    big")] + "print('PEAK', torch.cuda.max_memory_reserved())\n"
-    for seed, peaks in (("1", (1902116864, 1895825408)),):
+    for seed, peaks in (("1", (1902116864, 1895825408)), ("29", (2598371328, 2631925760))):
         with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
             run_env = dict(env, GMTSIM_MEMORY="8G")
             _, own_path, own_peak = calls_run(launcher, run_env, tmp, text, [seed, "empty"], "")

@@ -516,6 +516,35 @@ static void test_hint(void)
 	gmt__am_destroy(m);
 }
 
+/* Addresses a driver gives again: segments of 30, 20 and 40 MiB at B, B +
+ * 30, B + 50 (B the model's first address); the 30 and the 40 freed and
+ * returned. A 24 MiB segment takes the lowest clear address, B; a 12 MiB
+ * one finds [24, 30) too small and [30, 50) held: B + 50. Without
+ * gmt__am_reuse_addrs each takes the next after the last: B + 90, B + 114. */
+static void test_reuse_addrs(void)
+{
+	for (int reuse = 0; reuse < 2; reuse++) {
+		struct gmt__allocmodel *m = model("", 80 * GiB);
+		uint32_t a, b, c;
+		uint64_t base;
+
+		if (reuse)
+			gmt__am_reuse_addrs(m);
+		a = alloc(m, 30 * MiB, 0);
+		b = alloc(m, 20 * MiB, 0);
+		c = alloc(m, 40 * MiB, 0);
+		base = addr_of(m, a);
+		CHECK_U64(addr_of(m, b), base + 30 * MiB);
+		CHECK_U64(addr_of(m, c), base + 50 * MiB);
+		gmt__am_free(m, a);
+		gmt__am_free(m, c);
+		gmt__am_empty_cache(m);
+		CHECK_U64(addr_of(m, alloc(m, 24 * MiB, 0)), reuse ? base : base + 90 * MiB);
+		CHECK_U64(addr_of(m, alloc(m, 12 * MiB, 0)), reuse ? base + 50 * MiB : base + 114 * MiB);
+		gmt__am_destroy(m);
+	}
+}
+
 /* ---- garbage_collection_threshold --------------------------------------------------- */
 
 /* The trace of the garbage collection's cases: 74 MiB reserved, all
@@ -841,6 +870,7 @@ int main(void)
 	test_expandable();
 	test_first_ask();
 	test_hint();
+	test_reuse_addrs();
 	test_gc();
 	test_streams();
 	test_empty_cache();

@@ -39,7 +39,9 @@ best fit and cache release) on the simulated GPU:
   MiB at the peak, the defaults run's own, where without it the cached 16
   MiB segment stays (54); one after a caught out-of-memory is placed after
   its oom entry (the out-of-memory count); one followed by
-  reset_accumulated_memory_stats() is not placed (its counts are gone);
+  reset_accumulated_memory_stats() is not placed (its counts are gone),
+  nor one during which a request was served (it could be placed on the
+  wrong side of it);
   random programs each predicted exactly from the other setting's run, two
   that were not before: seed 1 under expandable segments (1937768448 bytes
   for 1895825408, a call that unmapped nothing), seed 29 under the
@@ -404,6 +406,18 @@ elif sys.argv[1] == "reset":
     for _ in range(8):
         e = torch.empty(MIB)
         del e
+elif sys.argv[1] == "race":
+    # Another thread's request in the middle of the call (the double's
+    # lock lets the same thread in).
+    allocator = torch.cuda._allocator()
+    release = allocator.release_cached
+
+    def racing():
+        global r
+        r = torch.empty(MIB)
+        release()
+    allocator.release_cached = racing
+    torch.cuda.empty_cache()
 print("PEAK", torch.cuda.max_memory_reserved())
 '''
 
@@ -468,6 +482,11 @@ def test_placed_calls(launcher: str, env: dict) -> None:
         history, path, _ = calls_run(launcher, env, tmp, CALLS, ["reset"], "")
         check(path != "" and "empty_cache" not in history,
               "calls: none placed across reset_accumulated_memory_stats()", history.get("empty_cache"))
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        history, path, _ = calls_run(launcher, env, tmp, CALLS, ["race"], "")
+        places = history.get("empty_cache", [])
+        check(len(places) == 1 and history["events"][places[0] - 1][0] == "free_completed",
+              "calls: one during which a request was served not placed, the one before it placed", history)
     # Random programs (RANDOM without its last requests, 8 GiB). Before the
     # calls were placed, seed 1's peak under expandable segments was
     # predicted from its defaults run as 1937768448 bytes; before the

@@ -212,34 +212,47 @@ def _mark_optimizer_steps(torch: Any) -> None:
 
 
 def _mark_cache_calls(torch: Any) -> None:
-    """Each torch.cuda.empty_cache() of the program's is counted before it
-    runs (_count_cache_call), so that the replay makes it under every
-    setting — also where, under the run's own, it released nothing and left
-    no entry in the history. reset_accumulated_memory_stats() forgets the
-    calls counted before it: their place is lost with the counts. Both are
-    wrapped under torch.cuda and torch.cuda.memory, where PyTorch defines
-    them; a call made another way (from C++, or a reference taken before
-    torch was imported) is not counted, and the replay infers it from its
-    releases as before."""
+    """Each torch.cuda.empty_cache() of the program's is counted
+    (_counted_call), so that the replay makes it under every setting — also
+    where, under the run's own, it released nothing and left no entry in
+    the history. reset_accumulated_memory_stats() forgets the calls counted
+    before it: their place is lost with the counts. Both are wrapped under
+    torch.cuda and torch.cuda.memory, where PyTorch defines them; a call
+    made another way (from C++, or a reference taken before torch was
+    imported) is not counted, and the replay infers it from its releases as
+    before."""
     cuda = torch.cuda
+    if getattr(cuda, "memory_stats", None) is None:
+        return
     owners = [m for m in (cuda, getattr(cuda, "memory", None)) if m is not None]
-    for name, before in (("empty_cache", _count_cache_call), ("reset_accumulated_memory_stats", _forget_cache_calls)):
+    for name, wrap in (("empty_cache", _counted_call), ("reset_accumulated_memory_stats", _forgetting_call)):
         original = getattr(cuda, name, None)
-        if original is None or getattr(cuda, "memory_stats", None) is None:
+        if original is None:
             continue
-        wrapped = _called_after(before, torch, original)
+        wrapped = functools.wraps(original)(wrap(torch, original))
         for m in owners:
             if getattr(m, name, None) is original:
                 setattr(m, name, wrapped)
 
 
-def _called_after(before: Callable[[Any], None], torch: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    """original, with before(torch) called first."""
-    @functools.wraps(original)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        before(torch)
+def _counted_call(torch: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """empty_cache, its place taken from the counts before and after it: a
+    device whose counts moved meanwhile (another thread's request or free)
+    places none — the call might be placed on the wrong side of it."""
+    def empty_cache(*args: Any, **kwargs: Any) -> Any:
+        before = _counts_at_call(torch)
+        out = original(*args, **kwargs)
+        if before:
+            _count_cache_call(torch, before)
+        return out
+    return empty_cache
+
+
+def _forgetting_call(torch: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    def reset_accumulated_memory_stats(*args: Any, **kwargs: Any) -> Any:
+        _forget_cache_calls()
         return original(*args, **kwargs)
-    return wrapped
+    return reset_accumulated_memory_stats
 
 
 def _counts(torch: Any, device: int) -> Optional[_Counts]:
@@ -262,31 +275,37 @@ def _all_counts(torch: Any) -> Dict[int, _Counts]:
     return out
 
 
-def _counts_or_none(torch: Any) -> Dict[int, _Counts]:
+def _counts_or_none(torch: Any, warning: Optional[str] = None) -> Dict[int, _Counts]:
     """_all_counts, or none where PyTorch fails to tell them (no call is
-    placed then)."""
+    placed then; the replay infers it), with the warning if one is given."""
     try:
         return _all_counts(torch)
-    except Exception:  # noqa: BLE001 - the replay infers the calls
+    except Exception as e:  # noqa: BLE001 - never the program's failure
+        if warning:
+            _warn(f"{warning} ({type(e).__name__}: {e}): the replay infers it")
         return {}
 
 
-def _count_cache_call(torch: Any) -> None:
-    """The counts of each device at an empty_cache() call (it empties the
-    caches of all): the call's place in each device's history. Not before
-    the history is on; a call with no request between it and the last is
-    one place; the places further back than the history holds are
-    dropped."""
+def _counts_at_call(torch: Any) -> Dict[int, _Counts]:
+    """Each device's counts as an empty_cache() call starts; none before the
+    history is on (nothing to place the call in)."""
     if _torch is None or _torch_history() == "off":
-        return
-    try:
-        now = _all_counts(torch)
-    except Exception as e:  # noqa: BLE001 - the call goes uncounted; the replay infers it
-        _warn(f"torch.cuda.empty_cache() not counted ({type(e).__name__}: {e}): the replay infers it")
-        return
+        return {}
+    return _counts_or_none(torch, "torch.cuda.empty_cache() not counted")
+
+
+def _count_cache_call(torch: Any, before: Dict[int, _Counts]) -> None:
+    """The counts of each device at an empty_cache() call (it empties the
+    caches of all): the call's place in each device's history, where they
+    did not move during the call. A call with no request between it and the
+    last is one place; the places further back than the history holds are
+    dropped."""
+    after = _counts_or_none(torch)
     keep = _history_entries()
     with _lock:
-        for d, c in now.items():
+        for d, c in before.items():
+            if after.get(d) != c:
+                continue
             calls = _cache_calls.setdefault(d, collections.deque())
             if not calls or calls[-1] != c:
                 calls.append(c)
@@ -294,7 +313,7 @@ def _count_cache_call(torch: Any) -> None:
                 calls.popleft()
 
 
-def _forget_cache_calls(torch: Any) -> None:
+def _forget_cache_calls() -> None:
     with _lock:
         _cache_calls.clear()
 

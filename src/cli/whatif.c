@@ -118,8 +118,11 @@ int cli_whatif(int argc, char **argv)
 	if (gmt__am_config_parse(in.conf, &own, err, sizeof(err)) != 0)
 		cli_die(GMT_EXIT_USAGE, "%s: the run's own PYTORCH_CUDA_ALLOC_CONF '%s': %s", path, in.conf, err);
 
-	printf("%s: PyTorch %s, device %d, %zu history events%s\n", path, in.version ? in.version : "?", in.device,
+	printf("%s: PyTorch %s, device %d, %zu history events%s", path, in.version ? in.version : "?", in.device,
 	       in.nev, in.complete ? " since PyTorch's start" : " (the last ones: not since PyTorch's start)");
+	if (in.ncalls > 0)
+		printf("; the program's empty_cache() calls placed in them: %zu", in.ncalls);
+	printf("\n");
 	if (in.device_bytes_known)
 		printf("device bytes of the run: %s: %s\n", bytes(a, sizeof(a), in.device_bytes), in.device_rule);
 	else

@@ -41,7 +41,7 @@ best fit and cache release) on the simulated GPU:
   its oom entry (the out-of-memory count); one followed by
   reset_accumulated_memory_stats() is not placed (its counts are gone),
   nor one during which a request was served (it could be placed on the
-  wrong side of it);
+  wrong side of it), nor any where memory_stats() has no num_ooms;
   random programs each predicted exactly from the other setting's run, two
   that were not before: seed 1 under expandable segments (1937768448 bytes
   for 1895825408, a call that unmapped nothing), seed 29 under the
@@ -435,8 +435,8 @@ def calls_run(launcher: str, env: dict, tmp: str, text: str, args: List[str], co
                        capture_output=True, text=True, timeout=300)
     peak = re.search(r"^PEAK (\d+)$", r.stdout, re.M)
     paths = glob.glob(os.path.join(d, "gpumemtrace.*.exit.*.json"))
-    check(peak is not None and len(paths) == 1, f"calls {args} {conf}: the run's peak and exit snapshot",
-          (r.stdout, r.stderr[-600:], paths))
+    check(peak is not None and len(paths) == 1 and "not counted" not in r.stderr,
+          f"calls {args} {conf}: the run's peak and exit snapshot, no warning", (r.stdout, r.stderr[-600:], paths))
     if peak is None or len(paths) != 1:
         return {}, "", 0
     with open(paths[0], encoding="utf-8") as f:
@@ -444,8 +444,13 @@ def calls_run(launcher: str, env: dict, tmp: str, text: str, args: List[str], co
     return history, paths[0], int(peak.group(1))
 
 
-def predicted_peak(launcher: str, env: dict, path: str, conf: str) -> int:
+def predicted_peak(launcher: str, env: dict, path: str, conf: str, calls: int = -1) -> int:
+    """The peak whatif predicts under conf; where calls is given, its first
+    line must say that many calls placed (none: nothing said)."""
     w = whatif(launcher, env, path, "--alloc-conf", conf)
+    if calls >= 0:
+        said = re.search(r"; the program's empty_cache\(\) calls placed in them: (\d+)$", w.stdout.split("\n")[0])
+        check((int(said.group(1)) if said else 0) == calls, f"{path}: {calls} calls placed, said so", w.stdout[:300])
     m = re.search(r"peak reserved: [^(]*\((\d+) bytes\)", section(w.stdout, conf + ":"))
     check(w.returncode == 0 and m is not None, f"{path}: replayed under {conf}", w.stdout[-800:] + w.stderr[-300:])
     return int(m.group(1)) if m else -1
@@ -461,7 +466,7 @@ def test_placed_calls(launcher: str, env: dict) -> None:
               not any(e[0].startswith("segment_unmap") for e in history["events"]),
               "calls: one that unmapped nothing placed after the free", history)
         check(defaults_peak == 38 << 20, "calls: the defaults run's peak is 38 MiB", defaults_peak)
-        check(predicted_peak(launcher, env, path, "expandable_segments:False") == defaults_peak,
+        check(predicted_peak(launcher, env, path, "expandable_segments:False", calls=1) == defaults_peak,
               "calls: predicted under the defaults with the call made: the defaults run's peak")
         without = dict(history)
         del without["empty_cache"]
@@ -471,7 +476,7 @@ def test_placed_calls(launcher: str, env: dict) -> None:
         edited = os.path.join(tmp, "without.json")
         with open(edited, "w", encoding="utf-8") as f:
             json.dump(doc, f)
-        check(predicted_peak(launcher, env, edited, "expandable_segments:False") == 54 << 20,
+        check(predicted_peak(launcher, env, edited, "expandable_segments:False", calls=0) == 54 << 20,
               "calls: without its place the cached 16 MiB segment stays: 54 MiB")
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         history, path, _ = calls_run(launcher, env, tmp, CALLS, ["oom"], "")
@@ -482,6 +487,10 @@ def test_placed_calls(launcher: str, env: dict) -> None:
         history, path, _ = calls_run(launcher, env, tmp, CALLS, ["reset"], "")
         check(path != "" and "empty_cache" not in history,
               "calls: none placed across reset_accumulated_memory_stats()", history.get("empty_cache"))
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        history, path, _ = calls_run(launcher, dict(env, FAKE_TORCH_NO_OOM_COUNT="1"), tmp, CALLS, ["plain"], "")
+        check(path != "" and "empty_cache" not in history,
+              "calls: none placed where PyTorch does not count out-of-memory errors", history.get("empty_cache"))
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         history, path, _ = calls_run(launcher, env, tmp, CALLS, ["race"], "")
         places = history.get("empty_cache", [])

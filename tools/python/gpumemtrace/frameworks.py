@@ -255,13 +255,16 @@ def _forgetting_call(torch: Any, original: Callable[..., Any]) -> Callable[..., 
     return reset_accumulated_memory_stats
 
 
+_COUNT_KEYS = ("allocation.all.allocated", "allocation.all.freed", "num_ooms")
+
+
 def _counts(torch: Any, device: int) -> Optional[_Counts]:
     """PyTorch's accumulated counts on device: allocations it served,
     frees asked of it, out-of-memory errors — one each per alloc,
     free_requested and oom entry of its history; None before its
-    allocator holds any."""
+    allocator holds any, or where PyTorch does not count them all."""
     st = torch.cuda.memory_stats(device)
-    if not st:
+    if not st or any(k not in st for k in _COUNT_KEYS):
         return None
     return int(st["allocation.all.allocated"]), int(st["allocation.all.freed"]), int(st["num_ooms"])
 

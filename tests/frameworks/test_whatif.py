@@ -456,12 +456,13 @@ def predicted_peak(launcher: str, env: dict, path: str, conf: str, calls: int = 
     return int(m.group(1)) if m else -1
 
 
-def test_placed_calls(launcher: str, env: dict) -> None:
+def test_placed_calls(launcher: str, env: dict, source: str) -> None:
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         history, path, _ = calls_run(launcher, env, tmp, CALLS, ["plain"], "expandable_segments:True")
         _, _, defaults_peak = calls_run(launcher, env, tmp, CALLS, ["plain"], "")
         if not path:
             return
+        td.schema_ok(source, [path], "calls")
         check(history.get("empty_cache") == [5] and history["events"][4][0] == "free_completed" and
               not any(e[0].startswith("segment_unmap") for e in history["events"]),
               "calls: one that unmapped nothing placed after the free", history)
@@ -606,7 +607,7 @@ def main(argv: List[str]) -> int:
     test_no_help(launcher, env, source)
     test_larger_device(launcher, env)
     test_random(launcher, env)
-    test_placed_calls(launcher, env)
+    test_placed_calls(launcher, env, source)
     test_edited(launcher, env)
     test_bad_input(launcher, env)
     print(f"{'FAIL' if td.FAILURES else 'ok'}: {len(td.FAILURES)} failed")

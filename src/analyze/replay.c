@@ -740,6 +740,7 @@ static void empty_cache(struct replay *p, const char *when)
 {
 	size_t nq = leading_releases(p);
 
+	p->r->inferred_calls += !p->called;
 	p->called = false;
 	gmt__am_empty_cache(p->m);
 	if (p->r->own) {

@@ -116,6 +116,7 @@ struct gmt__rp_result {
 				    * reserved and allocated bytes at the snapshot */
 	char diverged[384];        /* own, not faithful: where and how */
 	size_t segment_events;     /* own: the run's segment events compared */
+	size_t inferred_calls;     /* empty_cache() calls inferred from the run's releases, not placed */
 	char assumed[384];         /* what was assumed before the history; "" when nothing */
 	size_t requests;           /* requests replayed */
 	uint64_t peak_reserved;    /* up to the end of the replay */

@@ -152,6 +152,9 @@ int cli_whatif(int argc, char **argv)
 	}
 	printf("  faithful: the run's %zu segment events reproduced (kinds, sizes, order), every tensor at the "
 	       "run's address\n", r.segment_events);
+	if (r.inferred_calls > 0)
+		printf("  empty_cache() calls inferred from the run's releases, not placed: %zu (one that released "
+		       "nothing then is not made under other settings)\n", r.inferred_calls);
 	/* The own settings' answers on the device asked about. */
 	if (have_device_bytes && gmt__rp_run(&in, &own, true, limit, &r, err, sizeof(err)) < 0) {
 		printf("  not replayed on %s: %s\n", bytes(a, sizeof(a), limit), err);

@@ -511,6 +511,24 @@ def test_placed_calls(launcher: str, env: dict, source: str) -> None:
             _, exp_path, exp_peak = calls_run(launcher, run_env, tmp, text, [seed, "empty"],
                                               "expandable_segments:True")
             check((own_peak, exp_peak) == peaks, f"calls: random {seed}'s peaks, as measured", (own_peak, exp_peak))
+            if own_path and exp_path and seed == "1":
+                # Its 15 calls placed; without the places 7 are inferred
+                # from their releases, the others left no trace.
+                inferred = r"^  empty_cache\(\) calls inferred from the run's releases, not placed: (\d+) "
+                w = whatif(launcher, env, own_path)
+                check(w.returncode == 0 and "calls placed in them: 15\n" in w.stdout and
+                      not re.search(inferred, w.stdout, re.M), "calls: random 1's 15 calls placed, none inferred",
+                      w.stdout[:600])
+                with open(own_path, encoding="utf-8") as f:
+                    doc = json.load(f)
+                del doc["framework"]["allocator_history"][0]["empty_cache"]
+                edited = os.path.join(tmp, "without.json")
+                with open(edited, "w", encoding="utf-8") as f:
+                    json.dump(doc, f)
+                w = whatif(launcher, env, edited)
+                said = re.search(inferred, w.stdout, re.M)
+                check(said is not None and said.group(1) == "7", "calls: without their places, 7 inferred",
+                      w.stdout[:600])
             if own_path and exp_path:
                 check(predicted_peak(launcher, env, own_path, "expandable_segments:True") == exp_peak,
                       f"calls: random {seed} under expandable segments predicted from its defaults run")

@@ -671,6 +671,26 @@ def test_pytorch_several() -> None:
         eq(got, want, f"rank {d['rank']} device {d['device']} total")
 
 
+def test_pytorch_large_ordinal() -> None:
+    """A snapshot naming a device ordinal no machine has (an edited or
+    damaged file): its lists numbered in order, not one per ordinal up to
+    it (2^40 empty lists, which never finished)."""
+    raw, truth = fixtures.synthetic(n=200, sites=5, devices=2, seed=14)
+    big = 1 << 40
+    for a in raw["allocations"] + raw["history"]["events"]:
+        if a["device"] == 1:
+            a["device"] = big
+    for d in raw["devices"]:
+        if d["index"] == 1:
+            d["index"] = big
+    snap = pytorch_roundtrip([checked(raw)])
+    listed = snap["gpumemtrace"]["devices"]
+    eq([(d["device"], d["index"]) for d in listed], [(0, 0), (big, 1)], "numbered in order, the ordinal kept")
+    eq(len(snap["device_traces"]), 2, "a list per device named")
+    want = sum(v for k, v in truth["devices"].get(1, {}).items() if k not in HOST_KINDS)
+    eq(sum(s["total_size"] for s in snap["segments"] if s["device"] == 1), want, "the large ordinal's segments")
+
+
 # ---------------------------------------------------------------------------
 # Empty and minimal snapshots, the command line
 
@@ -806,7 +826,7 @@ TESTS: List[Callable[[], None]] = [
     test_speedscope, test_speedscope_several,
     test_pytorch_single, test_pytorch_framework, test_pytorch_streams, test_pytorch_inconsistent_history,
     test_pytorch_oom_unknown_free,
-    test_pytorch_several,
+    test_pytorch_several, test_pytorch_large_ordinal,
     test_empty, test_cli,
 ]
 

@@ -19,13 +19,17 @@ from .vocab import HOST_KINDS, KINDS
 Doc = Dict[str, Any]
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 GENERATOR = "gpumemtrace view"
-# Kinds that live in host memory: not on a GPU, so not in PyTorch's device view.
 _U32 = 1 << 32
 # pid_max is at most 2^22 on Linux: ids moved by multiples of it stay
 # recognisable (412 -> 4194716) and cannot meet a real id.
 _ID_STEP = 1 << 22
 # Trace thread ids for the region-tag lanes start here, above any real tid.
 _LANE_TID = 1 << 30
+# One snapshot's device lists are indexed by the device ordinal, as
+# PyTorch's are, where every ordinal is below this (no machine has that many
+# devices); a file that names a larger one is numbered in order instead,
+# rather than given a list per ordinal up to it.
+_ORDINAL_LISTS = 1024
 
 
 def dumps(obj: Any) -> bytes:
@@ -483,17 +487,18 @@ def pytorch_snapshot(docs: Sequence[Doc]) -> Dict[str, Any]:
     segment_alloc + alloc, free as free_requested + free_completed +
     segment_free, out of memory as oom). Pinned host memory is left out.
 
-    One document: the device lists are indexed by the device ordinal. Several:
-    one list per (document, device) in rank order; "gpumemtrace" in the result
-    says which is which. Values are dicts, lists, ints, strs, bools, None and
+    One document: the device lists are indexed by the device ordinal (where
+    each is below _ORDINAL_LISTS). Several: one list per (document, device)
+    in rank order; "gpumemtrace" in the result says which is which. Values are dicts, lists, ints, strs, bools, None and
     2-tuples, so the standard pickle module loads the pickle without torch."""
     order = _order(docs)
     labels = _labels(docs)
     slots: Dict[Tuple[int, int], int] = {}
     listed = []
+    by_ordinal = len(docs) == 1 and all(dev < _ORDINAL_LISTS for dev in _devices_used(docs[0]))
     for i in order:
         for dev in _devices_used(docs[i]):
-            slot = dev if len(docs) == 1 else len(slots)
+            slot = dev if by_ordinal else len(slots)
             slots[(i, dev)] = slot
             listed.append({"index": slot, "process": labels[i], "pid": docs[i]["pid"],
                            "rank": docs[i]["process"].get("rank"), "device": dev,

@@ -197,8 +197,11 @@ int gmt__rp_read_framework(const json_t *fw, const json_t *hist, const struct gm
 		if (chosen == NULL && json_array_size(json_object_get(h, "events")) > 0)
 			chosen = h;
 	}
-	if (chosen == NULL || !gmt__json_u64(json_object_get(chosen, "device"), &dev) || dev > INT16_MAX)
+	if (chosen == NULL)
 		return gmt__am_fail(err, errlen, -ENOENT, "PyTorch's allocator history holds no events");
+	if (!gmt__json_u64(json_object_get(chosen, "device"), &dev) || dev > INT16_MAX)
+		return gmt__am_fail(err, errlen, -EINVAL,
+				    "PyTorch's allocator history has no valid device ordinal (framework.allocator_history[].device)");
 	in->device = (int)dev;
 	in->complete = json_is_true(json_object_get(chosen, "complete"));
 	in->version = dup_or_null(json_string_value(json_object_get(fw, "version")));

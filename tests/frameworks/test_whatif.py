@@ -52,8 +52,9 @@ best fit and cache release) on the simulated GPU:
 - edited: the snapshot's history with one segment's size changed: not
   faithful, where, and no answers (exit 1);
 - bad input: a file that is not JSON, a snapshot without PyTorch's
-  history, a CONF PyTorch would refuse or that names another allocator, an
-  unknown option: one line on stderr naming it, exit 2, nothing on stdout.
+  history or with one of a device ordinal no machine has, a CONF PyTorch
+  would refuse or that names another allocator, an unknown option: one
+  line on stderr naming it, exit 2, nothing on stdout.
 
 Usage: test_whatif.py LAUNCHER SOURCE_ROOT"""
 
@@ -594,8 +595,14 @@ def test_bad_input(launcher: str, env: dict) -> None:
         bare = os.path.join(tmp, "bare.json")
         with open(bare, "w", encoding="utf-8") as f:
             json.dump({"format": "gpumemtrace-snapshot", "version": 1, "framework": {"name": "cupy"}}, f)
+        far = os.path.join(tmp, "far.json")
+        with open(far, "w", encoding="utf-8") as f:
+            json.dump({"format": "gpumemtrace-snapshot", "version": 1,
+                       "framework": {"name": "torch", "allocator_history": [
+                           {"device": 1 << 40, "complete": True, "events": [["alloc", 4096, 512, 0]]}]}}, f)
         cases: List[tuple] = [
             ((junk,), junk, "junk: not JSON"),
+            ((far,), "no valid device ordinal", "far: a history of a device no machine has"),
             ((bare,), "no PyTorch allocator history", "bare: no PyTorch history"),
             ((os.path.join(tmp, "missing.json"),), "missing.json", "missing: no such file"),
             ((bare, "--alloc-conf", "max_split_size_mb:5"), "max_split_size_mb", "conf: below PyTorch's minimum"),

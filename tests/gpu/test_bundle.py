@@ -13,6 +13,11 @@
   or are the platform's or the driver's; none needs a glibc symbol version
   newer than this machine's; the carried jsonschema validates snapshots with
   no site packages;
+- tests/gpu/session.py --sim (a lent GPU's one call, rehearsed): a line
+  per phase, the PyTorch double's golden traces recorded and checked with
+  the bundle's launcher, PyTorch's phases skipped, the suite's other tests
+  passed; a budget of 1 s: the first phase cut off, the next not started,
+  status 1; a budget too short or a folder that is not a bundle: one line;
 - without a GPU, `OUT/run` prints its one line and exits 0;
 - bad input: gpu-bundle without OUT or with an unknown option, run with an
   unknown option or test, and a damaged bundle (a library removed, a file
@@ -169,6 +174,47 @@ def check_sim_run(bundle: str, work: str) -> None:
     check(not exits, "a passed test's other snapshots are not kept without --keep")
 
 
+def check_session(source: str, bundle: str, work: str) -> None:
+    """tests/gpu/session.py, a lent GPU's one call, rehearsed on the simulated
+    GPU: every phase said, the golden traces of the PyTorch double recorded
+    and checked with the bundle's launcher; then a budget too short for the
+    first phase: cut off, the next not started, status 1, nothing said done."""
+    session = os.path.join(bundle, "tests", "gpu", "session.py")
+    double = os.pathsep.join(os.path.join(source, "tests", "frameworks", d, "site-packages")
+                             for d in ("fake_torch", "fake_common"))
+    results = os.path.join(work, "session")
+    proc = run([sys.executable, session, "--bundle", bundle, "--results", results, "--sim", "--double", double],
+               cwd=work, clean=True)
+    try:
+        with open(os.path.join(results, "session.txt"), encoding="utf-8") as f:
+            said = dict(ln.split(": ", 1) for ln in f.read().splitlines() if not ln.startswith("session: "))
+    except (OSError, ValueError) as e:
+        check(False, f"session --sim: session.txt readable: {e}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
+        return
+    check(proc.returncode == 0 and list(said) == ["golden", "torch", "history", "suite", "overhead"],
+          f"session --sim: status {proc.returncode}, a line per phase: {said}")
+    check(said.get("golden", "").startswith("done") and said["golden"].endswith("every check held") and
+          len(glob.glob(os.path.join(results, "golden", "*.json.gz"))) >= 6,
+          f"session --sim: the double's golden traces recorded and checked: {said.get('golden')!r}")
+    check(said.get("torch", "").startswith("skipped") and said.get("history", "").startswith("skipped"),
+          f"session --sim: PyTorch's phases skipped, not passed: {said.get('torch')!r} {said.get('history')!r}")
+    m = re.search(r"(\d+) passed, 0 failed", said.get("suite", ""))
+    check(said.get("suite", "").startswith("done") and m is not None and int(m.group(1)) >= 14,
+          f"session --sim: the suite's other tests: {said.get('suite')!r}")
+    check(os.path.isfile(os.path.join(results, "suite", "table.txt")), "session --sim: the suite's table kept")
+    short = os.path.join(work, "session-short")
+    proc = run([sys.executable, session, "--bundle", bundle, "--results", short, "--sim", "--double", double,
+                "--budget", "6", "--only", "golden", "--only", "suite"], cwd=work, clean=True)
+    lines = proc.stdout.strip().splitlines()
+    check(proc.returncode == 1 and len(lines) == 3 and lines[0].startswith("golden: cut off after ") and
+          lines[1] == "suite: not started: the budget was spent" and "done" not in proc.stdout,
+          f"session, 1 s of budget: cut off, then not started, status 1: {proc.returncode} {lines}")
+    one_line_error(run([sys.executable, session, "--bundle", bundle, "--results", short, "--budget", "5"],
+                       cwd=work, clean=True), "session --budget 5", "--budget")
+    one_line_error(run([sys.executable, session, "--bundle", work, "--results", short], cwd=work, clean=True),
+                   "session --bundle not-a-bundle", "not a bundle")
+
+
 def check_carried_jsonschema(bundle: str, snapshot: str, work: str) -> None:
     """The bundle's validator, with only the bundle's jsonschema (no site
     packages), accepts a real snapshot and rejects a broken one."""
@@ -241,6 +287,7 @@ def main(argv: list[str]) -> int:
         check_paths(bundle, [source, build, made, away])
         check_libraries(bundle)
         check_sim_run(bundle, work)
+        check_session(source, bundle, work)
         if has_gpu():
             print("skip: a GPU is here, so run without --sim would run the suite")
         else:

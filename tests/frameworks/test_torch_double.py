@@ -14,7 +14,8 @@ bootstrap uses), under `gpumemtrace run`:
   PyTorch's history (segment events and failures too) and alloc_conf the
   settings PyTorch's snapshot names (minor 14); the episode has the two
   failures (before and after the cache was released); the pickle beside it
-  is PyTorch's snapshot; the exit snapshot has the state handed over at exit;
+  is PyTorch's snapshot; the exit snapshot has the state handed over at exit,
+  its history PyTorch's but the snapshot entry the first hand-over left;
 - expandable: with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as
   PyTorch's: a VMM reservation of 1 1/8 of the device per pool, in pages of
   20 MiB (large pool) and 2 MiB (small), mapped as requests need them and
@@ -376,6 +377,18 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
         exits, exit_fw = exit_framework(tmp)
         check(exit_fw.get("reason") == "exit" and (exit_fw.get("devices") or [{}])[0].get("reserved_bytes") == reserved,
               "join: the exit snapshot has the state handed over at exit", exit_fw.get("reason"))
+        # The exit's history holds the snapshot entry the out-of-memory's
+        # _snapshot() left, as PyTorch's does: not an allocator event, left out.
+        traced = []
+        if exit_fw.get("file") and os.path.isfile(exit_fw["file"]):
+            with open(exit_fw["file"], "rb") as f:
+                traced = [[e["action"], e["addr"], e["size"], e["stream"]]
+                          for e in pickle.load(f)["device_traces"][0]]
+        kept = [e for e in traced if e[0] != "snapshot"]
+        check(len(kept) < len(traced) and
+              (exit_fw.get("allocator_history") or [{}])[0].get("events") == kept,
+              "join: the exit's history is PyTorch's but its snapshot entries",
+              (len(traced), len(kept), len((exit_fw.get("allocator_history") or [{}])[0].get("events") or [])))
         check("MODULES ['gpumemtrace', 'gpumemtrace.frameworks']" in r.stdout, "join: the bootstrap loaded its module",
               r.stdout)
         schema_ok(source, ooms + exits, "join")

@@ -262,6 +262,12 @@ def run(launcher: str, env: Dict[str, str], tmp: str, text: str, name: str,
                           env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
 
 
+def trace_entry(e: dict) -> list:
+    """A PyTorch history entry as the snapshot's allocator_history has it:
+    an oom's address is its device_free (PyTorch's name; it has no addr)."""
+    return [e["action"], e["device_free" if e["action"] == "oom" else "addr"], e["size"], e["stream"]]
+
+
 def snapshots(d: str) -> List[dict]:
     """Every snapshot a run wrote into d."""
     out = []
@@ -363,8 +369,7 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
         traced = []
         if ok:
             with open(pick, "rb") as f:
-                traced = [[e["action"], e["addr"], e["size"], e["stream"]]
-                          for e in pickle.load(f)["device_traces"][0]]
+                traced = [trace_entry(e) for e in pickle.load(f)["device_traces"][0]]
         check(len(hist) == 1 and hist[0].get("device") == 0 and hist[0].get("complete") is True and
               hist[0].get("events") == traced and
               {e[0] for e in traced} == {"alloc", "free_requested", "free_completed", "segment_alloc",
@@ -382,8 +387,7 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
         traced = []
         if exit_fw.get("file") and os.path.isfile(exit_fw["file"]):
             with open(exit_fw["file"], "rb") as f:
-                traced = [[e["action"], e["addr"], e["size"], e["stream"]]
-                          for e in pickle.load(f)["device_traces"][0]]
+                traced = [trace_entry(e) for e in pickle.load(f)["device_traces"][0]]
         kept = [e for e in traced if e[0] != "snapshot"]
         check(len(kept) < len(traced) and
               (exit_fw.get("allocator_history") or [{}])[0].get("events") == kept,

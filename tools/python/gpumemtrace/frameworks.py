@@ -648,7 +648,10 @@ def trace_of(snap: Dict[str, Any], max_entries: int, cache_calls: Optional[Dict[
                     stack = index[key] = len(stacks)
                     stacks.append(frames)
             t = e.get("time_us")
-            events.append([action, int(e["addr"]), int(e.get("size", 0)), int(t) if t is not None else None, stack,
+            # PyTorch names an oom entry's address field (the device's free
+            # bytes) device_free; it has no addr.
+            where = e["device_free" if action == "oom" else "addr"]
+            events.append([action, int(where), int(e.get("size", 0)), int(t) if t is not None else None, stack,
                            int(e.get("stream", 0) or 0)])
         trace = {"device": dev, "complete": len(entries) < max_entries, "events": events}
         places = place_cache_calls(events, (cache_calls or {}).get(dev, []))

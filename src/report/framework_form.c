@@ -51,6 +51,7 @@ static const struct key oom_keys[] = {
 	{ "device", FORM_COUNT, false },
 	{ "requested_bytes", FORM_COUNT, false },
 	{ "device_allocated_bytes", FORM_COUNT, false },
+	{ "device_limit_bytes", FORM_COUNT, false },
 	{ "device_free_bytes", FORM_COUNT, false },
 };
 

@@ -22,7 +22,7 @@
  * and its pending_frees, the episode end other_site,
  * leaks.scan.walked_bytes and bookkeeping_modules; 10, producer (the
  * tracer's name and version); 11, leaks.scan.unseen. */
-#define GMT_SNAPSHOT_MINOR "17"
+#define GMT_SNAPSHOT_MINOR "18"
 
 /* Names tried, from s->seq on, when a snapshot's name is taken. */
 #define GMT_SNAPSHOT_NAME_TRIES 100

@@ -349,6 +349,14 @@ def test_join(launcher: str, source: str, env: Dict[str, str]) -> None:
         check(got == driver, "join: the segments are exactly the live driver allocations", (got, driver))
         check(all(s.get("allocation") is True for s in fw.get("segments", [])) and
               fw.get("segments_joined") == len(want), "join: every segment joined", fw.get("segments_joined"))
+        # What PyTorch's observer is told: the most it may hold is the
+        # device's total here (no memory fraction), not allocated bytes.
+        total = next((d.get("total_bytes") for d in doc.get("devices", []) if d.get("index") == 0), None)
+        oom = fw.get("oom") or {}
+        check(oom.get("device") == 0 and oom.get("requested_bytes") == 1 << 40 and total is not None and
+              oom.get("device_limit_bytes") == total and "device_allocated_bytes" not in oom and
+              isinstance(oom.get("device_free_bytes"), int),
+              "join: the observer's numbers: the 1 TiB asked, the device's total as PyTorch's limit", (oom, total))
         frames = [f["name"] for s in fw.get("segments", []) for b in s["blocks"] if b["state"] == "active_allocated"
                   for f in b["frames"][:3]]
         check("<module>" in frames, "join: the blocks carry the allocating Python frames", frames[:6])

@@ -698,7 +698,7 @@ static void test_episode(void)
 	CHECK(doc != NULL);
 	if (doc == NULL)
 		return;
-	CHECK_INT(jint(doc, "minor"), 17);
+	CHECK_INT(jint(doc, "minor"), 18);
 	CHECK_STR(jstr(doc, "producer"), "gpumemtrace " GMT_BUILD_VERSION);
 	e = json_object_get(doc, "episode");
 	CHECK_INT(jint(e, "id"), 2);

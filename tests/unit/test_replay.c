@@ -68,7 +68,7 @@ static json_t *snapshot_conf(const struct ev *ev, size_t nev, bool complete, con
 	/* PyTorch's observer tells the free bytes at an out-of-memory; an exit
 	 * snapshot has the driver's (as an api one would). */
 	return json_pack("{sssisis[{sisIso}]s{sssssssos[{sisIsI}]sosssss[{sisbso}]}}",
-			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 17,
+			 "format", "gpumemtrace-snapshot", "version", 1, "minor", 18,
 			 "devices", "index", 0, "total_bytes", (json_int_t)(reserved + free_bytes + 300 * MiB), "free_bytes",
 			 oom ? json_null() : json_integer((json_int_t)free_bytes),
 			 "framework", "name", "torch", "version", "2.5.1", "reason", oom ? "oom" : "exit",

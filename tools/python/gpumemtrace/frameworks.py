@@ -421,9 +421,13 @@ def _watch(name: str) -> None:
         _warn(f"{name}: the tracer was not told of its observer ({type(e).__name__}: {e})")
 
 
-def _observe(torch: Any, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+def _observe(torch: Any, device: int, alloc: int, limit: int, device_free: int) -> None:
+    # PyTorch calls its out-of-memory observers with the device, the size it
+    # asked of the driver, the most it may hold there (the allowed maximum
+    # under a per-process memory fraction, else the device's total; its
+    # binding names it device_allocated) and the device's free bytes.
     _hand_over(torch, "oom", {"device": int(device), "requested_bytes": int(alloc),
-                              "device_allocated_bytes": int(device_allocated),
+                              "device_limit_bytes": int(limit),
                               "device_free_bytes": int(device_free)})
 
 

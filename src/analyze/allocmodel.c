@@ -951,8 +951,13 @@ void gmt__am_set_limit(struct gmt__allocmodel *m, uint64_t bytes)
 
 void gmt__am_set_fraction(struct gmt__allocmodel *m, double fraction)
 {
+	gmt__am_set_allowed(m, (uint64_t)(fraction * (double)m->device_total));
+}
+
+void gmt__am_set_allowed(struct gmt__allocmodel *m, uint64_t bytes)
+{
 	m->set_fraction = true;
-	m->allowed_max = (uint64_t)(fraction * (double)m->device_total);
+	m->allowed_max = bytes;
 }
 
 /* ---- seeding ------------------------------------------------------------------------ */

@@ -125,6 +125,10 @@ void gmt__am_set_limit(struct gmt__allocmodel *m, uint64_t bytes);
  * the device and turns the garbage collection threshold on. */
 void gmt__am_set_fraction(struct gmt__allocmodel *m, double fraction);
 
+/* The same with the allowed bytes given (PyTorch's allowed maximum, as its
+ * out-of-memory observer is told it). */
+void gmt__am_set_allowed(struct gmt__allocmodel *m, uint64_t bytes);
+
 /* A request of size bytes (> 0) on stream. Returns 0 with *id the block's
  * (valid until its free), -ENOMEM where PyTorch raises its out-of-memory
  * error (recorded in the stats), -EINVAL for size 0. */

@@ -44,6 +44,11 @@
 
 static const char *const names[GMT_VERDICT_COUNT] = { GMT_VERDICTS(GMT_X_WORD) };
 
+uint64_t gmt__fw_held_by_limit(const struct gmt__diag_input *in)
+{
+	return in->fw_torch && in->fw_known ? in->fw_allocated + in->fw_reserved_unallocated : in->fw_allocated;
+}
+
 const char *gmt__verdict_name(enum gmt__verdict v)
 {
 	return GMT_X_NAME(names, GMT_VERDICT_COUNT, v, "unknown");
@@ -143,8 +148,9 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 		rests(v, "framework_requested_bytes", "framework_allocated_bytes", "framework_limit_bytes", "free_bytes",
 		      NULL);
 		snprintf(v->detail, sizeof(v->detail),
-			 "%s's allocator refused it on its own: the %s it holds and the %s asked exceed its limit of %s",
-			 in->fw_name != NULL ? in->fw_name : "the framework", gmt__human_bytes(a, sizeof(a), in->fw_allocated),
+			 "%s's allocator refused it on its own: the %s it %s and the %s asked exceed its limit of %s",
+			 in->fw_name != NULL ? in->fw_name : "the framework",
+			 gmt__human_bytes(a, sizeof(a), gmt__fw_held_by_limit(in)), in->fw_torch ? "reserves" : "holds",
 			 gmt__human_bytes(b, sizeof(b), in->fw_requested), gmt__human_bytes(c, sizeof(c), in->fw_limit));
 		if (d->have_mem) {
 			size_t at = strlen(v->detail);
@@ -314,7 +320,7 @@ void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *d)
 			goto done;
 		}
 	}
-	if (in->fw_limit > 0 && in->fw_requested > 0 && in->fw_allocated + in->fw_requested > in->fw_limit) {
+	if (in->fw_limit > 0 && in->fw_requested > 0 && gmt__fw_held_by_limit(in) + in->fw_requested > in->fw_limit) {
 		add(d, GMT_VERDICT_FRAMEWORK_LIMIT, in->fw_limit);
 		goto done;
 	}

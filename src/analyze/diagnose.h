@@ -182,6 +182,11 @@ struct gmt__diagnosis {
 
 const char *gmt__verdict_name(enum gmt__verdict v);
 
+/* What a framework's own limit weighs with its request: PyTorch's memory
+ * fraction caps its reserved bytes (its segments, free blocks in them too),
+ * CuPy's and JAX's limits the bytes they have allocated. */
+uint64_t gmt__fw_held_by_limit(const struct gmt__diag_input *in);
+
 void gmt__diagnose(const struct gmt__diag_input *in, struct gmt__diagnosis *out);
 
 #endif /* GMT_DIAGNOSE_H */

@@ -336,7 +336,7 @@ static void raise_limit(const struct gmt__diag_input *in, struct gmt__diagnosis 
 	static const char *const rests[] = { "framework_allocated_bytes", "framework_requested_bytes",
 					     "framework_limit_bytes", "reserved_unallocated_bytes", "free_bytes", NULL };
 	const struct gmt__device_state *st = in->state;
-	uint64_t want = in->fw_allocated + in->fw_requested, more = want - in->fw_limit;
+	uint64_t want = gmt__fw_held_by_limit(in) + in->fw_requested, more = want - in->fw_limit;
 	/* What it holds of the device already, and all it could hold. */
 	uint64_t held = in->fw_known ? in->fw_allocated + in->fw_reserved_unallocated : 0;
 	char a[32], b[32], c[32], e[32], f[32];
@@ -345,16 +345,20 @@ static void raise_limit(const struct gmt__diag_input *in, struct gmt__diagnosis 
 	if (d->primary != GMT_VERDICT_FRAMEWORK_LIMIT || !d->have_mem || st->total_bytes == 0 ||
 	    held + st->free_bytes < want)
 		return;
-	if (in->fw_name != NULL && strcmp(in->fw_name, "jax") == 0) {
-		/* XLA's limit is the fraction of the device's total. */
+	if (in->fw_name != NULL && (strcmp(in->fw_name, "jax") == 0 || in->fw_torch)) {
+		/* XLA's limit and PyTorch's memory fraction are fractions of the
+		 * device's total. */
 		unsigned hundredths = (unsigned)((want * 100 + st->total_bytes - 1) / st->total_bytes);
 
 		if (hundredths > 100 || (long double)hundredths * st->total_bytes / 100 > held + st->free_bytes)
 			return;
 		r = offer(d, GMT_REMEDY_RAISE_LIMIT, GMT_VERDICT_FRAMEWORK_LIMIT, more, 0, rests);
 		say(r,
-		    "XLA_PYTHON_CLIENT_MEM_FRACTION=%u.%02u: JAX's allocator may use %s (%u%% of the device's %s) and "
-		    "needed %s with this request; the device has %s free besides the %s it holds",
+		    in->fw_torch ? "torch.cuda.set_per_process_memory_fraction(%u.%02u): PyTorch's allocator may reserve "
+				   "%s (%u%% of the device's %s) and needed %s with this request; the device has %s free "
+				   "besides the %s it holds"
+				 : "XLA_PYTHON_CLIENT_MEM_FRACTION=%u.%02u: JAX's allocator may use %s (%u%% of the device's "
+				   "%s) and needed %s with this request; the device has %s free besides the %s it holds",
 		    hundredths / 100, hundredths % 100, gmt__human_bytes(a, sizeof(a), in->fw_limit),
 		    percent(in->fw_limit, st->total_bytes), gmt__human_bytes(b, sizeof(b), st->total_bytes),
 		    gmt__human_bytes(c, sizeof(c), want), gmt__human_bytes(e, sizeof(e), st->free_bytes),

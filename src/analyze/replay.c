@@ -138,6 +138,8 @@ static void read_device_bytes(const json_t *fw, const struct gmt__rp_device *dev
 			in->snap_known = have_reserved &&
 					 gmt__json_u64(json_object_get(d, "allocated_bytes"), &in->snap_allocated);
 			in->snap_reserved = reserved;
+			if (!gmt__json_u64(json_object_get(d, "limit_bytes"), &in->allowed_max))
+				in->allowed_max = 0;
 		}
 	}
 	for (i = 0; i < ndevs; i++) {
@@ -880,6 +882,10 @@ int gmt__rp_run(const struct gmt__rp_input *in, const struct gmt__am_config *c, 
 	if (gmt__am_create(c, total, &p.m) < 0)
 		return gmt__am_fail(err, errlen, -ENOMEM, "out of memory");
 	gmt__am_set_limit(p.m, limit);
+	/* The run's memory fraction holds under every setting but one that
+	 * names its own. */
+	if (in->allowed_max > 0 && c->memory_fraction < 0)
+		gmt__am_set_allowed(p.m, in->allowed_max);
 	if (!own)
 		gmt__am_reuse_addrs(p.m);
 	p.q.v = malloc((in->nev + 1) * sizeof(*p.q.v));

@@ -80,6 +80,10 @@ struct gmt__rp_input {
 	uint64_t device_bytes;       /* what PyTorch could have held in all in the run */
 	bool device_bytes_known;
 	char device_rule[256];       /* how device_bytes was had */
+	/* PyTorch's memory fraction in the run (set_per_process_memory_fraction):
+	 * the most its allocator may reserve, as its out-of-memory observer was
+	 * told (framework.devices[].limit_bytes, snapshot minor 18); 0: none. */
+	uint64_t allowed_max;
 };
 
 /* Reads a snapshot document (the whole of it) into *in (zeroed first).

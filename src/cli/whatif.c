@@ -127,6 +127,10 @@ int cli_whatif(int argc, char **argv)
 		printf("device bytes of the run: %s: %s\n", bytes(a, sizeof(a), in.device_bytes), in.device_rule);
 	else
 		printf("device bytes of the run: not known (no free bytes in the snapshot)\n");
+	if (in.allowed_max > 0)
+		printf("PyTorch's memory fraction in the run: at most %s reserved (set_per_process_memory_fraction), "
+		       "under every setting but one that names per_process_memory_fraction\n",
+		       bytes(a, sizeof(a), in.allowed_max));
 	if (have_device_bytes)
 		printf("device bytes of the answers: %s (--device-bytes)\n", bytes(a, sizeof(a), device_bytes));
 

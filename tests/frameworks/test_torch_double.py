@@ -28,6 +28,11 @@ bootstrap uses), under `gpumemtrace run`:
 - fragmentation: free bytes inside the allocator's segments cover a
   request but no free block does: the verdict allocator_fragmentation, on
   the allocator's own numbers;
+- fraction: under set_per_process_memory_fraction(0.5), PyTorch refuses a
+  request without a driver call: its limit the allowed maximum its
+  observer was told, the verdict framework_limit on its reserved bytes (on
+  its allocated bytes the request would have fitted), the remedy the
+  fraction that fits, in PyTorch's call;
 - recovered: a failure the toy allocator recovers from (its cache freed,
   the retry succeeded) is one line on stderr, the one it raises after a full
   report; without the bootstrap both are full reports; a failure PyTorch
@@ -463,6 +468,55 @@ def test_fragmentation(launcher: str, source: str, env: Dict[str, str]) -> None:
         schema_ok(source, ooms, "fragmentation")
 
 
+# Under a memory fraction of half the 1 GiB device: 24 tensors of 8 MiB,
+# two in each 20 MiB segment (192 MiB allocated, 240 reserved), then 280 MiB:
+# within the limit counted on allocated bytes (472 MiB), past it on reserved
+# (520), which is what PyTorch weighs.
+FRACTION = r'''
+import torch
+MIB = 1 << 20
+torch.cuda.set_per_process_memory_fraction(0.5)
+kept = [torch.empty(8 * MIB) for _ in range(24)]
+print("STATE", torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+try:
+    big = torch.empty(280 * MIB)
+except torch.cuda.OutOfMemoryError:
+    pass
+'''
+
+
+def test_fraction(launcher: str, source: str, env: Dict[str, str]) -> None:
+    """PyTorch's per-process memory fraction as its own limit: it refuses
+    without asking the driver; the verdict framework_limit on its reserved
+    bytes, the remedy a fraction that fits, in PyTorch's call."""
+    with tempfile.TemporaryDirectory(prefix="gmt-torch-") as tmp:
+        got = run_to_oom(launcher, env, tmp, FRACTION, "fraction.py", r"^STATE (\d+) (\d+)$", "fraction")
+        if got is None:
+            return
+        r, m, dg, ooms = got
+        allocated, reserved = map(int, m.groups())
+        with open(ooms[0], encoding="utf-8") as f:
+            doc = json.load(f)
+        fw = doc.get("framework") or {}
+        limit = 512 * MIB
+        check((allocated, reserved) == (192 * MIB, 240 * MIB), "fraction: two 8 MiB tensors a 20 MiB segment",
+              (allocated, reserved))
+        check((doc.get("failed_request") or {}).get("refused_by") == "framework" and
+              (fw.get("oom") or {}).get("device_limit_bytes") == limit and
+              (fw.get("devices") or [{}])[0].get("limit_bytes") == limit,
+              "fraction: refused by PyTorch itself, its limit the 512 MiB its observer was told",
+              (doc.get("failed_request"), fw.get("oom"), (fw.get("devices") or [{}])[0].get("limit_bytes")))
+        check(dg.get("verdict") == "framework_limit" and
+              "the 240 MiB it reserves and the 280 MiB asked exceed its limit of 512 MiB" in dg.get("summary", ""),
+              "fraction: framework_limit, weighed on the reserved bytes", (dg.get("verdict"), dg.get("summary")))
+        remedies = [(x["name"], x["text"]) for x in dg.get("remedies") or []]
+        check(remedies[:1] and remedies[0][0] == "raise_framework_limit" and
+              remedies[0][1].startswith("torch.cuda.set_per_process_memory_fraction(0.51): PyTorch's allocator "
+                                        "may reserve 512 MiB (50% of the device's 1.00 GiB) and needed 520 MiB"),
+              "fraction: the remedy is a fraction that fits, in PyTorch's call", remedies)
+        schema_ok(source, ooms, "fraction")
+
+
 def test_steps(launcher: str, source: str, env: Dict[str, str]) -> None:
     """Optimizer steps marked by the bootstrap; the step's memory measured in
     PyTorch's counters (its cache serves the step, not the driver); the
@@ -755,6 +809,7 @@ def main(argv: List[str]) -> int:
     test_join(launcher, source, env)
     test_expandable(launcher, source, env)
     test_fragmentation(launcher, source, env)
+    test_fraction(launcher, source, env)
     test_steps(launcher, source, env)
     test_recovered(launcher, env)
     test_recovered_pages(launcher, env)

@@ -47,6 +47,11 @@ best fit and cache release) on the simulated GPU:
   for 1895825408, a call that unmapped nothing), seed 29 under the
   defaults (2596274176 for 2598371328, before the replay gave freed
   addresses again);
+- fraction: a run under set_per_process_memory_fraction (PyTorch refuses
+  at its allowed maximum with the device three quarters free): replayed
+  with that limit, faithful; expandable segments fit under it, at the peak
+  the double's run with them reached; a per_process_memory_fraction named
+  in --alloc-conf replaces it;
 - larger device: a run under expandable segments whose request is larger
   than the device, asked about 100 GiB (--device-bytes): it fits;
 - edited: the snapshot's history with one segment's size changed: not
@@ -548,6 +553,39 @@ except torch.cuda.OutOfMemoryError:
 '''
 
 
+def test_fraction(launcher: str, env: dict) -> None:
+    """A run under a memory fraction (td.FRACTION: refused by PyTorch at 512
+    MiB with 784 MiB of the device free): the replay keeps the fraction and
+    is faithful; under expandable_segments:True the request fits, at the
+    peak the double's run with that setting reached without running out;
+    a per_process_memory_fraction named in --alloc-conf replaces the run's
+    (0.2: the 21st 8 MiB tensor, past 200 MiB, fails)."""
+    with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
+        path, w, exp = run_and_replay(launcher, env, tmp, td.FRACTION, "fraction.py")
+        if not path:
+            return
+        own = section(w.stdout, "the run's own settings")
+        check(w.returncode == 0 and "PyTorch's memory fraction in the run: at most 512 MiB (536870912 bytes) "
+              "reserved" in w.stdout and own.startswith("  faithful") and
+              f"(#25, 280 MiB ({280 * td.MIB} bytes)): does not fit" in own,
+              "fraction: the run's limit kept, faithful, the 280 MiB does not fit", (w.returncode, w.stdout))
+        text = td.FRACTION.replace("except torch.cuda.OutOfMemoryError:\n    pass\n",
+                                   "except torch.cuda.OutOfMemoryError:\n    print('OOM')\n") + \
+            "print('PEAK', torch.cuda.max_memory_reserved())\n"
+        r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, text, "exp.py",
+                   on="oom")
+        m = re.search(r"^PEAK (\d+)$", r.stdout, re.M)
+        check(m is not None and "OOM" not in r.stdout and "fits" in exp and "does not fit" not in exp and
+              number(exp, "peak reserved") == int(m.group(1)),
+              "fraction: expandable segments fit under the fraction, the double's peak", (r.stdout, exp))
+        w = whatif(launcher, env, path, "--alloc-conf", "per_process_memory_fraction:0.2")
+        named = section(w.stdout, "per_process_memory_fraction:0.2:")
+        check(w.returncode == 0 and "first request that fails: #21, 8.00 MiB" in named and
+              f"peak reserved: 200 MiB ({200 * td.MIB} bytes)" in named,
+              "fraction: a fraction named replaces the run's (a fifth of the device: the 21st 8 MiB fails)",
+              w.stdout)
+
+
 def test_larger_device(launcher: str, env: dict) -> None:
     """Asked about a device larger than the run's (whose expandable segment
     reserves 1 1/8 of it, more than the request): the 2 GiB request fits
@@ -630,6 +668,7 @@ def main(argv: List[str]) -> int:
     test_fragmentation(launcher, env)
     test_no_help(launcher, env, source)
     test_larger_device(launcher, env)
+    test_fraction(launcher, env)
     test_random(launcher, env)
     test_placed_calls(launcher, env, source)
     test_edited(launcher, env)

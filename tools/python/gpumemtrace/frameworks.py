@@ -459,9 +459,26 @@ def _hand_over(torch: Any, reason: str, oom: Optional[Dict[str, int]]) -> None:
             d["peak_allocated_bytes"] = int(peak(d["device"]))
         if reason != "oom":
             _device_bytes(torch, state["devices"])
+        elif oom is not None:
+            _fraction_limit(torch, state["devices"], oom)
         _package().framework(json.dumps(state))
     except Exception as e:  # noqa: BLE001 - never the program's failure
         _warn(f"PyTorch's allocator state could not be handed over ({type(e).__name__}: {e})")
+
+
+def _fraction_limit(torch: Any, devices: List[Dict[str, Any]], oom: Dict[str, int]) -> None:
+    """Under a per-process memory fraction (set_per_process_memory_fraction)
+    PyTorch's allocator refuses a segment that would take its reserved bytes
+    past the allowed maximum, without asking the driver: that maximum, which
+    its observer is told (the device's total without a fraction), is its own
+    limit on the device (limit_bytes, as CuPy's and JAX's)."""
+    info = getattr(torch.cuda, "mem_get_info", None)
+    if info is None:
+        return
+    if oom["device_limit_bytes"] < int(info(oom["device"])[1]):
+        for d in devices:
+            if d["device"] == oom["device"]:
+                d["limit_bytes"] = oom["device_limit_bytes"]
 
 
 def _device_bytes(torch: Any, devices: List[Dict[str, int]]) -> None:

@@ -90,6 +90,7 @@ CASES = [
     Case("torch-fragment", "torch_memory.py", ["fragment"]),
     Case("torch-fragment-expandable", "torch_memory.py", ["fragment-expandable"],
          env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    Case("torch-fraction", "torch_memory.py", ["fraction"]),
     Case("cupy-default", "cupy_memory.py", ["default"]),
     Case("cupy-async", "cupy_memory.py", ["async"]),
     Case("cupy-oom", "cupy_memory.py", ["oom"]),

@@ -44,7 +44,7 @@ import gpu_suite  # noqa: E402
 from bundle_run import Parser, UsageError  # noqa: E402 - one-line usage errors, as OUT/run's
 
 PHASES = ["golden", "torch", "history", "suite", "overhead"]
-TORCH_TESTS = ["torch-loss-kept", "torch-train-oom", "torch-fragment", "torch-fragment-expandable"]
+TORCH_TESTS = ["torch-loss-kept", "torch-train-oom", "torch-fragment", "torch-fragment-expandable", "torch-fraction"]
 # Seconds kept back from the budget for writing the session's own summary.
 MARGIN = 5
 # Exit status of a phase whose subject cannot run here (the suite's SKIP).

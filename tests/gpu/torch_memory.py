@@ -47,14 +47,20 @@
               PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the runner
               sets it): the remedy shown true — the 128 MiB tensor is made
               (PyTorch unmaps the free pages and maps new ones); failures it
-              recovers from on the way may have snapshots of their own.
+              recovers from on the way may have snapshots of their own;
+  fraction    torch.cuda.set_per_process_memory_fraction(0.5), then 1 GiB
+              tensors until PyTorch refuses one on its own (its reserved
+              bytes past half the device, no driver call failed): the
+              failed request is torch's, the primary verdict framework_limit
+              (the limit the bootstrap takes from what PyTorch tells its
+              observer), the first remedy the fraction that fits.
 
 Every mode also compares torch.cuda.mem_get_info (cudaMemGetInfo) with the
 snapshots' footprint between checkpoints; caching and async also check that
 a tensor made inside make_activation() has that function, file and line as
 its innermost Python frame (PyTorch allocates without the GIL). Without torch, or without a GPU
 for it, the script says SKIP.
-Usage: torch_memory.py caching|expandable|async|oom|train-oom|loss-kept|fragment|fragment-expandable
+Usage: torch_memory.py caching|expandable|async|oom|train-oom|loss-kept|fragment|fragment-expandable|fraction
 """
 from __future__ import annotations
 
@@ -65,7 +71,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gmt_probe as gp  # noqa: E402
 
 MIB = 1 << 20
-MODES = ("caching", "expandable", "async", "oom", "train-oom", "loss-kept", "fragment", "fragment-expandable")
+MODES = ("caching", "expandable", "async", "oom", "train-oom", "loss-kept", "fragment", "fragment-expandable",
+         "fraction")
 GIB = 1 << 30
 # A small-pool block (a 2 MiB segment), and large ones of several sizes.
 SIZES = [512 * 1024, 3 * MIB, 30 * MIB, 100 * MIB + 1]
@@ -294,6 +301,29 @@ def run_fragment(torch, expandable: bool) -> None:
     del blocks, blocker
 
 
+def run_fraction(torch) -> None:
+    torch.cuda.set_per_process_memory_fraction(0.5, DEV)
+    seen = counters_at_oom(torch)
+    kept = []
+    try:
+        while len(kept) < 10_000:
+            kept.append(torch.empty(GIB, dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError:
+        pass
+    else:
+        sys.exit("torch_memory.py fraction: no out-of-memory under half the device")
+    gp.checkpoint_at("oom", "@oom")
+    gp.oom("oom", "torch", GIB, DEV, exact=False)
+    gp.verdict("oom", "framework_limit", primary=True)
+    gp.remedy("oom", "raise_framework_limit", first=True)
+    if not seen:
+        sys.exit("torch_memory.py fraction: PyTorch called no out-of-memory observer")
+    gp.framework("oom", DEV, *seen[-1])
+    gp.note(f"{len(kept)} tensors of 1 GiB made under half the device, then refused by PyTorch")
+    torch.cuda.set_per_process_memory_fraction(1.0, DEV)
+    del kept
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in MODES:
         print(__doc__.rstrip(), file=sys.stderr)
@@ -322,6 +352,8 @@ def main(argv: list[str]) -> int:
         run_loss_kept(torch)
     elif mode in ("fragment", "fragment-expandable"):
         run_fragment(torch, mode == "fragment-expandable")
+    elif mode == "fraction":
+        run_fraction(torch)
     else:
         run_allocator(torch, mode)
     # train-oom's start checkpoint is before its allocations: no peak to tell.

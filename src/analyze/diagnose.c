@@ -145,8 +145,10 @@ static void describe(const struct gmt__diag_input *in, const struct gmt__diagnos
 		replay_clause(in, v);
 		break;
 	case GMT_VERDICT_FRAMEWORK_LIMIT:
+		/* PyTorch's reserved bytes: its allocated and the free inside its
+		 * segments. */
 		rests(v, "framework_requested_bytes", "framework_allocated_bytes", "framework_limit_bytes", "free_bytes",
-		      NULL);
+		      in->fw_torch && in->fw_known ? "reserved_unallocated_bytes" : NULL);
 		snprintf(v->detail, sizeof(v->detail),
 			 "%s's allocator refused it on its own: the %s it %s and the %s asked exceed its limit of %s",
 			 in->fw_name != NULL ? in->fw_name : "the framework",

@@ -50,8 +50,9 @@ best fit and cache release) on the simulated GPU:
 - fraction: a run under set_per_process_memory_fraction (PyTorch refuses
   at its allowed maximum with the device three quarters free): replayed
   with that limit, faithful; expandable segments fit under it, at the peak
-  the double's run with them reached; a per_process_memory_fraction named
-  in --alloc-conf replaces it;
+  the double's run with them reached, and that run's exit snapshot carries
+  the fraction too (under the defaults its 280 MiB fails, as it did); a
+  per_process_memory_fraction named in --alloc-conf replaces it;
 - larger device: a run under expandable segments whose request is larger
   than the device, asked about 100 GiB (--device-bytes): it fits;
 - edited: the snapshot's history with one segment's size changed: not
@@ -559,7 +560,10 @@ def test_fraction(launcher: str, env: dict) -> None:
     is faithful; under expandable_segments:True the request fits, at the
     peak the double's run with that setting reached without running out;
     a per_process_memory_fraction named in --alloc-conf replaces the run's
-    (0.2: the 21st 8 MiB tensor, past 200 MiB, fails)."""
+    (0.2: the 21st 8 MiB tensor, past 200 MiB, fails); the exit snapshot
+    of the run with expandable segments carries the fraction (PyTorch's
+    get_per_process_memory_fraction), and replayed under the defaults the
+    280 MiB fails, as it did in the run under them."""
     with tempfile.TemporaryDirectory(prefix="gmt-whatif-") as tmp:
         path, w, exp = run_and_replay(launcher, env, tmp, td.FRACTION, "fraction.py")
         if not path:
@@ -572,12 +576,25 @@ def test_fraction(launcher: str, env: dict) -> None:
         text = td.FRACTION.replace("except torch.cuda.OutOfMemoryError:\n    pass\n",
                                    "except torch.cuda.OutOfMemoryError:\n    print('OOM')\n") + \
             "print('PEAK', torch.cuda.max_memory_reserved())\n"
-        r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), tmp, text, "exp.py",
-                   on="oom")
+        sub = os.path.join(tmp, "exp")
+        os.mkdir(sub)
+        r = td.run(launcher, dict(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), sub, text, "exp.py",
+                   on="oom,exit")
         m = re.search(r"^PEAK (\d+)$", r.stdout, re.M)
         check(m is not None and "OOM" not in r.stdout and "fits" in exp and "does not fit" not in exp and
               number(exp, "peak reserved") == int(m.group(1)),
               "fraction: expandable segments fit under the fraction, the double's peak", (r.stdout, exp))
+        # Its exit snapshot carries the fraction too (PyTorch's
+        # get_per_process_memory_fraction): replayed under the defaults, the
+        # 280 MiB fails, as the run under them did.
+        exits = glob.glob(os.path.join(sub, "gpumemtrace.*.exit.*.json"))
+        w = whatif(launcher, env, *exits[:1], "--alloc-conf", "")
+        defaults = section(w.stdout, "PyTorch's defaults")
+        check(len(exits) == 1 and w.returncode == 0 and
+              "PyTorch's memory fraction in the run: at most 512 MiB (536870912 bytes)" in w.stdout and
+              section(w.stdout, "the run's own settings").startswith("  faithful") and
+              "first request that fails: #25, 280 MiB" in defaults,
+              "fraction: the exit snapshot's fraction; under the defaults the 280 MiB fails", (exits, w.stdout))
         w = whatif(launcher, env, path, "--alloc-conf", "per_process_memory_fraction:0.2")
         named = section(w.stdout, "per_process_memory_fraction:0.2:")
         check(w.returncode == 0 and "first request that fails: #21, 8.00 MiB" in named and

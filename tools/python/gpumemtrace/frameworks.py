@@ -485,8 +485,12 @@ def _device_bytes(torch: Any, devices: List[Dict[str, int]]) -> None:
     """Each device's free and total bytes as the driver tells PyTorch at
     the hand-over (mem_get_info): at exit the tracer can no longer ask the
     driver itself, and the replay needs what PyTorch could have held
-    (docs/whatif.md). An out-of-memory's are its observer's."""
+    (docs/whatif.md). An out-of-memory's are its observer's. Where PyTorch
+    says its per-process memory fraction (get_per_process_memory_fraction,
+    recent versions) and it is below 1, its allowed bytes, as PyTorch
+    computes them, are the device's limit, as _fraction_limit's."""
     info = getattr(torch.cuda, "mem_get_info", None)
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if info is None:
         return
     for d in devices:
@@ -495,6 +499,12 @@ def _device_bytes(torch: Any, devices: List[Dict[str, int]]) -> None:
         except Exception:  # noqa: BLE001 - not told: the snapshot says nothing of it
             continue
         d["device_free_bytes"], d["device_total_bytes"] = int(free), int(total)
+        try:
+            f = float(fraction(d["device"])) if fraction is not None else 1.0
+        except Exception:  # noqa: BLE001 - not told: no limit said
+            continue
+        if f < 1.0:
+            d["limit_bytes"] = int(f * int(total))
 
 
 def _save(snap: Any, n: int) -> Optional[str]:

@@ -30,6 +30,14 @@ that the check works, not that the model predicts a real GPU's runs.
   the check fails;
 - no fixture: exit 77 and one line.
 
+And on the real GPU's fixtures committed in tests/whatif/golden: loss-kept
+ran out at request #2854 under the defaults and went past it with
+expandable segments (the same requests up to it). The defaults' trace
+replayed with expandable segments must find that request fitting and
+predict the expandable run's peak reserved through it, which its history
+says (a segment_map of 4 GiB, more than 1 % of that peak, planted there
+before it: the check fails, naming the pair).
+
 Usage: test_whatif_golden.py LAUNCHER SOURCE_ROOT"""
 
 from __future__ import annotations
@@ -78,6 +86,23 @@ def ask_one_byte_less(doc: dict) -> None:
             if e[0] == "alloc" and e[2] % 512 == 0:
                 e[2] -= 1
                 return
+
+
+def map_before(n: int):
+    """A segment_map and segment_unmap of 4 GiB planted just before the
+    n-th request of a history: the run's peak through it 4 GiB higher."""
+    def change(doc: dict) -> None:
+        for h in doc["snapshot"]["framework"]["allocator_history"]:
+            asked = 0
+            for i, e in enumerate(h["events"]):
+                if e[0] in ("alloc", "oom"):
+                    asked += 1
+                    if asked == n:
+                        addr, stream = 1 << 46, e[3]
+                        h["events"][i:i] = [["segment_map", addr, 4 << 30, stream],
+                                            ["segment_unmap", addr, 4 << 30, stream]]
+                        return
+    return change
 
 
 def main(argv: list) -> int:
@@ -144,6 +169,24 @@ def main(argv: list) -> int:
         check(r.returncode == 1, "planted segment size: the check fails", r.stdout[-800:])
         check("FAIL fragment [default]" in r.stdout and "not faithful" in r.stdout,
               "planted segment size: not faithful, named", r.stdout[-800:])
+
+        real = os.path.join(tmp, "real")
+        os.makedirs(real)
+        for name in ("loss-kept.default.json.gz", "loss-kept.expandable-segments-true.json.gz"):
+            shutil.copy(os.path.join(source, "tests", "whatif", "golden", name), real)
+        r = golden(source, env, "check", "--launcher", launcher, real)
+        print(r.stdout, end="")
+        check(r.returncode == 0 and "ok   loss-kept: [expandable_segments:True] predicted from [default]: request "
+              "#2854, where this run ran out, fits, as it did in the run under it; peak reserved through it "
+              "149277376512 predicted, 149277376512 real" in r.stdout,
+              "the real loss-kept: the request the defaults ran out at fits with expandable segments, as it did, "
+              "the peak through it exact", r.stdout[-1500:])
+        edit(os.path.join(real, "loss-kept.expandable-segments-true.json.gz"), map_before(2854))
+        r = golden(source, env, "check", "--launcher", launcher, real)
+        want = (f"FAIL loss-kept: [expandable_segments:True] predicted from [default]: through request #2854, "
+                f"where this run ran out: peak reserved 149277376512 predicted, {149277376512 + (4 << 30)} real")
+        check(r.returncode == 1 and want in r.stdout, "planted 4 GiB in the expandable run's history before #2854: the pair fails",
+              r.stdout[-1500:])
 
         empty = os.path.join(tmp, "none")
         os.makedirs(empty)

@@ -21,8 +21,12 @@ check that replays them.
       max_memory_reserved(), unless the two runs are not comparable (their
       requests differ, or the replay under B stops at a request other than
       the one B's run ran out of memory at, or B's run ran out and the
-      replay under B does not): then the reason is printed. Exit 0 all held, 1 one did not, 77 (a
-      skip) with one line when DIR holds no fixture.
+      replay under B does not): then the reason is printed. Where this run
+      ran out at its last request n and B's asked the same n and went on,
+      the replay under B must find request n fitting, and its peak is
+      compared with B's through request n (from B's history). Exit 0 all
+      held, 1 one did not, 77 (a skip) with one line when DIR holds no
+      fixture.
   workload NAME STEPS_FILE
       (what record runs under the tracer) one workload, its numbers per
       step written to STEPS_FILE.
@@ -312,6 +316,28 @@ class Fixture:
         asked = [e[0] for e in events if e[0] in ("alloc", "oom")]
         return max((i + 1 for i, a in enumerate(asked) if a == "oom"), default=None)
 
+    def peak_reserved_through(self, n: int) -> int | None:
+        """PyTorch's peak reserved bytes from its start through its n-th
+        request, from the segments its history records (the driver calls
+        it made, each with its size); None where the history does not reach
+        back to PyTorch's start."""
+        hist = self.doc["snapshot"].get("framework", {}).get("allocator_history") or []
+        h = next((h for h in hist if h.get("events")), None)
+        if h is None or not h.get("complete"):
+            return None
+        reserved = peak = asked = 0
+        for e in h["events"]:
+            if e[0] in ("segment_alloc", "segment_map"):
+                reserved += e[2]
+            elif e[0] in ("segment_free", "segment_unmap"):
+                reserved -= e[2]
+            peak = max(peak, reserved)
+            if e[0] in ("alloc", "oom"):
+                asked += 1
+                if asked == n:
+                    return peak
+        return None
+
 
 def replay(launcher: str, fx: Fixture, confs: list, tmp: str) -> tuple:
     snap = os.path.join(tmp, os.path.basename(fx.path)[:-3])
@@ -398,24 +424,46 @@ def check(args: argparse.Namespace) -> int:
                     bad += 1
                     continue
                 mine, theirs = fx.requests(), other.requests()
-                if mine != theirs:
-                    k = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+                n = min(len(mine), len(theirs))
+                shorter = fx if len(mine) < len(theirs) else other
+                if mine[:n] != theirs[:n] or (mine != theirs and shorter.failing_request() != n):
+                    k = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), n)
                     print(f"note {pair}: not comparable: the runs' requests differ from request #{k + 1} "
                           f"({len(mine)} and {len(theirs)} requests)")
+                    continue
+                fails = first_failing(lines)
+                failed = bool(fails) and not fails.startswith("none")
+                at = re.match(r"#(\d+),", fails)
+                if len(mine) < len(theirs):
+                    # This run ran out at its last request, n; B's asked the
+                    # same n and went on: under B the replay must find that
+                    # request fitting, and its peak is B's through request n.
+                    want, got = other.peak_reserved_through(n), number(lines, "peak reserved")
+                    if failed or want is None:
+                        print(f"note {pair}: not comparable: the run under it went past request #{n}, "
+                              + (f"the replay under it stops at a failing request ({fails})" if failed
+                                 else "whose history does not reach back to PyTorch's start"))
+                        continue
+                    if got is None or abs(got - want) > max(TOLERANCE * want, TOLERANCE_BYTES):
+                        print(f"FAIL {pair}: through request #{n}, where this run ran out: peak reserved {got} "
+                              f"predicted, {want} real (more than 1 % and 2 MiB off)")
+                        bad += 1
+                    else:
+                        print(f"ok   {pair}: request #{n}, where this run ran out, fits, as it did in the run "
+                              f"under it; peak reserved through it {got} predicted, {want} real")
                     continue
                 # Under B the replay stops at the first request that fails:
                 # its peak is B's run's only where B's run ran out at that
                 # very request (a trace that ran to the end, judged on its
-                # device bytes, may say where B's run failed).
-                fails = first_failing(lines)
-                failed = bool(fails) and not fails.startswith("none")
-                at = re.match(r"#(\d+),", fails)
+                # device bytes, may say where B's run failed). Where B's run
+                # asked fewer, it ran out at its last, n.
                 same = failed and at is not None and int(at.group(1)) == other.failing_request()
                 if failed != bool(other.doc.get("ended_in_oom")) or (failed and not same):
                     print(f"note {pair}: not comparable: the replay under it "
                           + (f"stops at a failing request ({fails})" if failed else "runs to the end")
                           + f", the run under it {'ran' if other.doc.get('ended_in_oom') else 'did not run'}"
-                          + " out of memory")
+                          + " out of memory"
+                          + (f" at request #{other.failing_request()}" if other.doc.get("ended_in_oom") else ""))
                     continue
                 want, got = other.doc["max_memory_reserved"], number(lines, "peak reserved")
                 if got is None or abs(got - want) > max(TOLERANCE * want, TOLERANCE_BYTES):

@@ -14,6 +14,7 @@ Exits non-zero when a test fails (meson suite 'viewer')."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 import re
@@ -990,6 +991,34 @@ def merge_ranks_at_a_glance() -> None:
         "the outlier named, above the median")
     has(flat, "first out of memory: rank 7 at", "the first to run out named")
     has(flat, f"live: max {fmt_bytes(fl['live']['max'])} (rank 7), median", "the skew")
+
+
+@test
+def a_real_pytorch_out_of_memory() -> None:
+    """A real PyTorch out-of-memory: the GPU suite's torch-train-oom on an
+    H200 (torch 2.11.0+cu130, 2026-11-28), the snapshot as it was written.
+    Its backward made segments from PyTorch's autograd thread (stacks with
+    no Python frame, their site the allocator's alloc_block), which PyTorch
+    released at the out-of-memory: at the tensor level they are the
+    allocator's, never leak suspects of the program's (they read "+0 B",
+    three times, before); the suspect is the line the batch grows at, and
+    the levels add up to the device's live bytes."""
+    path = os.path.join(HERE, "real", "h200-torch-train-oom.json.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        doc = load.parse(f.read(), path)
+    text = summary.summary(doc, width=100, top=8)
+    sus = section(text, "Leak suspects")
+    eq([ln.split(None, 2)[2] for ln in sus.splitlines()[1:] if ln.startswith("  +")],
+       ["run_train_oom (torch_memory.py:203)"], "the leak suspects at the tensor level")
+    has(section(text, "Why it failed"), "verdict: growth", "the verdict")
+    lv = model.tensor_level(doc)
+    released = [s for s in doc["sites"] if s["live_bytes"] == 0 and s["suspect"]]
+    eq(len(released), 3, "the driver's suspects that hold nothing: the released segments' sites")
+    eq([s for s in lv["sites"] if s in released], [], "none of them at the tensor level")
+    live = sum(a["size"] for a in lv["allocations"] if a["device"] == 0)
+    cached = sum(d["cached_bytes"] for d in doc["tensors"]["devices"] if d["device"] == 0)
+    eq(live + cached, next(d["live_bytes"] for d in doc["devices"] if d["index"] == 0),
+       "tensors, free inside the segments and the memory outside them: the device's live bytes")
 
 
 def main(argv: List[str]) -> int:

@@ -152,7 +152,10 @@ def tensor_level(doc: Doc) -> Optional[Doc]:
     allocations are the framework's live tensors (kind "tensor") and the
     driver's allocations that are not the framework's (no framework_segment),
     and whose sites are the tensor sites and those of the driver's stacks
-    that hold no memory of the framework's segments. With the memory cached
+    that hold no memory of the framework's segments — nor, holding nothing
+    now, share an allocation site with them: segments the framework has
+    released (its cache emptied at an out-of-memory), whose rise and fall
+    are the allocator's, not a leak of the program's. With the memory cached
     free inside the segments (tensors.devices[].cached_bytes), they add up to
     the device's live bytes: the tracer decided which is which, this only
     puts them side by side. Everything else is the document's own."""
@@ -165,7 +168,16 @@ def tensor_level(doc: Doc) -> Optional[Doc]:
     allocations = [dict(a, kind=TENSOR_KIND, api=t["framework"] or "framework", thread=0)
                    for a in t["allocations"]]
     allocations += [a for a in doc["allocations"] if not a.get("framework_segment")]
-    sites = list(t["sites"]) + [s for s in doc["sites"] if s["stack"] not in segment_stacks]
+    by_id = doc.get("_stack_by_id") or {}
+    segment_sites = {(by_id.get(k) or {}).get("site", {}).get("id") for k in segment_stacks} - {None}
+
+    def framework_s(s: Dict[str, Any]) -> bool:
+        if s["stack"] in segment_stacks:
+            return True
+        site = (by_id.get(s["stack"]) or {}).get("site") or {}
+        return s["live_bytes"] == 0 and site.get("id") in segment_sites
+
+    sites = list(t["sites"]) + [s for s in doc["sites"] if not framework_s(s)]
     sites.sort(key=lambda s: -s["live_bytes"])
     return dict(doc, allocations=allocations, sites=sites, _level="tensors")
 

@@ -3,13 +3,13 @@
 call"): what the open work needs of a real GPU, most wanted first, inside a
 budget of seconds, every phase's output kept in the results folder.
 
-  1. golden    the replay's golden traces (whatif_golden.py record, then
-               check): the fixtures in RESULTS/golden/*.json.gz
-  2. torch     the suite's PyTorch tests of the tensor level (OUT/run --only
+  1. torch     the suite's PyTorch tests of the tensor level (OUT/run --only
                torch-loss-kept ... --keep)
-  3. history   the cost of PyTorch's history (history_cost.py)
-  4. suite     every other test of the suite (OUT/run --only ...)
-  5. overhead  the overhead runs (overhead.py), shortened
+  2. suite     every other test of the suite (OUT/run --only ...)
+  3. overhead  the overhead runs (overhead.py), shortened
+  4. golden    the replay's golden traces (whatif_golden.py record, then
+               check): the fixtures in RESULTS/golden/*.json.gz
+  5. history   the cost of PyTorch's history (history_cost.py)
 
 Each phase runs with what is left of the budget as its limit; one that
 reaches it is stopped (its process group killed) and said "cut off", and the
@@ -18,13 +18,18 @@ did not run: RESULTS/session.txt has a line per phase (done with its exit
 status and last line, cut off, or not started) and each phase's output is in
 RESULTS/PHASE.log.
 
+--archive FILE: the results folder, once every phase is over, as one gzip
+tar file (the device tool brings back a few files, not a folder's
+hundreds); where it would pass 15 MiB, PyTorch's own snapshots (*.pickle)
+are left out of it, and the session says so.
+
 --sim runs the same on the simulated GPU the bundle carries (its own proof,
 not a GPU result): the golden phase records the PyTorch double, which the
 bundle does not carry, so it runs only where --double names its
 site-packages (PATH[:PATH]), else it is skipped.
 
-Usage: session.py --bundle OUT --results DIR [--python PY] [--budget SECONDS]
-                  [--sim [--double PYTHONPATH]] [--only PHASE]...
+Usage: session.py --bundle OUT --results DIR [--archive FILE] [--python PY]
+                  [--budget SECONDS] [--sim [--double PYTHONPATH]] [--only PHASE]...
 Exit status 0 when every phase that ran ended well, 1 otherwise, 2 for a
 usage error.
 """
@@ -36,6 +41,7 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,10 +49,12 @@ sys.path.insert(0, HERE)
 import gpu_suite  # noqa: E402
 from bundle_run import Parser, UsageError  # noqa: E402 - one-line usage errors, as OUT/run's
 
-PHASES = ["golden", "torch", "history", "suite", "overhead"]
+PHASES = ["torch", "suite", "overhead", "golden", "history"]
 TORCH_TESTS = ["torch-loss-kept", "torch-train-oom", "torch-fragment", "torch-fragment-expandable", "torch-fraction"]
 # Seconds kept back from the budget for writing the session's own summary.
 MARGIN = 5
+# The most an archive may hold with PyTorch's snapshots in it.
+ARCHIVE_MAX = 15 << 20
 # Exit status of a phase whose subject cannot run here (the suite's SKIP).
 SKIPPED = 77
 
@@ -55,6 +63,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap = Parser(prog="session.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", required=True, help="the bundle (scripts/gpu-bundle OUT)")
     ap.add_argument("--results", required=True, help="where every phase's output goes (made if missing)")
+    ap.add_argument("--archive", metavar="FILE", help="the results folder as one .tar.gz at the end")
     ap.add_argument("--python", default="python3", help="an interpreter that imports torch")
     ap.add_argument("--budget", type=int, default=540, help="seconds for all the phases (default 540)")
     ap.add_argument("--sim", action="store_true", help="on the bundle's simulated GPU")
@@ -65,6 +74,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         ap.error(f"--budget must be more than {MARGIN} seconds")
     if args.double and not args.sim:
         ap.error("--double goes with --sim (a real GPU runs PyTorch itself)")
+    if args.archive:
+        args.archive = os.path.abspath(args.archive)
+        results = os.path.abspath(args.results)
+        if args.archive == results or args.archive.startswith(results + os.sep):
+            ap.error(f"--archive {args.archive}: inside the results folder it archives")
     args.bundle = os.path.abspath(args.bundle)
     if not os.path.isfile(os.path.join(args.bundle, "run")):
         ap.error(f"{args.bundle}: not a bundle (no run in it; make one with scripts/gpu-bundle)")
@@ -136,6 +150,23 @@ def skipped(path: str) -> bool:
         re.fullmatch(r"0 passed, 0 failed, \d+ skipped", line) is not None
 
 
+def archive(results: str, path: str) -> str:
+    """The results folder as one gzip tar file at path; what was left out,
+    if anything, said in the returned line."""
+    def pack(keep_pickles: bool) -> None:
+        with tarfile.open(path + ".part", "w:gz") as tar:
+            tar.add(results, arcname=os.path.basename(results),
+                    filter=lambda t: t if keep_pickles or not t.name.endswith(".pickle") else None)
+        os.replace(path + ".part", path)
+
+    pack(True)
+    left = ""
+    if os.path.getsize(path) > ARCHIVE_MAX:
+        pack(False)
+        left = ", PyTorch's snapshots (*.pickle) left out (over 15 MiB with them)"
+    return f"archive: {path}, {os.path.getsize(path):,} bytes{left}"
+
+
 def session(args: argparse.Namespace) -> int:
     results = os.path.abspath(args.results)
     os.makedirs(results, exist_ok=True)
@@ -184,6 +215,12 @@ def session(args: argparse.Namespace) -> int:
     with open(os.path.join(results, "session.txt"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text.splitlines()[-1])
+    if args.archive:
+        try:
+            print(archive(results, args.archive), flush=True)
+        except (OSError, tarfile.TarError) as e:
+            print(f"archive: {args.archive}: not written: {e}", flush=True)
+            bad += 1
     return 1 if bad else 0
 
 

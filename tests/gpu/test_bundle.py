@@ -16,8 +16,10 @@
 - tests/gpu/session.py --sim (a lent GPU's one call, rehearsed): a line
   per phase, the PyTorch double's golden traces recorded and checked with
   the bundle's launcher, PyTorch's phases skipped, the suite's other tests
-  passed; a budget of 1 s: the first phase cut off, the next not started,
-  status 1; a budget too short or a folder that is not a bundle: one line;
+  passed, the results folder in one archive (--archive); a budget of 6 s:
+  the first phase cut off, the next not started, status 1; a budget too
+  short, a folder that is not a bundle or an archive inside the results
+  folder: one line;
 - without a GPU, `OUT/run` prints its one line and exits 0;
 - bad input: gpu-bundle without OUT or with an unknown option, run with an
   unknown option or test, and a damaged bundle (a library removed, a file
@@ -36,6 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -183,15 +186,16 @@ def check_session(source: str, bundle: str, work: str) -> None:
     double = os.pathsep.join(os.path.join(source, "tests", "frameworks", d, "site-packages")
                              for d in ("fake_torch", "fake_common"))
     results = os.path.join(work, "session")
-    proc = run([sys.executable, session, "--bundle", bundle, "--results", results, "--sim", "--double", double],
-               cwd=work, clean=True)
+    packed = os.path.join(work, "session.tar.gz")
+    proc = run([sys.executable, session, "--bundle", bundle, "--results", results, "--sim", "--double", double,
+                "--archive", packed], cwd=work, clean=True)
     try:
         with open(os.path.join(results, "session.txt"), encoding="utf-8") as f:
             said = dict(ln.split(": ", 1) for ln in f.read().splitlines() if not ln.startswith("session: "))
     except (OSError, ValueError) as e:
         check(False, f"session --sim: session.txt readable: {e}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
         return
-    check(proc.returncode == 0 and list(said) == ["golden", "torch", "history", "suite", "overhead"],
+    check(proc.returncode == 0 and list(said) == ["torch", "suite", "overhead", "golden", "history"],
           f"session --sim: status {proc.returncode}, a line per phase: {said}")
     check(said.get("golden", "").startswith("done") and said["golden"].endswith("every check held") and
           len(glob.glob(os.path.join(results, "golden", "*.json.gz"))) >= 6,
@@ -202,17 +206,29 @@ def check_session(source: str, bundle: str, work: str) -> None:
     check(said.get("suite", "").startswith("done") and m is not None and int(m.group(1)) >= 14,
           f"session --sim: the suite's other tests: {said.get('suite')!r}")
     check(os.path.isfile(os.path.join(results, "suite", "table.txt")), "session --sim: the suite's table kept")
+    try:
+        with tarfile.open(packed) as tar:
+            names = set(tar.getnames())
+    except (OSError, tarfile.TarError) as e:
+        names = {str(e)}
+    check({"session/session.txt", "session/suite/table.txt", "session/golden.log"} <= names and
+          any(n.startswith("session/golden/") and n.endswith(".json.gz") for n in names) and
+          f"archive: {packed}, " in proc.stdout,
+          f"session --sim --archive: the results folder in one file: {sorted(names)[:12]} {proc.stdout[-400:]}")
     short = os.path.join(work, "session-short")
     proc = run([sys.executable, session, "--bundle", bundle, "--results", short, "--sim", "--double", double,
                 "--budget", "6", "--only", "golden", "--only", "suite"], cwd=work, clean=True)
     lines = proc.stdout.strip().splitlines()
-    check(proc.returncode == 1 and len(lines) == 3 and lines[0].startswith("golden: cut off after ") and
-          lines[1] == "suite: not started: the budget was spent" and "done" not in proc.stdout,
+    check(proc.returncode == 1 and len(lines) == 3 and lines[0].startswith("suite: cut off after ") and
+          lines[1] == "golden: not started: the budget was spent" and "done" not in proc.stdout,
           f"session, 1 s of budget: cut off, then not started, status 1: {proc.returncode} {lines}")
     one_line_error(run([sys.executable, session, "--bundle", bundle, "--results", short, "--budget", "5"],
                        cwd=work, clean=True), "session --budget 5", "--budget")
     one_line_error(run([sys.executable, session, "--bundle", work, "--results", short], cwd=work, clean=True),
                    "session --bundle not-a-bundle", "not a bundle")
+    one_line_error(run([sys.executable, session, "--bundle", bundle, "--results", short,
+                        "--archive", os.path.join(short, "s.tar.gz")], cwd=work, clean=True),
+                   "session --archive inside --results", "inside the results folder")
 
 
 def check_carried_jsonschema(bundle: str, snapshot: str, work: str) -> None:

@@ -58,6 +58,10 @@ lines are ignored):
                                         allocated and reserved bytes, equal to
                                         its active blocks and its segments, every
                                         segment joined to a driver allocation
+    LIMIT <label> <device> <bytes>      the framework's own limit on the
+                                        device (framework.devices[].limit_bytes:
+                                        PyTorch's allowed maximum under its
+                                        memory fraction), exactly these bytes
     GRANULARITY <device> <bytes>        the driver's minimum granularity
     NOTE <text>                         shown in the table
 
@@ -139,6 +143,7 @@ class Expectations:
     recovered: bool = False
     leaks: list[tuple[str, int, int]] = field(default_factory=list)
     frameworks: list[tuple[str, int, int, int]] = field(default_factory=list)
+    limits: list[tuple[str, int, int]] = field(default_factory=list)
     granularity: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -227,6 +232,8 @@ def parse(output: str) -> Expectations:
                 exp.leaks.append((f[0], _int(f[1]), _int(f[2])))
             elif word == "FRAMEWORK":
                 exp.frameworks.append((f[0], _int(f[1]), _int(f[2]), _int(f[3])))
+            elif word == "LIMIT":
+                exp.limits.append((f[0], _int(f[1]), _int(f[2])))
             elif word == "GRANULARITY":
                 exp.granularity[_int(f[0])] = _int(f[1])
         except (IndexError, ValueError) as e:
@@ -235,7 +242,7 @@ def parse(output: str) -> Expectations:
     used = ({k for k in exp.live} | set(exp.cover) | {k for k, _ in exp.meminfo}
             | {k for k, _ in exp.extra} | {x[0] for x in exp.pools + exp.byte_sums + exp.has
                                           + exp.pyframes + exp.gone + exp.reservations + exp.ooms
-                                          + exp.verdicts + exp.leaks + exp.frameworks
+                                          + exp.verdicts + exp.leaks + exp.frameworks + exp.limits
                                           + exp.no_verdicts + exp.growth_sites + exp.remedies
                                           + exp.replays})
     for label in sorted(used - labels):
@@ -658,6 +665,18 @@ def check(exp: Expectations, snapdir: str, tolerance: int = DEFAULT_TOLERANCE,
         if snap is None:
             continue
         problems += framework_problems(snap, label, device, allocated, reserved)
+    for label, device, nbytes in exp.limits:
+        snap = snaps.get(label)
+        if snap is None:
+            continue
+        fw = snap.get("framework")
+        dev = next((d for d in (fw or {}).get("devices") or [] if d.get("device") == device), None) \
+            if isinstance(fw, dict) else None
+        if dev is None:
+            problems.append(f"{label}: no framework section for device {device} in the snapshot")
+        elif dev.get("limit_bytes") != nbytes:
+            problems.append(f"{label}: the framework's limit on device {device} is {dev.get('limit_bytes')}, "
+                            f"{nbytes} expected")
     for label, count, nbytes in exp.leaks:
         snap = snaps.get(label)
         if snap is None:

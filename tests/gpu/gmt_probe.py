@@ -134,6 +134,10 @@ def framework(label: str, device: int, allocated: int, reserved: int) -> None:
     line("FRAMEWORK", label, device, allocated, reserved)
 
 
+def limit(label: str, device: int, nbytes: int) -> None:
+    line("LIMIT", label, device, nbytes)
+
+
 def verdict(label: str, name: str, primary: bool = False) -> None:
     line("VERDICT", label, name, *(["primary"] if primary else []))
 

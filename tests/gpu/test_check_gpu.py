@@ -432,9 +432,11 @@ def case_recovered(sc: Scenario) -> dict[str, Any]:
     return {}
 
 
-def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB, cupy: bool = False) -> None:
+def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB, cupy: bool = False,
+                   limit: int | None = None) -> None:
     """An oom snapshot with PyTorch's state: one 20 MiB segment at A (the
-    live driver allocation) with an 8 MiB active block and 12 MiB free."""
+    live driver allocation) with an 8 MiB active block and 12 MiB free;
+    with limit, its limit on the device (a memory fraction)."""
     doc = oom_doc(16 * MIB, ["exhaustion"])
     doc["allocations"] = [alloc(A, 20 * MIB)]
     doc["devices"] = [device(free=4 * MIB, pages=10)]
@@ -445,6 +447,8 @@ def framework_base(sc: Scenario, joined: bool = True, active: int = 8 * MIB, cup
         "segments": [{"device": 0, "address": A, "total_size": 20 * MIB, "allocation": joined,
                       "blocks": [{"address": A, "size": active, "state": "active_allocated"},
                                  {"address": A + active, "size": 20 * MIB - active, "state": "inactive"}]}]}
+    if limit is not None:
+        doc["framework"]["devices"][0]["limit_bytes"] = limit
     if cupy:  # CuPy's pool: its counters, no segments, no largest free block
         doc["framework"].update(name="cupy", segments=[], segments_joined=0)
         doc["framework"]["devices"][0]["largest_free_block_bytes"] = None
@@ -478,6 +482,18 @@ def case_framework_blocks(sc: Scenario) -> dict[str, Any]:
 def case_framework_unjoined(sc: Scenario) -> dict[str, Any]:
     framework_base(sc, joined=False)
     sc.lines.append(f"FRAMEWORK oom 0 {8 * MIB} {20 * MIB}")
+    return {}
+
+
+def case_limit(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc, limit=64 * MIB)
+    sc.lines.append(f"LIMIT oom 0 {64 * MIB}")
+    return {}
+
+
+def case_limit_wrong(sc: Scenario) -> dict[str, Any]:
+    framework_base(sc)
+    sc.lines.append(f"LIMIT oom 0 {64 * MIB}")
     return {}
 
 
@@ -627,6 +643,8 @@ CASES: list[Case] = [
     ("fail", case_framework_blocks, "its active blocks add up to 6291456"),
     ("fail", case_framework_unjoined, "1 of 1 segments joined to no driver allocation"),
     ("fail", case_framework_missing, "no framework section"),
+    ("pass", case_limit, None),
+    ("fail", case_limit_wrong, "the framework's limit on device 0 is None, 67108864 expected"),
     ("fail", case_two_exits, "2 exit snapshots"),
     ("skip", case_skip, None),
     ("fail", case_skip_crashed, "exit status 1"),

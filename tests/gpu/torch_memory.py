@@ -304,6 +304,10 @@ def run_fragment(torch, expandable: bool) -> None:
 def run_fraction(torch) -> None:
     torch.cuda.set_per_process_memory_fraction(0.5, DEV)
     seen = counters_at_oom(torch)
+    # What PyTorch's observer is told as its third number: under a fraction,
+    # the most it may reserve (its allowed maximum), the snapshot's limit.
+    limits: list = []
+    torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, limit, free: limits.append(limit))
     kept = []
     try:
         while len(kept) < 10_000:
@@ -319,7 +323,16 @@ def run_fraction(torch) -> None:
     if not seen:
         sys.exit("torch_memory.py fraction: PyTorch called no out-of-memory observer")
     gp.framework("oom", DEV, *seen[-1])
-    gp.note(f"{len(kept)} tensors of 1 GiB made under half the device, then refused by PyTorch")
+    gp.limit("oom", DEV, limits[-1])
+    # Still under the fraction, the tensors held: a gmt_dump() hand-over
+    # says the limit too where PyTorch says its fraction (recent versions),
+    # as PyTorch computes it: the fraction times the device's total.
+    if hasattr(torch.cuda, "get_per_process_memory_fraction"):
+        _, total = torch.cuda.mem_get_info(DEV)
+        gp.checkpoint("held")
+        gp.limit("held", DEV, int(0.5 * total))
+    gp.note(f"{len(kept)} tensors of 1 GiB made under half the device, then refused by PyTorch; "
+            f"its limit {limits[-1]} bytes")
     torch.cuda.set_per_process_memory_fraction(1.0, DEV)
     del kept
 

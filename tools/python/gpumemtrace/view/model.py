@@ -169,15 +169,13 @@ def tensor_level(doc: Doc) -> Optional[Doc]:
                    for a in t["allocations"]]
     allocations += [a for a in doc["allocations"] if not a.get("framework_segment")]
     by_id = doc.get("_stack_by_id") or {}
-    segment_sites = {(by_id.get(k) or {}).get("site", {}).get("id") for k in segment_stacks} - {None}
 
-    def framework_s(s: Dict[str, Any]) -> bool:
-        if s["stack"] in segment_stacks:
-            return True
-        site = (by_id.get(s["stack"]) or {}).get("site") or {}
-        return s["live_bytes"] == 0 and site.get("id") in segment_sites
+    def site_of(stack: int) -> Any:
+        return ((by_id.get(stack) or {}).get("site") or {}).get("id")
 
-    sites = list(t["sites"]) + [s for s in doc["sites"] if not framework_s(s)]
+    segment_sites = {site_of(k) for k in segment_stacks} - {None}
+    sites = list(t["sites"]) + [s for s in doc["sites"] if s["stack"] not in segment_stacks and not (
+        s["live_bytes"] == 0 and site_of(s["stack"]) in segment_sites)]
     sites.sort(key=lambda s: -s["live_bytes"])
     return dict(doc, allocations=allocations, sites=sites, _level="tensors")
 

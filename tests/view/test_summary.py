@@ -1015,6 +1015,11 @@ def a_real_pytorch_out_of_memory() -> None:
     released = [s for s in doc["sites"] if s["live_bytes"] == 0 and s["suspect"]]
     eq(len(released), 3, "the driver's suspects that hold nothing: the released segments' sites")
     eq([s for s in lv["sites"] if s in released], [], "none of them at the tensor level")
+    segments = {a["stack"] for a in doc["allocations"] if a.get("framework_segment")}
+    outside = [s["stack"] for s in doc["sites"] if s["live_bytes"] and s["stack"] not in segments]
+    eq([s["stack"] for s in lv["sites"] if s["stack"] in outside], outside,
+       "every driver's site holding memory outside the segments kept, those at a segment's line too "
+       "(three at torch_memory.py:204, not PyTorch's segments)")
     live = sum(a["size"] for a in lv["allocations"] if a["device"] == 0)
     cached = sum(d["cached_bytes"] for d in doc["tensors"]["devices"] if d["device"] == 0)
     eq(live + cached, next(d["live_bytes"] for d in doc["devices"] if d["index"] == 0),
